@@ -1,0 +1,780 @@
+//! `POST /v1/responses` request body: parsed strictly (unknown fields rejected) and validated,
+//! every rejection naming the offending `param` (e.g. `input[2].content[0].image_url`).
+
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+use super::error::FieldError;
+
+/// The create request as the client sent it, after structural parsing.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct CreateResponse {
+    pub model: Option<String>,
+    pub input: Option<Value>,
+    pub instructions: Option<String>,
+    pub tools: Option<Vec<Value>>,
+    pub tool_choice: Option<Value>,
+    pub parallel_tool_calls: Option<bool>,
+    pub max_output_tokens: Option<i64>,
+    pub max_tool_calls: Option<i64>,
+    pub max_steps: Option<i64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub top_logprobs: Option<i64>,
+    pub metadata: Option<Map<String, Value>>,
+    pub user: Option<String>,
+    pub store: Option<bool>,
+    pub background: Option<bool>,
+    pub previous_response_id: Option<String>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub text: Option<TextParam>,
+    pub reasoning: Option<ReasoningParam>,
+    pub truncation: Option<String>,
+    pub include: Option<Vec<String>>,
+    pub service_tier: Option<String>,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct StreamOptions {
+    pub include_obfuscation: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TextParam {
+    pub format: Option<TextFormat>,
+    pub verbosity: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TextFormat {
+    Text,
+    JsonObject,
+    JsonSchema {
+        name: String,
+        schema: Value,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        strict: Option<bool>,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReasoningParam {
+    pub effort: Option<String>,
+    pub summary: Option<String>,
+    pub generate_summary: Option<String>,
+}
+
+/// A `function` tool.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: Option<String>,
+    #[serde(default)]
+    pub parameters: Option<Value>,
+    #[serde(default)]
+    pub strict: Option<bool>,
+}
+
+/// An `mcp` tool as sent (validated further by the MCP layer).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct McpToolParam {
+    pub server_label: Option<String>,
+    pub server_url: Option<String>,
+    pub connector_id: Option<String>,
+    pub tunnel_id: Option<String>,
+    pub authorization: Option<String>,
+    pub headers: Option<Map<String, Value>>,
+    pub allowed_tools: Option<Value>,
+    pub require_approval: Option<Value>,
+    pub server_description: Option<String>,
+    pub defer_loading: Option<bool>,
+    pub allowed_callers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolParam {
+    Function(FunctionTool),
+    Mcp(McpToolParam),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ToolChoice {
+    Auto,
+    None,
+    Required,
+    Function { name: String },
+    Mcp { server_label: String, name: Option<String> },
+}
+
+/// A message's role.
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    System,
+    Developer,
+    Assistant,
+}
+
+/// One part of an input message's content.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum InputPart {
+    InputText {
+        text: String,
+    },
+    InputImage {
+        #[serde(default)]
+        image_url: Option<String>,
+        #[serde(default)]
+        file_id: Option<String>,
+        #[serde(default)]
+        detail: Option<String>,
+    },
+    InputFile {
+        #[serde(default)]
+        file_data: Option<String>,
+        #[serde(default)]
+        file_id: Option<String>,
+        #[serde(default)]
+        filename: Option<String>,
+        #[serde(default)]
+        file_url: Option<String>,
+    },
+    OutputText {
+        text: String,
+        #[serde(default)]
+        annotations: Option<Vec<Value>>,
+        #[serde(default)]
+        logprobs: Option<Vec<Value>>,
+    },
+    Refusal {
+        refusal: String,
+    },
+}
+
+/// A message's content: a plain string or a list of parts.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum MessageContent {
+    Text(String),
+    Parts(Vec<InputPart>),
+}
+
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        match Value::deserialize(d)? {
+            Value::String(s) => Ok(MessageContent::Text(s)),
+            Value::Array(parts) => {
+                let mut out = Vec::with_capacity(parts.len());
+                for (i, p) in parts.into_iter().enumerate() {
+                    out.push(
+                        serde_json::from_value(p).map_err(|e| D::Error::custom(format!("content[{i}]: {e}")))?,
+                    );
+                }
+                Ok(MessageContent::Parts(out))
+            }
+            _ => Err(D::Error::custom("content must be a string or an array of content parts")),
+        }
+    }
+}
+
+impl MessageContent {
+    /// The plain text of the message (text parts joined), for logs and replay summaries.
+    pub fn text(&self) -> String {
+        match self {
+            MessageContent::Text(s) => s.clone(),
+            MessageContent::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| match p {
+                    InputPart::InputText { text } | InputPart::OutputText { text, .. } => Some(text.as_str()),
+                    InputPart::Refusal { refusal } => Some(refusal.as_str()),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+                .join(""),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InputMessage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub role: Role,
+    pub content: MessageContent,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+/// A `function_call_output.output`: a string or a list of content parts.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum ToolOutput {
+    Text(String),
+    Parts(Vec<Value>),
+}
+
+impl ToolOutput {
+    pub fn text(&self) -> String {
+        match self {
+            ToolOutput::Text(s) => s.clone(),
+            ToolOutput::Parts(parts) => parts
+                .iter()
+                .filter_map(|p| p.get("text").and_then(Value::as_str))
+                .collect::<Vec<_>>()
+                .join(""),
+        }
+    }
+}
+
+/// One item of `input` (and, with server-assigned ids, of a stored conversation).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum InputItem {
+    Message(InputMessage),
+    FunctionCall(InputFunctionCall),
+    FunctionCallOutput(InputFunctionCallOutput),
+    Reasoning(super::response::ReasoningItemInput),
+    ItemReference(ItemReference),
+    McpListTools(super::response::McpListToolsItem),
+    McpCall(InputMcpCall),
+    McpApprovalRequest(super::response::McpApprovalRequestItem),
+    McpApprovalResponse(McpApprovalResponse),
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InputFunctionCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InputFunctionCallOutput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub call_id: String,
+    pub output: ToolOutput,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ItemReference {
+    pub id: String,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct InputMcpCall {
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default)]
+    pub output: Option<String>,
+    #[serde(default)]
+    pub error: Option<Value>,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub approval_request_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct McpApprovalResponse {
+    #[serde(default)]
+    pub id: Option<String>,
+    pub approval_request_id: String,
+    pub approve: bool,
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl InputItem {
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            InputItem::Message(m) => m.id.as_deref(),
+            InputItem::FunctionCall(f) => f.id.as_deref(),
+            InputItem::FunctionCallOutput(f) => f.id.as_deref(),
+            InputItem::Reasoning(r) => Some(&r.id),
+            InputItem::ItemReference(r) => Some(&r.id),
+            InputItem::McpListTools(l) => Some(&l.id),
+            InputItem::McpCall(c) => Some(&c.id),
+            InputItem::McpApprovalRequest(a) => Some(&a.id),
+            InputItem::McpApprovalResponse(a) => a.id.as_deref(),
+        }
+    }
+}
+
+/// A validated create request: defaults applied, every field checked.
+#[derive(Debug, Clone)]
+pub struct CreateRequest {
+    pub model: String,
+    pub input: Vec<InputItem>,
+    pub instructions: Option<String>,
+    pub tools: Vec<ToolParam>,
+    /// `tool_choice` exactly as sent, for the echo (`"auto"` when absent).
+    pub tool_choice_echo: Value,
+    pub tool_choice: ToolChoice,
+    pub parallel_tool_calls: bool,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub max_steps: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub metadata: Map<String, Value>,
+    pub user: Option<String>,
+    pub store: bool,
+    pub background: bool,
+    pub previous_response_id: Option<String>,
+    pub stream: bool,
+    pub text_format: Option<TextFormat>,
+    pub verbosity: Option<String>,
+    pub reasoning_effort: Option<String>,
+    pub reasoning_summary: Option<String>,
+    pub truncation: String,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
+}
+
+const INCLUDE_VALUES: &[&str] = &[
+    "file_search_call.results",
+    "web_search_call.results",
+    "web_search_call.action.sources",
+    "message.input_image.image_url",
+    "computer_call_output.output.image_url",
+    "code_interpreter_call.outputs",
+    "reasoning.encrypted_content",
+    "message.output_text.logprobs",
+];
+
+const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
+
+/// Parses and validates a create body. The error names the field at fault.
+pub fn parse_create(body: &[u8]) -> Result<CreateRequest, FieldError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| FieldError {
+        param: String::new(),
+        message: format!(
+            "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP library correctly. The OpenAI API expects a JSON payload.) Parser error: {e}"
+        ),
+        code: None,
+    })?;
+    if !value.is_object() {
+        return Err(FieldError::new("", "The request body must be a JSON object."));
+    }
+    let raw: CreateResponse = from_value_at(value, "")?;
+    validate(raw)
+}
+
+/// Deserializes `value`, turning a serde error into a [`FieldError`] whose `param` is the path of
+/// the bad field below `base`.
+pub fn from_value_at<T: serde::de::DeserializeOwned>(value: Value, base: &str) -> Result<T, FieldError> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        let mut param = join_path(base, if path == "." { "" } else { &path });
+        let msg = e.inner().to_string();
+        if let Some(rest) = msg.strip_prefix("unknown field `") {
+            let name = rest.split('`').next().unwrap_or_default();
+            return FieldError::unknown(join_path(&param, name));
+        }
+        if let Some(rest) = msg.strip_prefix("missing field `") {
+            let name = rest.split('`').next().unwrap_or_default();
+            return FieldError::missing(join_path(&param, name));
+        }
+        if msg.starts_with("unknown variant `") {
+            param = join_path(&param, "type");
+            let got = msg.trim_start_matches("unknown variant `").split('`').next().unwrap_or_default();
+            let expected = msg.split("expected ").nth(1).unwrap_or("").trim_end_matches(|c| c == '.');
+            return FieldError::invalid_value(
+                param.clone(),
+                format!("Invalid value: '{got}'. Supported values for '{param}' are: {expected}."),
+            );
+        }
+        let shown = if param.is_empty() { "body".to_string() } else { param.clone() };
+        FieldError { code: Some("invalid_type"), ..FieldError::new(param, format!("Invalid '{shown}': {msg}")) }
+    })
+}
+
+fn join_path(base: &str, rest: &str) -> String {
+    match (base.is_empty(), rest.is_empty()) {
+        (true, _) => rest.to_string(),
+        (_, true) => base.to_string(),
+        _ if rest.starts_with('[') => format!("{base}{rest}"),
+        _ => format!("{base}.{rest}"),
+    }
+}
+
+fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
+    let model = match raw.model {
+        Some(m) if !m.trim().is_empty() => m,
+        _ => return Err(FieldError::missing("model")),
+    };
+    let input = match raw.input {
+        None | Some(Value::Null) if raw.previous_response_id.is_none() => return Err(FieldError::missing("input")),
+        None | Some(Value::Null) => Vec::new(),
+        Some(v) => parse_input(v)?,
+    };
+    let tools = parse_tools(raw.tools.unwrap_or_default())?;
+    let tool_choice_echo = raw.tool_choice.clone().unwrap_or_else(|| Value::String("auto".into()));
+    let tool_choice = parse_tool_choice(raw.tool_choice, &tools)?;
+    let range = |name: &str, v: Option<f64>, lo: f64, hi: f64| -> Result<Option<f64>, FieldError> {
+        match v {
+            Some(x) if !(lo..=hi).contains(&x) || x.is_nan() => Err(FieldError::invalid_value(
+                name,
+                format!("Invalid '{name}': {x}. Expected a value between {lo} and {hi}."),
+            )),
+            other => Ok(other),
+        }
+    };
+    let at_least = |name: &str, v: Option<i64>, lo: i64| -> Result<Option<u64>, FieldError> {
+        match v {
+            Some(x) if x < lo => Err(FieldError::invalid_value(
+                name,
+                format!("Invalid '{name}': integer below minimum value. Expected a value >= {lo}, but got {x} instead."),
+            )),
+            other => Ok(other.map(|x| x as u64)),
+        }
+    };
+    let temperature = range("temperature", raw.temperature, 0.0, 2.0)?;
+    let top_p = range("top_p", raw.top_p, 0.0, 1.0)?;
+    let max_output_tokens = at_least("max_output_tokens", raw.max_output_tokens, 16)?;
+    let max_tool_calls = at_least("max_tool_calls", raw.max_tool_calls, 1)?;
+    let max_steps = at_least("max_steps", raw.max_steps, 1)?;
+    if let Some(n) = raw.top_logprobs
+        && n != 0
+    {
+        return Err(FieldError::unsupported("top_logprobs", "top_logprobs is not supported by this relay; omit it or send 0."));
+    }
+    let metadata = raw.metadata.unwrap_or_default();
+    if metadata.len() > 16 {
+        return Err(FieldError::invalid_value("metadata", "Invalid 'metadata': at most 16 key-value pairs are allowed."));
+    }
+    for (k, v) in &metadata {
+        if k.chars().count() > 64 {
+            return Err(FieldError::invalid_value(format!("metadata.{k}"), "Invalid 'metadata': keys are at most 64 characters."));
+        }
+        match v {
+            Value::String(s) if s.chars().count() <= 512 => {}
+            Value::String(_) => {
+                return Err(FieldError::invalid_value(format!("metadata.{k}"), "Invalid 'metadata': values are at most 512 characters."));
+            }
+            _ => return Err(FieldError::new(format!("metadata.{k}"), "Invalid 'metadata': values must be strings.")),
+        }
+    }
+    let store = raw.store.unwrap_or(true);
+    let background = raw.background.unwrap_or(false);
+    if background && !store {
+        return Err(FieldError::invalid_value("background", "Background mode requires 'store' to be true."));
+    }
+    if let Some(id) = &raw.previous_response_id
+        && id.trim().is_empty()
+    {
+        return Err(FieldError::invalid_value("previous_response_id", "Invalid 'previous_response_id': empty string."));
+    }
+    let text = raw.text.unwrap_or_default();
+    if let Some(v) = &text.verbosity
+        && !["low", "medium", "high"].contains(&v.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "text.verbosity",
+            format!("Invalid value: '{v}'. Supported values are: 'low', 'medium', and 'high'."),
+        ));
+    }
+    if let Some(TextFormat::JsonSchema { name, schema, .. }) = &text.format {
+        if !valid_name(name) {
+            return Err(FieldError::invalid_value(
+                "text.format.name",
+                format!("Invalid 'text.format.name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'."),
+            ));
+        }
+        if !schema.is_object() {
+            return Err(FieldError::new("text.format.schema", "Invalid 'text.format.schema': expected a JSON Schema object."));
+        }
+    }
+    let reasoning = raw.reasoning.unwrap_or_default();
+    if let Some(e) = &reasoning.effort
+        && !EFFORTS.contains(&e.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "reasoning.effort",
+            format!("Invalid value: '{e}'. Supported values are: {}.", quoted(EFFORTS)),
+        ));
+    }
+    let summary = reasoning.summary.or(reasoning.generate_summary);
+    if let Some(s) = &summary
+        && !["auto", "concise", "detailed"].contains(&s.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "reasoning.summary",
+            format!("Invalid value: '{s}'. Supported values are: 'auto', 'concise', and 'detailed'."),
+        ));
+    }
+    let truncation = raw.truncation.unwrap_or_else(|| "disabled".into());
+    if !["disabled", "auto"].contains(&truncation.as_str()) {
+        return Err(FieldError::invalid_value(
+            "truncation",
+            format!("Invalid value: '{truncation}'. Supported values are: 'auto' and 'disabled'."),
+        ));
+    }
+    for (i, inc) in raw.include.iter().flatten().enumerate() {
+        if !INCLUDE_VALUES.contains(&inc.as_str()) {
+            return Err(FieldError::invalid_value(
+                format!("include[{i}]"),
+                format!("Invalid value: '{inc}'. Supported values are: {}.", quoted(INCLUDE_VALUES)),
+            ));
+        }
+    }
+    if let Some(t) = &raw.service_tier
+        && !["auto", "default"].contains(&t.as_str())
+    {
+        return Err(FieldError::unsupported(
+            "service_tier",
+            format!("service_tier '{t}' is not supported by this relay; use 'auto' or 'default'."),
+        ));
+    }
+    Ok(CreateRequest {
+        model,
+        input,
+        instructions: raw.instructions,
+        tools,
+        tool_choice_echo,
+        tool_choice,
+        parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
+        max_output_tokens,
+        max_tool_calls,
+        max_steps,
+        temperature,
+        top_p,
+        metadata,
+        user: raw.user,
+        store,
+        background,
+        previous_response_id: raw.previous_response_id,
+        stream: raw.stream.unwrap_or(false),
+        text_format: text.format,
+        verbosity: text.verbosity,
+        reasoning_effort: reasoning.effort,
+        reasoning_summary: summary,
+        truncation,
+        safety_identifier: raw.safety_identifier,
+        prompt_cache_key: raw.prompt_cache_key,
+        prompt_cache_retention: raw.prompt_cache_retention,
+    })
+}
+
+fn quoted(values: &[&str]) -> String {
+    values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ")
+}
+
+/// Whether `name` is a valid function name for OpenAI-compatible upstreams.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// `input`: a string (one user message) or a list of items.
+pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
+    match value {
+        Value::String(text) => Ok(vec![InputItem::Message(InputMessage {
+            id: None,
+            role: Role::User,
+            content: MessageContent::Text(text),
+            status: None,
+        })]),
+        Value::Array(items) => {
+            let mut out = Vec::with_capacity(items.len());
+            for (i, mut item) in items.into_iter().enumerate() {
+                let param = format!("input[{i}]");
+                let Some(obj) = item.as_object_mut() else {
+                    return Err(FieldError::new(param, format!("Invalid 'input[{i}]': expected an object.")));
+                };
+                // EasyInputMessage: `{role, content}` without a type is a message.
+                if !obj.contains_key("type") || obj.get("type") == Some(&Value::Null) {
+                    if obj.contains_key("role") {
+                        obj.insert("type".into(), Value::String("message".into()));
+                    } else if obj.contains_key("id") && obj.len() <= 2 {
+                        obj.insert("type".into(), Value::String("item_reference".into()));
+                    } else {
+                        return Err(FieldError::missing(format!("{param}.type")));
+                    }
+                }
+                let parsed: InputItem = from_value_at(item, &param)?;
+                check_input_item(&parsed, &param)?;
+                out.push(parsed);
+            }
+            Ok(out)
+        }
+        _ => Err(FieldError::new("input", "Invalid 'input': expected a string or an array of input items.")),
+    }
+}
+
+fn check_input_item(item: &InputItem, param: &str) -> Result<(), FieldError> {
+    let InputItem::Message(m) = item else { return Ok(()) };
+    let MessageContent::Parts(parts) = &m.content else { return Ok(()) };
+    for (j, part) in parts.iter().enumerate() {
+        let at = format!("{param}.content[{j}]");
+        match part {
+            InputPart::InputImage { image_url, file_id, .. } => {
+                if file_id.is_some() {
+                    return Err(FieldError::unsupported(
+                        format!("{at}.file_id"),
+                        "File ids are not supported by this relay (there is no Files API); send the image as 'image_url' (an https or data: URL).",
+                    ));
+                }
+                if image_url.is_none() {
+                    return Err(FieldError::missing(format!("{at}.image_url")));
+                }
+            }
+            InputPart::InputFile { file_data, file_id, file_url, .. } => {
+                if file_id.is_some() || file_url.is_some() {
+                    let which = if file_id.is_some() { "file_id" } else { "file_url" };
+                    return Err(FieldError::unsupported(
+                        format!("{at}.{which}"),
+                        format!("'{which}' is not supported by this relay; send the file inline as 'file_data' (a data: URL)."),
+                    ));
+                }
+                if file_data.is_none() {
+                    return Err(FieldError::missing(format!("{at}.file_data")));
+                }
+            }
+            InputPart::OutputText { .. } | InputPart::Refusal { .. } if m.role != Role::Assistant => {
+                return Err(FieldError::invalid_value(
+                    format!("{at}.type"),
+                    "Output content parts ('output_text', 'refusal') are only valid in assistant messages.",
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
+    let mut out = Vec::with_capacity(tools.len());
+    for (i, mut tool) in tools.into_iter().enumerate() {
+        let param = format!("tools[{i}]");
+        let Some(obj) = tool.as_object_mut() else {
+            return Err(FieldError::new(param, format!("Invalid 'tools[{i}]': expected an object.")));
+        };
+        let kind = match obj.remove("type") {
+            Some(Value::String(k)) => k,
+            None | Some(Value::Null) => return Err(FieldError::missing(format!("{param}.type"))),
+            Some(_) => return Err(FieldError::new(format!("{param}.type"), "Invalid type for 'type': expected a string.")),
+        };
+        match kind.as_str() {
+            "function" => {
+                let f: FunctionTool = from_value_at(tool, &param)?;
+                if !valid_name(&f.name) {
+                    return Err(FieldError::invalid_value(
+                        format!("{param}.name"),
+                        format!("Invalid '{param}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."),
+                    ));
+                }
+                if let Some(p) = &f.parameters
+                    && !p.is_object()
+                {
+                    return Err(FieldError::new(format!("{param}.parameters"), "Invalid 'parameters': expected a JSON Schema object."));
+                }
+                out.push(ToolParam::Function(f));
+            }
+            "mcp" => out.push(ToolParam::Mcp(from_value_at(tool, &param)?)),
+            other => {
+                return Err(FieldError::invalid_value(
+                    format!("{param}.type"),
+                    format!("Tool type '{other}' is not supported by this relay. Supported tool types are: 'function' and 'mcp'."),
+                ));
+            }
+        }
+    }
+    let mut names = std::collections::HashSet::new();
+    for (i, t) in out.iter().enumerate() {
+        if let ToolParam::Function(f) = t
+            && !names.insert(f.name.clone())
+        {
+            return Err(FieldError::invalid_value(
+                format!("tools[{i}].name"),
+                format!("Duplicate function tool name '{}' in 'tools'.", f.name),
+            ));
+        }
+    }
+    Ok(out)
+}
+
+fn parse_tool_choice(choice: Option<Value>, tools: &[ToolParam]) -> Result<ToolChoice, FieldError> {
+    let Some(choice) = choice else { return Ok(ToolChoice::Auto) };
+    let bad = |msg: String| FieldError::invalid_value("tool_choice", msg);
+    match &choice {
+        Value::Null => Ok(ToolChoice::Auto),
+        Value::String(s) => match s.as_str() {
+            "auto" => Ok(ToolChoice::Auto),
+            "none" => Ok(ToolChoice::None),
+            "required" if tools.is_empty() => Err(bad("Invalid 'tool_choice': 'required' needs at least one tool in 'tools'.".into())),
+            "required" => Ok(ToolChoice::Required),
+            other => Err(bad(format!("Invalid value: '{other}'. Supported values are: 'none', 'auto', and 'required'."))),
+        },
+        Value::Object(o) => {
+            let kind = o.get("type").and_then(Value::as_str).unwrap_or_default();
+            let str_field = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
+            match kind {
+                "function" => {
+                    let name = str_field("name").ok_or_else(|| FieldError::missing("tool_choice.name"))?;
+                    let known = tools.iter().any(|t| matches!(t, ToolParam::Function(f) if f.name == name));
+                    if !known {
+                        return Err(FieldError::invalid_value(
+                            "tool_choice.name",
+                            format!("Tool choice '{name}' not found in 'tools' parameter."),
+                        ));
+                    }
+                    Ok(ToolChoice::Function { name })
+                }
+                "mcp" => {
+                    let server_label =
+                        str_field("server_label").ok_or_else(|| FieldError::missing("tool_choice.server_label"))?;
+                    let known = tools.iter().any(
+                        |t| matches!(t, ToolParam::Mcp(m) if m.server_label.as_deref() == Some(server_label.as_str())),
+                    );
+                    if !known {
+                        return Err(FieldError::invalid_value(
+                            "tool_choice.server_label",
+                            format!("MCP server '{server_label}' named in 'tool_choice' is not in 'tools'."),
+                        ));
+                    }
+                    Ok(ToolChoice::Mcp { server_label, name: str_field("name") })
+                }
+                "" => Err(FieldError::missing("tool_choice.type")),
+                other => Err(FieldError::invalid_value(
+                    "tool_choice.type",
+                    format!("tool_choice type '{other}' is not supported by this relay. Supported: 'function', 'mcp', or the strings 'none', 'auto', 'required'."),
+                )),
+            }
+        }
+        _ => Err(bad("Invalid 'tool_choice': expected a string or an object.".into())),
+    }
+}

@@ -1,0 +1,302 @@
+//! The Response object and its output items, exactly as OpenAI's SDKs and the Open Responses
+//! schema expect them (every field present on every Response; see PROTOCOL §2.5, §4.4).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ResponseStatus {
+    Queued,
+    InProgress,
+    Completed,
+    Incomplete,
+    Failed,
+    Cancelled,
+}
+
+impl ResponseStatus {
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, ResponseStatus::Queued | ResponseStatus::InProgress)
+    }
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemStatus {
+    InProgress,
+    Completed,
+    Incomplete,
+    Calling,
+    Failed,
+}
+
+/// `response.error`: set on failed responses.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ResponseError {
+    pub code: String,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct IncompleteDetails {
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct InputTokensDetails {
+    pub cached_tokens: u64,
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OutputTokensDetails {
+    pub reasoning_tokens: u64,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub input_tokens_details: InputTokensDetails,
+    pub output_tokens: u64,
+    pub output_tokens_details: OutputTokensDetails,
+    pub total_tokens: u64,
+}
+
+impl Usage {
+    /// Sums another model turn's usage into this one.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.input_tokens_details.cached_tokens += other.input_tokens_details.cached_tokens;
+        self.input_tokens_details.cache_write_tokens += other.input_tokens_details.cache_write_tokens;
+        self.output_tokens += other.output_tokens;
+        self.output_tokens_details.reasoning_tokens += other.output_tokens_details.reasoning_tokens;
+        self.total_tokens += other.total_tokens;
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ReasoningEcho {
+    pub effort: Option<String>,
+    pub summary: Option<String>,
+}
+
+/// The Response object. Serialized with every key present, nulls included.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Response {
+    pub id: String,
+    pub object: String,
+    pub created_at: i64,
+    pub completed_at: Option<i64>,
+    pub status: ResponseStatus,
+    pub background: bool,
+    pub error: Option<ResponseError>,
+    pub incomplete_details: Option<IncompleteDetails>,
+    pub instructions: Option<String>,
+    pub max_output_tokens: Option<u64>,
+    pub max_tool_calls: Option<u64>,
+    pub model: String,
+    pub output: Vec<OutputItem>,
+    pub parallel_tool_calls: bool,
+    pub previous_response_id: Option<String>,
+    pub reasoning: ReasoningEcho,
+    pub store: bool,
+    pub temperature: f64,
+    pub top_p: f64,
+    pub presence_penalty: f64,
+    pub frequency_penalty: f64,
+    pub top_logprobs: u32,
+    pub text: Value,
+    pub tool_choice: Value,
+    pub tools: Vec<Value>,
+    pub truncation: String,
+    pub usage: Option<Usage>,
+    pub user: Option<String>,
+    pub metadata: Map<String, Value>,
+    pub service_tier: String,
+    pub safety_identifier: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
+}
+
+/// A part of a message or reasoning item's `content`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentPart {
+    OutputText { text: String, annotations: Vec<Value>, logprobs: Vec<Value> },
+    Refusal { refusal: String },
+    ReasoningText { text: String },
+}
+
+impl ContentPart {
+    pub fn output_text(text: impl Into<String>) -> Self {
+        ContentPart::OutputText { text: text.into(), annotations: Vec::new(), logprobs: Vec::new() }
+    }
+
+    /// The text this part carries, whatever its kind.
+    pub fn text_mut(&mut self) -> &mut String {
+        match self {
+            ContentPart::OutputText { text, .. } | ContentPart::ReasoningText { text } => text,
+            ContentPart::Refusal { refusal } => refusal,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SummaryText {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MessageItem {
+    pub id: String,
+    pub status: ItemStatus,
+    pub role: String,
+    pub content: Vec<ContentPart>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FunctionCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    pub arguments: String,
+    pub status: ItemStatus,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReasoningItem {
+    pub id: String,
+    pub summary: Vec<SummaryText>,
+    #[serde(default)]
+    pub content: Vec<ContentPart>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+    pub status: ItemStatus,
+}
+
+/// A `reasoning` item as a client may send it back in `input` (status optional).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ReasoningItemInput {
+    pub id: String,
+    #[serde(default)]
+    pub summary: Vec<SummaryText>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<Vec<ContentPart>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<ItemStatus>,
+}
+
+/// One tool of an `mcp_list_tools` item.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct McpToolInfo {
+    pub name: String,
+    pub description: Option<String>,
+    pub input_schema: Value,
+    pub annotations: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct McpListToolsItem {
+    pub id: String,
+    pub server_label: String,
+    pub tools: Vec<McpToolInfo>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// `mcp_call.error`: one of OpenAI's three structured shapes.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum McpCallError {
+    McpProtocolError { code: i64, message: String },
+    McpToolExecutionError { content: Value },
+    HttpError { code: u16, message: String },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct McpCallItem {
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    pub arguments: String,
+    pub output: Option<String>,
+    pub error: Option<McpCallError>,
+    pub status: ItemStatus,
+    pub approval_request_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct McpApprovalRequestItem {
+    pub id: String,
+    pub server_label: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// An item of `response.output`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum OutputItem {
+    Message(MessageItem),
+    FunctionCall(FunctionCallItem),
+    Reasoning(ReasoningItem),
+    McpListTools(McpListToolsItem),
+    McpCall(McpCallItem),
+    McpApprovalRequest(McpApprovalRequestItem),
+}
+
+impl OutputItem {
+    pub fn id(&self) -> &str {
+        match self {
+            OutputItem::Message(m) => &m.id,
+            OutputItem::FunctionCall(f) => &f.id,
+            OutputItem::Reasoning(r) => &r.id,
+            OutputItem::McpListTools(l) => &l.id,
+            OutputItem::McpCall(c) => &c.id,
+            OutputItem::McpApprovalRequest(a) => &a.id,
+        }
+    }
+
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OutputItem::Message(_) => "message",
+            OutputItem::FunctionCall(_) => "function_call",
+            OutputItem::Reasoning(_) => "reasoning",
+            OutputItem::McpListTools(_) => "mcp_list_tools",
+            OutputItem::McpCall(_) => "mcp_call",
+            OutputItem::McpApprovalRequest(_) => "mcp_approval_request",
+        }
+    }
+
+    /// The item's content parts, for items that have them.
+    pub fn content_mut(&mut self) -> Option<&mut Vec<ContentPart>> {
+        match self {
+            OutputItem::Message(m) => Some(&mut m.content),
+            OutputItem::Reasoning(r) => Some(&mut r.content),
+            _ => None,
+        }
+    }
+}
+
+impl Response {
+    /// The concatenated `output_text` of every message, as the SDKs' `output_text` helper does.
+    pub fn output_text(&self) -> String {
+        let mut out = String::new();
+        for item in &self.output {
+            if let OutputItem::Message(m) = item {
+                for part in &m.content {
+                    if let ContentPart::OutputText { text, .. } = part {
+                        out.push_str(text);
+                    }
+                }
+            }
+        }
+        out
+    }
+}

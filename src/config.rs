@@ -1,0 +1,214 @@
+//! The command line (SPEC §3): flags, their `RELAY_*` environment variables, an optional TOML
+//! file, and the validated [`Config`] the relay runs on. Flag beats environment beats file beats
+//! default. A bad value is a [`ConfigError`] naming the flag; the binary exits 64 on it.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use crate::upstream::{Timeouts, UpstreamApi};
+
+#[derive(Debug, Parser)]
+#[command(name = "responses-relay", version, about = "The OpenAI Responses API with hosted MCP tools, in front of any OpenAI-compatible model.")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the relay.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApiArg {
+    Chat,
+    Responses,
+}
+
+#[derive(Debug, Clone, Args, Default)]
+pub struct ServeArgs {
+    /// Address to listen on; port 0 picks a free port (printed as `listening on http://ADDR`).
+    #[arg(long, env = "RELAY_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+    /// Base URL of the OpenAI-compatible model API, ending in /v1 [env fallback: OPENAI_BASE_URL].
+    #[arg(long, env = "RELAY_UPSTREAM_URL", value_name = "URL")]
+    pub upstream_url: Option<String>,
+    /// Key sent to the upstream [env fallback: OPENAI_API_KEY]; without it the client's bearer is forwarded.
+    #[arg(long, env = "RELAY_UPSTREAM_API_KEY", value_name = "KEY", hide_env_values = true)]
+    pub upstream_api_key: Option<String>,
+    /// Which upstream API to drive.
+    #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
+    pub upstream_api: Option<ApiArg>,
+    /// Where runs are stored: `memory` (this build's only store).
+    #[arg(long, env = "RELAY_STORE", value_name = "URL")]
+    pub store: Option<String>,
+    /// Relay key clients must send as `Authorization: Bearer KEY` (repeatable).
+    #[arg(long = "api-key", env = "RELAY_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
+    pub api_keys: Vec<String>,
+    /// Seconds to wait for the upstream's TCP connect.
+    #[arg(long, env = "RELAY_UPSTREAM_CONNECT_TIMEOUT", value_name = "SECS")]
+    pub upstream_connect_timeout: Option<f64>,
+    /// Seconds to wait for the upstream's response headers.
+    #[arg(long, env = "RELAY_UPSTREAM_FIRST_BYTE_TIMEOUT", value_name = "SECS")]
+    pub upstream_first_byte_timeout: Option<f64>,
+    /// Seconds of silence after which an upstream stream counts as stalled.
+    #[arg(long, env = "RELAY_UPSTREAM_IDLE_TIMEOUT", value_name = "SECS")]
+    pub upstream_idle_timeout: Option<f64>,
+    /// Largest request body accepted, in bytes.
+    #[arg(long, env = "RELAY_MAX_BODY_BYTES", value_name = "BYTES")]
+    pub max_body_bytes: Option<usize>,
+    /// TOML file with the same keys (snake_case); flags and environment override it.
+    #[arg(long, env = "RELAY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// The TOML file: the same keys as the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    listen: Option<String>,
+    upstream_url: Option<String>,
+    upstream_api_key: Option<String>,
+    upstream_api: Option<ApiArg>,
+    store: Option<String>,
+    api_keys: Option<Vec<String>>,
+    upstream_connect_timeout: Option<f64>,
+    upstream_first_byte_timeout: Option<f64>,
+    upstream_idle_timeout: Option<f64>,
+    max_body_bytes: Option<usize>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("invalid value for '{flag}': {message}")]
+pub struct ConfigError {
+    pub flag: String,
+    pub message: String,
+}
+
+fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError { flag: flag.to_string(), message: message.into() }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreKind {
+    Memory,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: SocketAddr,
+    pub upstream_url: String,
+    pub upstream_api_key: Option<String>,
+    pub upstream_api: UpstreamApi,
+    pub store: StoreKind,
+    pub api_keys: Vec<String>,
+    pub upstream_timeouts: Timeouts,
+    pub max_body_bytes: usize,
+    /// Sequential ids and a fixed clock, for golden tests.
+    pub deterministic: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".parse().expect("valid"),
+            upstream_url: "http://127.0.0.1:11434/v1".into(),
+            upstream_api_key: None,
+            upstream_api: UpstreamApi::Chat,
+            store: StoreKind::Memory,
+            api_keys: Vec::new(),
+            upstream_timeouts: Timeouts {
+                connect: Duration::from_secs(10),
+                first_byte: Duration::from_secs(120),
+                idle: Duration::from_secs(300),
+            },
+            max_body_bytes: 16 * 1024 * 1024,
+            deterministic: false,
+        }
+    }
+}
+
+impl Config {
+    /// Builds the configuration from parsed flags (with their env values), the environment's
+    /// fallbacks, and the TOML file they name.
+    pub fn from_args(args: ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| bad("--config", format!("{}: {e}", path.display())))?;
+                toml::from_str::<FileConfig>(&text).map_err(|e| bad("--config", format!("{}: {e}", path.display())))?
+            }
+            None => FileConfig::default(),
+        };
+        let mut c = Config::default();
+        if let Some(l) = args.listen {
+            c.listen = l;
+        } else if let Some(l) = file.listen {
+            c.listen = l.parse().map_err(|e| bad("--listen", format!("'{l}': {e}")))?;
+        }
+        let url = args.upstream_url.or(file.upstream_url).or_else(|| env("OPENAI_BASE_URL").filter(|s| !s.is_empty()));
+        if let Some(u) = url {
+            let parsed = reqwest::Url::parse(&u).map_err(|e| bad("--upstream-url", format!("'{u}': {e}")))?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(bad("--upstream-url", format!("'{u}': the scheme must be http or https")));
+            }
+            if !parsed.username().is_empty() || parsed.password().is_some() {
+                return Err(bad("--upstream-url", "credentials in the URL are not allowed; use --upstream-api-key"));
+            }
+            c.upstream_url = u.trim_end_matches('/').to_string();
+        }
+        c.upstream_api_key = args
+            .upstream_api_key
+            .or(file.upstream_api_key)
+            .or_else(|| env("OPENAI_API_KEY"))
+            .filter(|k| !k.is_empty());
+        c.upstream_api = match args.upstream_api.or(file.upstream_api) {
+            Some(ApiArg::Responses) => UpstreamApi::Responses,
+            _ => UpstreamApi::Chat,
+        };
+        if let Some(s) = args.store.or(file.store) {
+            c.store = match s.as_str() {
+                "memory" => StoreKind::Memory,
+                other => {
+                    return Err(bad(
+                        "--store",
+                        format!("'{other}': this build supports only 'memory' (the SQLite and Redis stores are not built yet)"),
+                    ));
+                }
+            };
+        }
+        c.api_keys = if args.api_keys.is_empty() { file.api_keys.unwrap_or_default() } else { args.api_keys };
+        c.api_keys.retain(|k| !k.is_empty());
+        let secs = |flag: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
+            match v {
+                None => Ok(default),
+                Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+                Some(s) => Err(bad(flag, format!("'{s}': expected a positive number of seconds"))),
+            }
+        };
+        let d = c.upstream_timeouts.clone();
+        c.upstream_timeouts = Timeouts {
+            connect: secs("--upstream-connect-timeout", args.upstream_connect_timeout.or(file.upstream_connect_timeout), d.connect)?,
+            first_byte: secs(
+                "--upstream-first-byte-timeout",
+                args.upstream_first_byte_timeout.or(file.upstream_first_byte_timeout),
+                d.first_byte,
+            )?,
+            idle: secs("--upstream-idle-timeout", args.upstream_idle_timeout.or(file.upstream_idle_timeout), d.idle)?,
+        };
+        if let Some(n) = args.max_body_bytes.or(file.max_body_bytes) {
+            if n < 1024 {
+                return Err(bad("--max-body-bytes", format!("'{n}': at least 1024")));
+            }
+            c.max_body_bytes = n;
+        }
+        c.deterministic = env("RELAY_DETERMINISTIC").is_some_and(|v| v == "1");
+        Ok(c)
+    }
+}

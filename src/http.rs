@@ -1,0 +1,118 @@
+//! The HTTP surface: routing, the handlers of SPEC §4, SSE bodies, and the only table of status
+//! codes and OpenAI error envelopes.
+//!
+//! Invariant: before a response's first byte every failure is a status with the JSON envelope;
+//! after it, the run's log carries the failure (`response.failed`) and the body ends normally.
+
+pub mod error;
+pub mod responses;
+pub mod sse;
+
+use std::convert::Infallible;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
+use hyper::body::Incoming;
+use hyper::{Method, Request, Response, StatusCode, header};
+
+use crate::app::App;
+pub use error::ApiError;
+
+pub type BoxErr = Box<dyn std::error::Error + Send + Sync>;
+pub type Body = UnsyncBoxBody<Bytes, BoxErr>;
+
+/// A whole body.
+pub fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).map_err(|e: Infallible| match e {}).boxed_unsync()
+}
+
+/// A JSON answer.
+pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(full(body))
+        .expect("valid response")
+}
+
+/// The routes of SPEC §4.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Route<'a> {
+    Create,
+    Get(&'a str),
+    Delete(&'a str),
+    Cancel(&'a str),
+    InputItems(&'a str),
+    Models,
+    Health,
+}
+
+impl<'a> Route<'a> {
+    pub fn parse(method: &Method, path: &'a str) -> Option<Route<'a>> {
+        let path = path.trim_end_matches('/');
+        if path == "/healthz" && method == Method::GET {
+            return Some(Route::Health);
+        }
+        let rest = path.strip_prefix("/v1/")?;
+        let parts: Vec<&str> = rest.split('/').collect();
+        match (method, parts.as_slice()) {
+            (&Method::POST, ["responses"]) => Some(Route::Create),
+            (&Method::GET, ["models"]) => Some(Route::Models),
+            (&Method::GET, ["responses", id]) if !id.is_empty() => Some(Route::Get(id)),
+            (&Method::DELETE, ["responses", id]) if !id.is_empty() => Some(Route::Delete(id)),
+            (&Method::POST, ["responses", id, "cancel"]) => Some(Route::Cancel(id)),
+            (&Method::GET, ["responses", id, "input_items"]) => Some(Route::InputItems(id)),
+            _ => None,
+        }
+    }
+}
+
+/// Handles one request.
+pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    let result = match check_auth(&app, &req) {
+        Err(e) => Err(e),
+        Ok(()) => match Route::parse(&method, &path) {
+            Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
+            Some(Route::Create) => responses::create(&app, req).await,
+            Some(Route::Get(id)) => responses::get(&app, id, req.uri().query()).await,
+            Some(Route::Delete(id)) => responses::delete(&app, id),
+            Some(Route::Cancel(id)) => responses::cancel(&app, id).await,
+            Some(Route::InputItems(id)) => responses::input_items(&app, id, req.uri().query()),
+            Some(Route::Models) => responses::models(&app, &req).await,
+            None => Err(ApiError::not_found_route(&method, &path)),
+        },
+    };
+    Ok(result.unwrap_or_else(ApiError::into_response))
+}
+
+/// With relay keys configured, every route but `/healthz` needs one of them as the bearer.
+fn check_auth(app: &App, req: &Request<Incoming>) -> Result<(), ApiError> {
+    let keys = &app.config().api_keys;
+    if keys.is_empty() || req.uri().path() == "/healthz" {
+        return Ok(());
+    }
+    let given = bearer(req).unwrap_or_default();
+    if keys.iter().any(|k| constant_time_eq(k.as_bytes(), given.as_bytes())) {
+        Ok(())
+    } else {
+        Err(ApiError::unauthorized())
+    }
+}
+
+/// The request's bearer token, if any.
+pub fn bearer<B>(req: &Request<B>) -> Option<String> {
+    let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = v.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+}
+
+/// Compares in time that depends only on the lengths.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    diff == 0
+}

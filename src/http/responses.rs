@@ -1,0 +1,186 @@
+//! Handlers for `/v1/responses` and friends.
+
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+
+use super::sse::{self, CancelOnDrop};
+use super::{ApiError, Body, json_response};
+use crate::api::request::parse_create;
+use crate::app::App;
+use crate::run;
+
+/// `POST /v1/responses`.
+pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    // The client's bearer goes upstream only when the relay has neither keys of its own nor an
+    // upstream key (with relay keys, the bearer is a relay key and must stay here).
+    let client_bearer = if app.config().api_keys.is_empty() { super::bearer(&req) } else { None };
+    let limit = app.config().max_body_bytes;
+    let body = match Limited::new(req.into_body(), limit).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                format!("The request body is larger than the relay's limit of {limit} bytes."),
+                None,
+                Some("request_too_large"),
+            ));
+        }
+        Err(e) => {
+            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", format!("Could not read the request body: {e}"), None, None));
+        }
+    };
+    let request = parse_create(&body)?;
+    let stream = request.stream;
+    let background = request.background;
+    let prepared = run::prepare(app, request, client_bearer).await?;
+    let handle = run::start(app, prepared);
+    if stream {
+        let guard = (!background).then(|| CancelOnDrop::new(handle.cancel.clone(), handle.log.clone()));
+        return Ok(sse::stream(handle.log, 0, guard));
+    }
+    if background {
+        let snapshot = handle.log.snapshot();
+        let response = match snapshot {
+            Some(r) => r,
+            None => {
+                handle.log.wait_past(0).await;
+                handle.log.snapshot().expect("created is the first event")
+            }
+        };
+        return Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")));
+    }
+    // Not streamed: the client waits; if it goes away, the run is cancelled.
+    let _guard = CancelOnDrop::new(handle.cancel.clone(), handle.log.clone());
+    while !handle.log.is_finished() {
+        let n = handle.log.len();
+        handle.log.wait_past(n).await;
+    }
+    let response = handle.log.snapshot().expect("a finished run has a response");
+    Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
+}
+
+/// `GET /v1/responses/{id}`, with `?stream=true&starting_after=N` for the log.
+pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+    let stored = app.store().get(id).ok_or_else(|| ApiError::response_not_found(id))?;
+    let q = Query::parse(query);
+    let stream = match q.get("stream") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(bad_query("stream", format!("Invalid value for 'stream': '{other}' (expected true or false)."))),
+    };
+    if stream {
+        let from = match q.get("starting_after") {
+            None => 0,
+            Some(n) => n
+                .parse::<u64>()
+                .map(|n| n as usize + 1)
+                .map_err(|_| bad_query("starting_after", format!("Invalid value for 'starting_after': '{n}' (expected a non-negative integer).")))?,
+        };
+        return Ok(sse::stream(stored.log, from, None));
+    }
+    let response = stored.log.snapshot().ok_or_else(|| ApiError::response_not_found(id))?;
+    Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub fn delete(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
+    if !app.store().delete(id) {
+        return Err(ApiError::response_not_found(id));
+    }
+    Ok(json_response(StatusCode::OK, json!({"id": id, "object": "response", "deleted": true}).to_string()))
+}
+
+/// `POST /v1/responses/{id}/cancel`.
+pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
+    let stored = app.store().get(id).ok_or_else(|| ApiError::response_not_found(id))?;
+    if !stored.background {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "Cannot cancel a synchronous response. Only responses created with 'background': true can be cancelled.",
+            None,
+            None,
+        ));
+    }
+    stored.cancel.cancel();
+    while !stored.log.is_finished() {
+        let n = stored.log.len();
+        stored.log.wait_past(n).await;
+    }
+    let response = stored.log.snapshot().ok_or_else(|| ApiError::response_not_found(id))?;
+    Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
+}
+
+/// `GET /v1/responses/{id}/input_items`, paginated as OpenAI does.
+pub fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+    let stored = app.store().get(id).ok_or_else(|| ApiError::response_not_found(id))?;
+    let q = Query::parse(query);
+    let limit = match q.get("limit") {
+        None => 20,
+        Some(l) => match l.parse::<usize>() {
+            Ok(n) if (1..=100).contains(&n) => n,
+            _ => return Err(bad_query("limit", format!("Invalid 'limit': '{l}'. Expected an integer between 1 and 100."))),
+        },
+    };
+    let desc = match q.get("order") {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(o) => return Err(bad_query("order", format!("Invalid value: '{o}'. Supported values are: 'asc' and 'desc'."))),
+    };
+    let mut items: Vec<_> = stored.input.iter().collect();
+    if desc {
+        items.reverse();
+    }
+    let start = match q.get("after") {
+        None => 0,
+        Some(after) => {
+            items.iter().position(|i| i.id() == Some(after)).map(|p| p + 1).ok_or_else(|| {
+                bad_query("after", format!("Item with id '{after}' not found in this response's input."))
+            })?
+        }
+    };
+    let page: Vec<_> = items.iter().skip(start).take(limit).collect();
+    let has_more = start + page.len() < items.len();
+    let body = json!({
+        "object": "list",
+        "data": page,
+        "first_id": page.first().and_then(|i| i.id()),
+        "last_id": page.last().and_then(|i| i.id()),
+        "has_more": has_more,
+    });
+    Ok(json_response(StatusCode::OK, body.to_string()))
+}
+
+/// `GET /v1/models`, passed through from the upstream.
+pub async fn models(app: &App, req: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
+    let client_bearer = if app.config().api_keys.is_empty() { super::bearer(req) } else { None };
+    let (status, body) = app.upstream().models(client_bearer.as_deref()).await.map_err(|e| ApiError::upstream(&e))?;
+    Ok(json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), body))
+}
+
+fn bad_query(param: &str, message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message, Some(param), Some("invalid_value"))
+}
+
+/// A parsed query string (percent-decoded).
+struct Query(Vec<(String, String)>);
+
+impl Query {
+    fn parse(q: Option<&str>) -> Query {
+        Query(
+            q.map(|q| {
+                reqwest::Url::parse(&format!("http://x/?{q}"))
+                    .map(|u| u.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}

@@ -1,0 +1,27 @@
+//! responses-relay: the OpenAI Responses API, with hosted MCP tools, in front of any
+//! OpenAI-compatible model. Layers, in reading order:
+//!
+//! - [`api`]: the Responses wire types (requests, Response, items, events, errors). No IO.
+//! - [`upstream`]: the model server (Chat Completions or stateless Responses) as model events.
+//! - [`run`]: one Response: prepare, the agent loop, the transcoder, the emitter and the log.
+//! - [`store`]: where runs live.
+//! - [`http`] and [`server`]: routes, SSE, status codes; the accept loop and graceful shutdown.
+//! - [`config`]: the command line and configuration file.
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod http;
+pub mod redact;
+pub mod run;
+pub mod server;
+pub mod store;
+pub mod upstream;
+
+pub use app::App;
+pub use config::Config;
+
+/// Installs the process-wide TLS provider (ring). Idempotent.
+pub fn install_tls() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}

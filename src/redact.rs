@@ -1,0 +1,44 @@
+//! What may be shown of user secrets: echoed `mcp` tools carry no `authorization` or `headers`,
+//! and a `server_url`'s query string becomes `***`.
+
+use serde_json::{Value, json};
+
+use crate::api::request::McpToolParam;
+
+/// `server_url` with its query string (and any userinfo) masked.
+pub fn mask_url(url: &str) -> String {
+    let (base, fragment) = match url.split_once('#') {
+        Some((b, _)) => (b, "#***"),
+        None => (url, ""),
+    };
+    let base = match base.split_once('?') {
+        Some((b, _)) => format!("{b}?***"),
+        None => base.to_string(),
+    };
+    // Userinfo (`https://user:pass@host`) is a secret too.
+    let masked = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+            match rest[..authority_end].rfind('@') {
+                Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
+                None => base,
+            }
+        }
+        None => base,
+    };
+    format!("{masked}{fragment}")
+}
+
+/// The `mcp` tool as echoed in every Response.
+pub fn mcp_tool_echo(m: &McpToolParam) -> Value {
+    json!({
+        "type": "mcp",
+        "server_label": m.server_label,
+        "server_url": m.server_url.as_deref().map(mask_url),
+        "allowed_tools": m.allowed_tools,
+        "headers": null,
+        "require_approval": m.require_approval.clone().unwrap_or_else(|| json!("always")),
+        "server_description": m.server_description,
+        "defer_loading": m.defer_loading.unwrap_or(false),
+    })
+}

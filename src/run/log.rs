@@ -1,0 +1,171 @@
+//! A run's event log in memory: the one buffer every reader of a live run reads from.
+//!
+//! Invariants: entries are appended only by the run's [`Emitter`](super::emitter::Emitter), in
+//! sequence order with no gap; readers are cursors over it (no per-reader queue, so a slow reader
+//! costs nothing but its cursor); a reader sees an entry only once it is `visible` (durable in the
+//! store, when the run is stored); after the terminal event nothing is appended.
+
+use std::sync::Mutex;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::fold::Fold;
+use crate::api::Response;
+
+/// One logged event: its number, its time offset from the run's start, and its SSE frame
+/// (`event: T\ndata: JSON\n\n`, written once and shared by every reader).
+#[derive(Debug, Clone)]
+pub struct LogEntry {
+    pub seq: u64,
+    pub offset_ms: u64,
+    pub frame: Bytes,
+}
+
+impl LogEntry {
+    /// The event's JSON (the `data:` line of the frame).
+    pub fn json(&self) -> Bytes {
+        let start = self.frame.iter().position(|b| *b == b'\n').map(|i| i + 1 + "data: ".len()).unwrap_or(0);
+        self.frame.slice(start..self.frame.len() - 2)
+    }
+
+    /// The event's `type` (the `event:` line of the frame).
+    pub fn kind(&self) -> &str {
+        let line_end = self.frame.iter().position(|b| *b == b'\n').unwrap_or(0);
+        std::str::from_utf8(&self.frame["event: ".len()..line_end]).unwrap_or("")
+    }
+
+    /// Builds the SSE frame for an event already serialized as JSON.
+    pub fn frame_for(kind: &str, json: &[u8]) -> Bytes {
+        let mut buf = Vec::with_capacity(kind.len() + json.len() + 16);
+        buf.extend_from_slice(b"event: ");
+        buf.extend_from_slice(kind.as_bytes());
+        buf.extend_from_slice(b"\ndata: ");
+        buf.extend_from_slice(json);
+        buf.extend_from_slice(b"\n\n");
+        Bytes::from(buf)
+    }
+}
+
+#[derive(Debug)]
+struct Inner {
+    entries: Vec<LogEntry>,
+    visible: usize,
+    finished: bool,
+    fold: Fold,
+}
+
+/// What a reader got: the entries past its cursor, and whether the log is complete.
+pub struct Batch {
+    pub entries: Vec<LogEntry>,
+    pub finished: bool,
+}
+
+#[derive(Debug)]
+pub struct RunLog {
+    inner: Mutex<Inner>,
+    changed: watch::Sender<usize>,
+}
+
+impl Default for RunLog {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl RunLog {
+    pub fn new() -> Self {
+        RunLog {
+            inner: Mutex::new(Inner { entries: Vec::new(), visible: 0, finished: false, fold: Fold::new() }),
+            changed: watch::Sender::new(0),
+        }
+    }
+
+    /// A finished log rebuilt from stored entries (for replay of a stored run).
+    pub fn from_entries(entries: Vec<LogEntry>, fold: Fold) -> Self {
+        let n = entries.len();
+        RunLog {
+            inner: Mutex::new(Inner { entries, visible: n, finished: true, fold }),
+            changed: watch::Sender::new(n),
+        }
+    }
+
+    /// Applies `f` to the fold and appends the entry it returns (if any), atomically.
+    /// Used by the emitter only.
+    pub(crate) fn append_with(&self, f: impl FnOnce(&mut Fold, u64) -> Option<LogEntry>) -> Option<LogEntry> {
+        let mut inner = self.inner.lock().expect("run log poisoned");
+        if inner.finished || inner.fold.is_terminal() {
+            return None;
+        }
+        let seq = inner.entries.len() as u64;
+        let entry = f(&mut inner.fold, seq)?;
+        debug_assert_eq!(entry.seq, seq);
+        inner.entries.push(entry.clone());
+        Some(entry)
+    }
+
+    /// Makes entries up to `upto` (exclusive) visible to readers; `finished` once the terminal one is.
+    pub fn publish(&self, upto: usize, finished: bool) {
+        let mut inner = self.inner.lock().expect("run log poisoned");
+        if upto > inner.visible {
+            inner.visible = upto.min(inner.entries.len());
+        }
+        if finished && inner.visible == inner.entries.len() {
+            inner.finished = true;
+        }
+        let v = inner.visible;
+        drop(inner);
+        self.changed.send_replace(v);
+    }
+
+    /// Number of appended entries (visible or not).
+    pub fn len(&self) -> usize {
+        self.inner.lock().expect("run log poisoned").entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.inner.lock().expect("run log poisoned").finished
+    }
+
+    /// The Response as the visible and pending events describe it now.
+    pub fn snapshot(&self) -> Option<Response> {
+        self.inner.lock().expect("run log poisoned").fold.response().cloned()
+    }
+
+    /// The number of output items so far (the next free `output_index`).
+    pub fn output_len(&self) -> usize {
+        self.inner.lock().expect("run log poisoned").fold.response().map(|r| r.output.len()).unwrap_or(0)
+    }
+
+    /// All appended entries, for the store.
+    pub fn entries_from(&self, from: usize) -> Vec<LogEntry> {
+        let inner = self.inner.lock().expect("run log poisoned");
+        inner.entries.get(from..).map(<[LogEntry]>::to_vec).unwrap_or_default()
+    }
+
+    /// Visible entries from `cursor` on (at most `max`).
+    pub fn read(&self, cursor: usize, max: usize) -> Batch {
+        let inner = self.inner.lock().expect("run log poisoned");
+        let end = inner.visible.min(cursor.saturating_add(max));
+        let entries = if cursor < end { inner.entries[cursor..end].to_vec() } else { Vec::new() };
+        let finished = inner.finished && end >= inner.visible;
+        Batch { entries, finished }
+    }
+
+    /// Waits until more entries are visible than `seen`, or the log finishes.
+    pub async fn wait_past(&self, seen: usize) {
+        let mut rx = self.changed.subscribe();
+        loop {
+            if *rx.borrow_and_update() > seen || self.is_finished() {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+}

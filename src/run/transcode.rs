@@ -1,0 +1,342 @@
+//! Model events → Responses events, for one model turn. A state machine with no IO: it keeps
+//! the open text item (message or reasoning) and the turn's tool calls, and emits each item's
+//! events between its `output_item.added` and `output_item.done`.
+//!
+//! Rules: a text item closes when a different kind of output starts (reasoning → message,
+//! text → tool call); tool-call items stay open until the turn ends (calls may interleave), then
+//! close in output order. Function calls are closed here; MCP calls are handed back still open,
+//! for the agent loop to run and finish. Call ids are minted by the relay, so they are unique
+//! within the Response whatever the upstream sends.
+
+use std::collections::HashMap;
+
+use super::emitter::Emitter;
+use crate::api::response::{ContentPart, FunctionCallItem, McpCallItem, MessageItem, ReasoningItem};
+use crate::api::{Event, ItemStatus, OutputItem, Usage};
+use crate::upstream::{FinishReason, ModelEvent};
+
+/// Where a model-facing tool name leads.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallTarget {
+    /// A client-side `function` tool (or a name the relay does not know).
+    Function,
+    /// A tool of an MCP server: its label and the tool's original name.
+    Mcp { server_label: String, tool: String },
+}
+
+/// Model-facing names of MCP tools; any other name is a function call for the client.
+pub type ToolMap = HashMap<String, (String, String)>;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum TextKind {
+    Reasoning,
+    Message,
+}
+
+#[derive(Debug)]
+struct OpenText {
+    kind: TextKind,
+    output_index: usize,
+    item_id: String,
+    /// The open content part: its index, whether it is a refusal, and its text so far.
+    part: Option<(usize, bool, String)>,
+    parts: Vec<ContentPart>,
+}
+
+#[derive(Debug)]
+struct OpenCall {
+    upstream_index: u32,
+    output_index: usize,
+    item_id: String,
+    call_id: String,
+    name: String,
+    target: CallTarget,
+    arguments: String,
+}
+
+/// A call whose name has not arrived yet.
+#[derive(Debug, Default)]
+struct Pending {
+    arguments: String,
+}
+
+/// An MCP call the model made, its item open (arguments done), for the agent loop to run.
+#[derive(Debug, Clone)]
+pub struct McpCallStarted {
+    pub output_index: usize,
+    pub item: McpCallItem,
+    /// The model-facing name and call id, for the conversation sent back to the model.
+    pub model_name: String,
+}
+
+/// What a turn produced.
+#[derive(Debug, Default)]
+pub struct TurnOutcome {
+    pub finish: Option<FinishReason>,
+    pub usage: Option<Usage>,
+    pub function_calls: Vec<FunctionCallItem>,
+    pub mcp_calls: Vec<McpCallStarted>,
+    /// Assistant items of this turn in output order (for the next turn's conversation).
+    pub items: Vec<OutputItem>,
+}
+
+#[derive(Debug, Default)]
+pub struct Transcoder {
+    text: Option<OpenText>,
+    calls: Vec<OpenCall>,
+    pending: HashMap<u32, Pending>,
+    outcome: TurnOutcome,
+}
+
+impl Transcoder {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Feeds one model event.
+    pub fn on(&mut self, event: ModelEvent, em: &mut Emitter, tools: &ToolMap) {
+        match event {
+            ModelEvent::Reasoning(delta) => self.text_delta(TextKind::Reasoning, false, delta, em),
+            ModelEvent::Text(delta) => self.text_delta(TextKind::Message, false, delta, em),
+            ModelEvent::Refusal(delta) => self.text_delta(TextKind::Message, true, delta, em),
+            ModelEvent::ToolCall { index, id: _, name, arguments } => self.tool_call(index, name, arguments, em, tools),
+            ModelEvent::Usage(u) => match &mut self.outcome.usage {
+                // Some servers repeat cumulative usage; keep the last report of the turn.
+                slot => *slot = Some(u),
+            },
+            ModelEvent::Finish(reason) => {
+                self.outcome.finish.get_or_insert(reason);
+            }
+        }
+    }
+
+    fn text_delta(&mut self, kind: TextKind, refusal: bool, delta: String, em: &mut Emitter) {
+        if delta.is_empty() {
+            return;
+        }
+        if self.text.as_ref().is_some_and(|t| t.kind != kind) {
+            self.close_text(em, ItemStatus::Completed);
+        }
+        let open = match &mut self.text {
+            Some(t) => t,
+            None => {
+                let output_index = em.next_output_index();
+                let (item_id, item) = match kind {
+                    TextKind::Message => {
+                        let id = em.mint("msg");
+                        let item = OutputItem::Message(MessageItem {
+                            id: id.clone(),
+                            status: ItemStatus::InProgress,
+                            role: "assistant".into(),
+                            content: Vec::new(),
+                        });
+                        (id, item)
+                    }
+                    TextKind::Reasoning => {
+                        let id = em.mint("rs");
+                        let item = OutputItem::Reasoning(ReasoningItem {
+                            id: id.clone(),
+                            summary: Vec::new(),
+                            content: Vec::new(),
+                            encrypted_content: None,
+                            status: ItemStatus::InProgress,
+                        });
+                        (id, item)
+                    }
+                };
+                em.emit(Event::OutputItemAdded { output_index, item });
+                self.text.insert(OpenText { kind, output_index, item_id, part: None, parts: Vec::new() })
+            }
+        };
+        if open.part.as_ref().is_some_and(|(_, r, _)| *r != refusal) {
+            close_part(open, em);
+        }
+        if open.part.is_none() {
+            let index = open.parts.len();
+            let part = empty_part(kind, refusal);
+            em.emit(Event::ContentPartAdded {
+                item_id: open.item_id.clone(),
+                output_index: open.output_index,
+                content_index: index,
+                part,
+            });
+            open.part = Some((index, refusal, String::new()));
+        }
+        let (content_index, _, text) = open.part.as_mut().expect("part is open");
+        text.push_str(&delta);
+        let (item_id, output_index, content_index) = (open.item_id.clone(), open.output_index, *content_index);
+        em.emit(match (kind, refusal) {
+            (TextKind::Reasoning, _) => Event::ReasoningTextDelta { item_id, output_index, content_index, delta },
+            (TextKind::Message, false) => {
+                Event::OutputTextDelta { item_id, output_index, content_index, delta, logprobs: Vec::new() }
+            }
+            (TextKind::Message, true) => Event::RefusalDelta { item_id, output_index, content_index, delta },
+        });
+    }
+
+    fn close_text(&mut self, em: &mut Emitter, status: ItemStatus) {
+        let Some(mut open) = self.text.take() else { return };
+        if open.part.is_some() {
+            close_part(&mut open, em);
+        }
+        let item = match open.kind {
+            TextKind::Message => OutputItem::Message(MessageItem {
+                id: open.item_id.clone(),
+                status,
+                role: "assistant".into(),
+                content: open.parts,
+            }),
+            TextKind::Reasoning => OutputItem::Reasoning(ReasoningItem {
+                id: open.item_id.clone(),
+                summary: Vec::new(),
+                content: open.parts,
+                encrypted_content: None,
+                status,
+            }),
+        };
+        self.outcome.items.push(item.clone());
+        em.emit(Event::OutputItemDone { output_index: open.output_index, item });
+    }
+
+    fn tool_call(&mut self, index: u32, name: Option<String>, arguments: String, em: &mut Emitter, tools: &ToolMap) {
+        if let Some(call) = self.calls.iter_mut().find(|c| c.upstream_index == index) {
+            if !arguments.is_empty() {
+                call.arguments.push_str(&arguments);
+                em.emit(args_delta(call, arguments));
+            }
+            return;
+        }
+        let pending = self.pending.entry(index).or_default();
+        pending.arguments.push_str(&arguments);
+        let Some(name) = name else { return };
+        let arguments = self.pending.remove(&index).map(|p| p.arguments).unwrap_or_default();
+        self.close_text(em, ItemStatus::Completed);
+        let output_index = em.next_output_index();
+        let target = match tools.get(&name) {
+            Some((server_label, tool)) => CallTarget::Mcp { server_label: server_label.clone(), tool: tool.clone() },
+            None => CallTarget::Function,
+        };
+        let (item_id, call_id) = match &target {
+            CallTarget::Function => (em.mint("fc"), em.mint("call")),
+            CallTarget::Mcp { .. } => {
+                let id = em.mint("mcp");
+                (id.clone(), id)
+            }
+        };
+        let item = match &target {
+            CallTarget::Function => OutputItem::FunctionCall(FunctionCallItem {
+                id: item_id.clone(),
+                call_id: call_id.clone(),
+                name: name.clone(),
+                arguments: String::new(),
+                status: ItemStatus::InProgress,
+            }),
+            CallTarget::Mcp { server_label, tool } => OutputItem::McpCall(McpCallItem {
+                id: item_id.clone(),
+                server_label: server_label.clone(),
+                name: tool.clone(),
+                arguments: String::new(),
+                output: None,
+                error: None,
+                status: ItemStatus::InProgress,
+                approval_request_id: None,
+            }),
+        };
+        em.emit(Event::OutputItemAdded { output_index, item });
+        if matches!(target, CallTarget::Mcp { .. }) {
+            em.emit(Event::McpCallInProgress { item_id: item_id.clone(), output_index });
+        }
+        let mut call = OpenCall { upstream_index: index, output_index, item_id, call_id, name, target, arguments: String::new() };
+        if !arguments.is_empty() {
+            call.arguments.push_str(&arguments);
+            em.emit(args_delta(&call, arguments));
+        }
+        self.calls.push(call);
+    }
+
+    /// Ends the turn: closes the text item and function calls (marked `incomplete` when the
+    /// model was cut off), finishes MCP calls' arguments, and returns what the turn produced.
+    pub fn finish(mut self, em: &mut Emitter) -> TurnOutcome {
+        let cut = matches!(self.outcome.finish, Some(FinishReason::Length | FinishReason::ContentFilter));
+        let status = if cut { ItemStatus::Incomplete } else { ItemStatus::Completed };
+        self.close_text(em, status);
+        for call in std::mem::take(&mut self.calls) {
+            let OpenCall { output_index, item_id, call_id, name, target, arguments, .. } = call;
+            match target {
+                CallTarget::Function => {
+                    em.emit(Event::FunctionCallArgumentsDone {
+                        item_id: item_id.clone(),
+                        name: name.clone(),
+                        output_index,
+                        arguments: arguments.clone(),
+                    });
+                    let item = FunctionCallItem { id: item_id, call_id, name, arguments, status };
+                    self.outcome.items.push(OutputItem::FunctionCall(item.clone()));
+                    em.emit(Event::OutputItemDone { output_index, item: OutputItem::FunctionCall(item.clone()) });
+                    self.outcome.function_calls.push(item);
+                }
+                CallTarget::Mcp { server_label, tool } => {
+                    em.emit(Event::McpCallArgumentsDone { item_id: item_id.clone(), output_index, arguments: arguments.clone() });
+                    let item = McpCallItem {
+                        id: item_id,
+                        server_label,
+                        name: tool,
+                        arguments,
+                        output: None,
+                        error: None,
+                        status: ItemStatus::InProgress,
+                        approval_request_id: None,
+                    };
+                    self.outcome.mcp_calls.push(McpCallStarted { output_index, item, model_name: name });
+                }
+            }
+        }
+        self.outcome
+    }
+}
+
+fn empty_part(kind: TextKind, refusal: bool) -> ContentPart {
+    match (kind, refusal) {
+        (TextKind::Reasoning, _) => ContentPart::ReasoningText { text: String::new() },
+        (TextKind::Message, false) => ContentPart::output_text(""),
+        (TextKind::Message, true) => ContentPart::Refusal { refusal: String::new() },
+    }
+}
+
+fn close_part(open: &mut OpenText, em: &mut Emitter) {
+    let Some((content_index, refusal, text)) = open.part.take() else { return };
+    let (item_id, output_index) = (open.item_id.clone(), open.output_index);
+    let part = match (open.kind, refusal) {
+        (TextKind::Reasoning, _) => {
+            em.emit(Event::ReasoningTextDone { item_id: item_id.clone(), output_index, content_index, text: text.clone() });
+            ContentPart::ReasoningText { text }
+        }
+        (TextKind::Message, false) => {
+            em.emit(Event::OutputTextDone {
+                item_id: item_id.clone(),
+                output_index,
+                content_index,
+                text: text.clone(),
+                logprobs: Vec::new(),
+            });
+            ContentPart::output_text(text)
+        }
+        (TextKind::Message, true) => {
+            em.emit(Event::RefusalDone { item_id: item_id.clone(), output_index, content_index, refusal: text.clone() });
+            ContentPart::Refusal { refusal: text }
+        }
+    };
+    em.emit(Event::ContentPartDone { item_id, output_index, content_index, part: part.clone() });
+    open.parts.push(part);
+}
+
+fn args_delta(call: &OpenCall, delta: String) -> Event {
+    match call.target {
+        CallTarget::Function => {
+            Event::FunctionCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
+        }
+        CallTarget::Mcp { .. } => {
+            Event::McpCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
+        }
+    }
+}

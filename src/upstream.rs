@@ -1,0 +1,244 @@
+//! The upstream model: an OpenAI-compatible Chat Completions or stateless Responses endpoint,
+//! driven turn by turn and always streamed. Both adapters produce the same [`ModelEvent`]s.
+//!
+//! Invariant: nothing here knows about Responses events, output indexes or the store; a turn is
+//! a request in and a stream of model events out. Failures before the stream opens are
+//! [`UpstreamError`]s the HTTP layer maps to a status; failures inside it end the run.
+
+pub mod chat;
+pub mod responses;
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use serde_json::Value;
+
+use crate::api::Usage;
+use crate::api::request::{InputItem, TextFormat};
+
+/// One thing the model did in a turn.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEvent {
+    Text(String),
+    Refusal(String),
+    Reasoning(String),
+    /// A tool-call fragment: `index` identifies the call within the turn; `id` and `name` come
+    /// with the first fragment, `arguments` is the next piece of the JSON arguments.
+    ToolCall { index: u32, id: Option<String>, name: Option<String>, arguments: String },
+    Usage(Usage),
+    Finish(FinishReason),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+}
+
+impl FinishReason {
+    pub fn parse(s: &str) -> FinishReason {
+        match s {
+            "length" | "max_tokens" | "max_output_tokens" => FinishReason::Length,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
+            "content_filter" => FinishReason::ContentFilter,
+            _ => FinishReason::Stop,
+        }
+    }
+}
+
+/// A function the model may call, as the upstream sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionDef {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+    pub strict: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum TurnToolChoice {
+    Auto,
+    None,
+    Required,
+    Function(String),
+}
+
+/// Everything one model turn needs.
+#[derive(Debug, Clone)]
+pub struct TurnRequest {
+    pub model: String,
+    pub instructions: Option<String>,
+    pub items: Vec<InputItem>,
+    pub tools: Vec<FunctionDef>,
+    pub tool_choice: TurnToolChoice,
+    pub parallel_tool_calls: bool,
+    pub max_output_tokens: Option<u64>,
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub text_format: Option<TextFormat>,
+    pub reasoning_effort: Option<String>,
+    pub user: Option<String>,
+    /// The client's own bearer token, forwarded when no upstream key is configured.
+    pub client_bearer: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("could not connect to the upstream model server: {0}")]
+    Connect(String),
+    #[error("the upstream model server timed out: {0}")]
+    Timeout(String),
+    #[error("the upstream model server answered HTTP {status}: {message}")]
+    Status { status: u16, message: String, body: Option<Value> },
+    #[error("the upstream model server sent an invalid stream: {0}")]
+    Protocol(String),
+    #[error("the upstream model stream ended early: {0}")]
+    Cut(String),
+}
+
+pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, UpstreamError>> + Send>>;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpstreamApi {
+    Chat,
+    Responses,
+}
+
+#[derive(Debug, Clone)]
+pub struct Timeouts {
+    pub connect: Duration,
+    /// Until the response headers arrive.
+    pub first_byte: Duration,
+    /// Between two chunks of a streaming answer.
+    pub idle: Duration,
+}
+
+/// The configured upstream. Cheap to clone.
+#[derive(Clone)]
+pub struct Upstream {
+    pub api: UpstreamApi,
+    base: String,
+    key: Option<String>,
+    http: reqwest::Client,
+    timeouts: Timeouts,
+}
+
+impl Upstream {
+    pub fn new(api: UpstreamApi, base: &str, key: Option<String>, timeouts: Timeouts) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .build()
+            .expect("reqwest client builds");
+        Upstream { api, base: base.trim_end_matches('/').to_string(), key, http, timeouts }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn bearer<'a>(&'a self, client: Option<&'a str>) -> Option<&'a str> {
+        self.key.as_deref().or(client)
+    }
+
+    /// Starts one model turn; returns once the upstream answered with a streaming 200.
+    pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
+        let (path, body) = match self.api {
+            UpstreamApi::Chat => ("/chat/completions", chat::request_body(req)),
+            UpstreamApi::Responses => ("/responses", responses::request_body(req)),
+        };
+        let resp = self.post(path, &body, req.client_bearer.as_deref()).await?;
+        let idle = self.timeouts.idle;
+        Ok(match self.api {
+            UpstreamApi::Chat => chat::events(resp, idle),
+            UpstreamApi::Responses => responses::events(resp, idle),
+        })
+    }
+
+    async fn post(&self, path: &str, body: &Value, client_bearer: Option<&str>) -> Result<reqwest::Response, UpstreamError> {
+        let mut rb = self.http.post(format!("{}{path}", self.base)).json(body).header("accept", "text/event-stream");
+        if let Some(k) = self.bearer(client_bearer) {
+            rb = rb.bearer_auth(k);
+        }
+        let resp = tokio::time::timeout(self.timeouts.first_byte, rb.send())
+            .await
+            .map_err(|_| UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte)))?
+            .map_err(transport_error)?;
+        check_status(resp).await
+    }
+
+    /// `GET {base}/models`, passed through: status and body.
+    pub async fn models(&self, client_bearer: Option<&str>) -> Result<(u16, bytes::Bytes), UpstreamError> {
+        let mut rb = self.http.get(format!("{}/models", self.base));
+        if let Some(k) = self.bearer(client_bearer) {
+            rb = rb.bearer_auth(k);
+        }
+        let resp = tokio::time::timeout(self.timeouts.first_byte, rb.send())
+            .await
+            .map_err(|_| UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte)))?
+            .map_err(transport_error)?;
+        let status = resp.status().as_u16();
+        let body = resp.bytes().await.map_err(transport_error)?;
+        Ok((status, body))
+    }
+}
+
+/// A reqwest failure as an upstream error, with the innermost cause (never the URL's secrets:
+/// upstream URLs carry no credentials; keys travel in headers).
+pub(crate) fn transport_error(e: reqwest::Error) -> UpstreamError {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(&e);
+    while let Some(s) = src {
+        msg = format!("{msg}: {s}");
+        src = s.source();
+    }
+    if e.is_timeout() { UpstreamError::Timeout(msg) } else if e.is_connect() { UpstreamError::Connect(msg) } else { UpstreamError::Protocol(msg) }
+}
+
+async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, UpstreamError> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let bytes = resp.bytes().await.unwrap_or_default();
+    let body: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let message = body
+        .as_ref()
+        .and_then(|b| b.pointer("/error/message").or_else(|| b.get("message")).or_else(|| b.get("error")))
+        .and_then(|m| m.as_str().map(str::to_string))
+        .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).trim().to_string());
+    Err(UpstreamError::Status { status: status.as_u16(), message, body })
+}
+
+/// Reads SSE events from an upstream answer, with an idle timeout between reads; `[DONE]` ends.
+pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<Item = Result<SseData, UpstreamError>> + Send {
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    async_stream::stream! {
+        let mut events = resp.bytes_stream().eventsource();
+        loop {
+            let next = match tokio::time::timeout(idle, events.next()).await {
+                Err(_) => { yield Err(UpstreamError::Timeout(format!("no data for {idle:?}"))); return; }
+                Ok(n) => n,
+            };
+            match next {
+                None => { yield Ok(SseData::End); return; }
+                Some(Ok(ev)) if ev.data.trim() == "[DONE]" => { yield Ok(SseData::Done); return; }
+                Some(Ok(ev)) => yield Ok(SseData::Event { name: ev.event, data: ev.data }),
+                Some(Err(e)) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
+            }
+        }
+    }
+}
+
+pub(crate) enum SseData {
+    Event { name: String, data: String },
+    /// `data: [DONE]`.
+    Done,
+    /// The body ended.
+    End,
+}

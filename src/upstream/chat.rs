@@ -1,0 +1,350 @@
+//! Chat Completions: the conversation as `messages`, and streamed chunks as model events.
+//! Handles what real servers differ in: usage on its own chunk or on the finish chunk,
+//! `reasoning_content` or `reasoning`, sparse or missing tool-call indices, comment lines,
+//! error objects inside the stream, and streams that end without `[DONE]`.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use super::{FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
+use crate::api::Usage;
+use crate::api::request::{InputItem, InputPart, MessageContent, Role, TextFormat};
+use crate::api::response::{InputTokensDetails, OutputTokensDetails};
+
+/// The `POST /chat/completions` body for a turn.
+pub fn request_body(req: &TurnRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("messages".into(), Value::Array(messages(req.instructions.as_deref(), &req.items)));
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                let mut f = json!({"name": t.name, "description": t.description, "parameters": t.parameters});
+                if let Some(s) = t.strict {
+                    f["strict"] = json!(s);
+                }
+                json!({"type": "function", "function": f})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        body.insert("parallel_tool_calls".into(), json!(req.parallel_tool_calls));
+        let choice = match &req.tool_choice {
+            TurnToolChoice::Auto => json!("auto"),
+            TurnToolChoice::None => json!("none"),
+            TurnToolChoice::Required => json!("required"),
+            TurnToolChoice::Function(name) => json!({"type": "function", "function": {"name": name}}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    if let Some(n) = req.max_output_tokens {
+        body.insert("max_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(u) = &req.user {
+        body.insert("user".into(), json!(u));
+    }
+    if let Some(e) = &req.reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(e));
+    }
+    match &req.text_format {
+        None | Some(TextFormat::Text) => {}
+        Some(TextFormat::JsonObject) => {
+            body.insert("response_format".into(), json!({"type": "json_object"}));
+        }
+        Some(TextFormat::JsonSchema { name, schema, description, strict }) => {
+            let mut js = json!({"name": name, "schema": schema});
+            if let Some(d) = description {
+                js["description"] = json!(d);
+            }
+            if let Some(s) = strict {
+                js["strict"] = json!(s);
+            }
+            body.insert("response_format".into(), json!({"type": "json_schema", "json_schema": js}));
+        }
+    }
+    Value::Object(body)
+}
+
+/// The conversation as chat `messages`: instructions first as a system message; consecutive
+/// calls merge into one assistant message with `tool_calls`; `developer` becomes `system`
+/// (local servers reject the newer role).
+pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(items.len() + 1);
+    if let Some(i) = instructions {
+        out.push(json!({"role": "system", "content": i}));
+    }
+    for item in items {
+        match item {
+            InputItem::Message(m) => {
+                let role = match m.role {
+                    Role::User => "user",
+                    Role::System | Role::Developer => "system",
+                    Role::Assistant => "assistant",
+                };
+                let content = match (&m.content, m.role) {
+                    (MessageContent::Text(t), _) => json!(t),
+                    (MessageContent::Parts(parts), Role::User) => {
+                        Value::Array(parts.iter().filter_map(user_part).collect())
+                    }
+                    (c @ MessageContent::Parts(_), _) => json!(c.text()),
+                };
+                out.push(json!({"role": role, "content": content}));
+            }
+            InputItem::FunctionCall(f) => push_tool_call(&mut out, &f.call_id, &f.name, &f.arguments),
+            InputItem::FunctionCallOutput(o) => {
+                out.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output.text()}));
+            }
+            InputItem::McpCall(c) => {
+                // MCP calls the relay ran: shown to the model as the call and its result.
+                let name = crate::api::request::valid_name(&c.name).then(|| c.name.clone()).unwrap_or_else(|| sanitize(&c.name));
+                push_tool_call(&mut out, &c.id, &name, &c.arguments);
+                let text = c.output.clone().unwrap_or_else(|| match &c.error {
+                    Some(e) => format!("Error: {e}"),
+                    None => String::new(),
+                });
+                out.push(json!({"role": "tool", "tool_call_id": c.id, "content": text}));
+            }
+            InputItem::Reasoning(_)
+            | InputItem::ItemReference(_)
+            | InputItem::McpListTools(_)
+            | InputItem::McpApprovalRequest(_)
+            | InputItem::McpApprovalResponse(_) => {}
+        }
+    }
+    out
+}
+
+fn sanitize(name: &str) -> String {
+    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    s.chars().take(64).collect()
+}
+
+fn push_tool_call(out: &mut Vec<Value>, call_id: &str, name: &str, arguments: &str) {
+    let call = json!({"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}});
+    if let Some(last) = out.last_mut()
+        && last["role"] == "assistant"
+    {
+        match last.get_mut("tool_calls").and_then(Value::as_array_mut) {
+            Some(calls) => calls.push(call),
+            None => {
+                last["tool_calls"] = json!([call]);
+            }
+        }
+        return;
+    }
+    out.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
+}
+
+fn user_part(p: &InputPart) -> Option<Value> {
+    Some(match p {
+        InputPart::InputText { text } | InputPart::OutputText { text, .. } => json!({"type": "text", "text": text}),
+        InputPart::Refusal { refusal } => json!({"type": "text", "text": refusal}),
+        InputPart::InputImage { image_url, detail, .. } => {
+            let mut img = json!({"url": image_url.as_deref()?});
+            if let Some(d) = detail {
+                img["detail"] = json!(d);
+            }
+            json!({"type": "image_url", "image_url": img})
+        }
+        InputPart::InputFile { file_data, filename, .. } => {
+            let mut f = json!({"file_data": file_data.as_deref()?});
+            if let Some(n) = filename {
+                f["filename"] = json!(n);
+            }
+            json!({"type": "file", "file": f})
+        }
+    })
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<ChatUsage>,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Option<Delta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+    #[serde(default)]
+    refusal: Option<String>,
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    #[serde(default)]
+    reasoning: Option<String>,
+    #[serde(default)]
+    tool_calls: Option<Vec<ToolCallDelta>>,
+}
+
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    index: Option<u32>,
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChatUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+    #[serde(default)]
+    total_tokens: Option<u64>,
+    #[serde(default)]
+    prompt_tokens_details: Option<Value>,
+    #[serde(default)]
+    completion_tokens_details: Option<Value>,
+}
+
+impl From<ChatUsage> for Usage {
+    fn from(u: ChatUsage) -> Usage {
+        let detail = |v: &Option<Value>, k: &str| v.as_ref().and_then(|d| d.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        Usage {
+            input_tokens: u.prompt_tokens,
+            input_tokens_details: InputTokensDetails {
+                cached_tokens: detail(&u.prompt_tokens_details, "cached_tokens"),
+                cache_write_tokens: 0,
+            },
+            output_tokens: u.completion_tokens,
+            output_tokens_details: OutputTokensDetails {
+                reasoning_tokens: detail(&u.completion_tokens_details, "reasoning_tokens"),
+            },
+            total_tokens: u.total_tokens.unwrap_or(u.prompt_tokens + u.completion_tokens),
+        }
+    }
+}
+
+/// Turns chunk payloads into model events. Pure; one per turn.
+#[derive(Debug, Default)]
+pub struct ChunkParser {
+    finished: bool,
+    /// The last tool-call index seen, for servers that omit `index`.
+    last_index: Option<u32>,
+}
+
+impl ChunkParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether a finish reason was seen.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Parses one `data:` payload.
+    pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|e| UpstreamError::Protocol(format!("chunk is not valid JSON ({e}): {}", preview(data))))?;
+        if let Some(err) = chunk.error {
+            let message = err.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| err.to_string());
+            let status = err.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502) as u16;
+            return Err(UpstreamError::Status { status, message, body: Some(err) });
+        }
+        for choice in chunk.choices {
+            if let Some(delta) = choice.delta {
+                if let Some(r) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
+                    out.push(ModelEvent::Reasoning(r));
+                }
+                if let Some(t) = delta.content.filter(|t| !t.is_empty()) {
+                    out.push(ModelEvent::Text(t));
+                }
+                if let Some(r) = delta.refusal.filter(|r| !r.is_empty()) {
+                    out.push(ModelEvent::Refusal(r));
+                }
+                for (pos, call) in delta.tool_calls.into_iter().flatten().enumerate() {
+                    let index = match call.index {
+                        Some(i) => i,
+                        // No index: a new call when it carries an id, else the current one.
+                        None if call.id.is_some() => self.last_index.map(|i| i + 1).unwrap_or(pos as u32),
+                        None => self.last_index.unwrap_or(0),
+                    };
+                    self.last_index = Some(index);
+                    let (name, arguments) = match call.function {
+                        Some(f) => (f.name.filter(|n| !n.is_empty()), f.arguments.unwrap_or_default()),
+                        None => (None, String::new()),
+                    };
+                    out.push(ModelEvent::ToolCall { index, id: call.id.filter(|i| !i.is_empty()), name, arguments });
+                }
+            }
+            if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {
+                self.finished = true;
+                out.push(ModelEvent::Finish(FinishReason::parse(&reason)));
+            }
+        }
+        if let Some(u) = chunk.usage {
+            out.push(ModelEvent::Usage(u.into()));
+        }
+        Ok(())
+    }
+}
+
+pub(crate) fn preview(s: &str) -> String {
+    let mut end = s.len().min(200);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
+
+/// The model events of a streaming chat answer.
+pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
+    use futures::StreamExt;
+    let data = super::sse_data(resp, idle);
+    Box::pin(async_stream::stream! {
+        let mut parser = ChunkParser::new();
+        let mut buf = Vec::new();
+        futures::pin_mut!(data);
+        while let Some(item) = data.next().await {
+            match item {
+                Err(e) => { yield Err(e); return; }
+                Ok(SseData::Done) => return,
+                Ok(SseData::End) => {
+                    if !parser.finished() {
+                        yield Err(UpstreamError::Cut("the stream ended without a finish reason or [DONE]".into()));
+                    }
+                    return;
+                }
+                Ok(SseData::Event { data, .. }) => {
+                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
+                    for ev in buf.drain(..) { yield Ok(ev); }
+                }
+            }
+        }
+    })
+}

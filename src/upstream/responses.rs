@@ -1,0 +1,215 @@
+//! A stateless Responses upstream (`/v1/responses` with `store: false`): the conversation as
+//! input items, and its streamed events as model events. The upstream's own item ids are never
+//! shown to clients: the relay mints its own.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+
+use super::{FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
+use crate::api::Usage;
+use crate::api::request::{InputItem, TextFormat};
+
+/// The `POST /responses` body for a turn.
+pub fn request_body(req: &TurnRequest) -> Value {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    body.insert("input".into(), Value::Array(input(&req.items)));
+    body.insert("stream".into(), json!(true));
+    body.insert("store".into(), json!(false));
+    if let Some(i) = &req.instructions {
+        body.insert("instructions".into(), json!(i));
+    }
+    if !req.tools.is_empty() {
+        let tools: Vec<Value> = req
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function", "name": t.name, "description": t.description,
+                       "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+        body.insert("parallel_tool_calls".into(), json!(req.parallel_tool_calls));
+        let choice = match &req.tool_choice {
+            TurnToolChoice::Auto => json!("auto"),
+            TurnToolChoice::None => json!("none"),
+            TurnToolChoice::Required => json!("required"),
+            TurnToolChoice::Function(name) => json!({"type": "function", "name": name}),
+        };
+        body.insert("tool_choice".into(), choice);
+    }
+    if let Some(n) = req.max_output_tokens {
+        body.insert("max_output_tokens".into(), json!(n));
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(u) = &req.user {
+        body.insert("user".into(), json!(u));
+    }
+    if let Some(e) = &req.reasoning_effort {
+        body.insert("reasoning".into(), json!({"effort": e}));
+    }
+    if let Some(f) = &req.text_format
+        && *f != TextFormat::Text
+    {
+        body.insert("text".into(), json!({"format": f}));
+    }
+    Value::Object(body)
+}
+
+/// Conversation items in the upstream's input format. Item ids are dropped (the upstream stores
+/// nothing, so it could not resolve them); MCP calls the relay ran become function calls with
+/// their outputs; items only the relay understands are left out.
+pub fn input(items: &[InputItem]) -> Vec<Value> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            InputItem::Message(m) => {
+                let mut v = serde_json::to_value(m).unwrap_or(Value::Null);
+                if let Some(o) = v.as_object_mut() {
+                    o.remove("id");
+                    o.remove("status");
+                    o.insert("type".into(), json!("message"));
+                }
+                out.push(v);
+            }
+            InputItem::FunctionCall(f) => out.push(json!({
+                "type": "function_call", "call_id": f.call_id, "name": f.name, "arguments": f.arguments})),
+            InputItem::FunctionCallOutput(o) => out.push(json!({
+                "type": "function_call_output", "call_id": o.call_id, "output": o.output})),
+            InputItem::McpCall(c) => {
+                out.push(json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}));
+                let text = c.output.clone().unwrap_or_else(|| c.error.as_ref().map(|e| format!("Error: {e}")).unwrap_or_default());
+                out.push(json!({"type": "function_call_output", "call_id": c.id, "output": text}));
+            }
+            InputItem::Reasoning(_)
+            | InputItem::ItemReference(_)
+            | InputItem::McpListTools(_)
+            | InputItem::McpApprovalRequest(_)
+            | InputItem::McpApprovalResponse(_) => {}
+        }
+    }
+    out
+}
+
+/// Turns upstream Responses events into model events. Pure; one per turn.
+#[derive(Debug, Default)]
+pub struct EventParser {
+    finished: bool,
+    saw_call: bool,
+    /// Upstream output_index → our call index.
+    calls: HashMap<u64, u32>,
+}
+
+impl EventParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        let ev: Value = serde_json::from_str(data)
+            .map_err(|e| UpstreamError::Protocol(format!("event is not valid JSON ({e}): {}", super::chat::preview(data))))?;
+        let kind = ev.get("type").and_then(Value::as_str).unwrap_or_default();
+        let s = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        match kind {
+            "response.output_text.delta" => out.push(ModelEvent::Text(s("delta"))),
+            "response.refusal.delta" => out.push(ModelEvent::Refusal(s("delta"))),
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                out.push(ModelEvent::Reasoning(s("delta")))
+            }
+            "response.output_item.added" => {
+                let item = &ev["item"];
+                if item["type"] == "function_call" {
+                    let at = ev["output_index"].as_u64().unwrap_or(0);
+                    let index = self.calls.len() as u32;
+                    self.calls.insert(at, index);
+                    self.saw_call = true;
+                    out.push(ModelEvent::ToolCall {
+                        index,
+                        id: item["call_id"].as_str().map(str::to_string),
+                        name: item["name"].as_str().map(str::to_string),
+                        arguments: item["arguments"].as_str().unwrap_or_default().to_string(),
+                    });
+                }
+            }
+            "response.function_call_arguments.delta" => {
+                let at = ev["output_index"].as_u64().unwrap_or(0);
+                let Some(index) = self.calls.get(&at).copied() else {
+                    return Err(UpstreamError::Protocol(format!("arguments for unknown output item {at}")));
+                };
+                out.push(ModelEvent::ToolCall { index, id: None, name: None, arguments: s("delta") });
+            }
+            "response.completed" | "response.incomplete" => {
+                let r = &ev["response"];
+                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+                    out.push(ModelEvent::Usage(serde_json::from_value::<Usage>(u.clone()).unwrap_or_else(|_| lenient_usage(u))));
+                }
+                let reason = if kind == "response.completed" {
+                    if self.saw_call { FinishReason::ToolCalls } else { FinishReason::Stop }
+                } else {
+                    FinishReason::parse(r.pointer("/incomplete_details/reason").and_then(Value::as_str).unwrap_or("length"))
+                };
+                self.finished = true;
+                out.push(ModelEvent::Finish(reason));
+            }
+            "response.failed" => {
+                let e = &ev["response"]["error"];
+                let message = e.get("message").and_then(Value::as_str).unwrap_or("the upstream response failed").to_string();
+                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()) });
+            }
+            "error" => {
+                let e = ev.get("error").unwrap_or(&ev);
+                let message = e.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_string();
+                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()) });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+fn lenient_usage(u: &Value) -> Usage {
+    let n = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    let mut usage = Usage { input_tokens: n("/input_tokens"), output_tokens: n("/output_tokens"), ..Usage::default() };
+    usage.input_tokens_details.cached_tokens = n("/input_tokens_details/cached_tokens");
+    usage.output_tokens_details.reasoning_tokens = n("/output_tokens_details/reasoning_tokens");
+    usage.total_tokens = u.get("total_tokens").and_then(Value::as_u64).unwrap_or(usage.input_tokens + usage.output_tokens);
+    usage
+}
+
+/// The model events of a streaming Responses answer.
+pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
+    use futures::StreamExt;
+    let data = super::sse_data(resp, idle);
+    Box::pin(async_stream::stream! {
+        let mut parser = EventParser::new();
+        let mut buf = Vec::new();
+        futures::pin_mut!(data);
+        while let Some(item) = data.next().await {
+            match item {
+                Err(e) => { yield Err(e); return; }
+                Ok(SseData::Done) | Ok(SseData::End) => {
+                    if !parser.finished() {
+                        yield Err(UpstreamError::Cut("the stream ended without a terminal response event".into()));
+                    }
+                    return;
+                }
+                Ok(SseData::Event { data, .. }) => {
+                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
+                    for ev in buf.drain(..) { yield Ok(ev); }
+                    if parser.finished() { return; }
+                }
+            }
+        }
+    })
+}
