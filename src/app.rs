@@ -19,6 +19,7 @@ struct Inner {
     config: Config,
     upstream: Upstream,
     store: Store,
+    mcp: crate::mcp::Pool,
     ids: IdSource,
     clock: Clock,
     shutdown: CancellationToken,
@@ -36,6 +37,7 @@ impl App {
             inner: Arc::new(Inner {
                 upstream,
                 store: Store::memory(),
+                mcp: crate::mcp::Pool::new(crate::mcp::PoolConfig::default()),
                 ids: if config.deterministic { IdSource::sequential() } else { IdSource::Random },
                 clock: if config.deterministic { Clock::Fixed(1_700_000_000) } else { Clock::System },
                 shutdown: CancellationToken::new(),
@@ -54,6 +56,11 @@ impl App {
 
     pub fn store(&self) -> &Store {
         &self.inner.store
+    }
+
+    /// The MCP client sessions, shared by every run.
+    pub fn mcp(&self) -> &crate::mcp::Pool {
+        &self.inner.mcp
     }
 
     pub fn ids(&self) -> &IdSource {

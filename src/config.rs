@@ -31,6 +31,20 @@ pub enum ApiArg {
     Responses,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiscoveryFailure {
+    Continue,
+    Fail,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalArg {
+    Always,
+    Never,
+}
+
 #[derive(Debug, Clone, Args, Default)]
 pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port (printed as `listening on http://ADDR`).
@@ -63,6 +77,25 @@ pub struct ServeArgs {
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "RELAY_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
+    /// What a server whose tools cannot be listed does to the run: `continue` (an `mcp_list_tools`
+    /// item with `error`, the run goes on) or `fail` (HTTP 424 before any event).
+    #[arg(long, env = "RELAY_MCP_DISCOVERY_FAILURE", value_enum)]
+    pub mcp_discovery_failure: Option<DiscoveryFailure>,
+    /// `require_approval` for `mcp` tools that do not set it (OpenAI's default is `always`).
+    #[arg(long, env = "RELAY_DEFAULT_REQUIRE_APPROVAL", value_enum)]
+    pub default_require_approval: Option<ApprovalArg>,
+    /// Most `mcp` tools one request may carry.
+    #[arg(long, env = "RELAY_MAX_MCP_SERVERS", value_name = "N")]
+    pub max_mcp_servers: Option<usize>,
+    /// Seconds to connect to an MCP server and list its tools.
+    #[arg(long, env = "RELAY_MCP_DISCOVERY_TIMEOUT", value_name = "SECS")]
+    pub mcp_discovery_timeout: Option<f64>,
+    /// Seconds one MCP tool call may take.
+    #[arg(long, env = "RELAY_MCP_CALL_TIMEOUT", value_name = "SECS")]
+    pub mcp_call_timeout: Option<f64>,
+    /// Largest tool output (bytes) sent to the model; longer outputs are truncated with a marker.
+    #[arg(long, env = "RELAY_MCP_MAX_OUTPUT_BYTES", value_name = "BYTES")]
+    pub mcp_max_output_bytes: Option<usize>,
     /// TOML file with the same keys (snake_case); flags and environment override it.
     #[arg(long, env = "RELAY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -82,6 +115,12 @@ struct FileConfig {
     upstream_first_byte_timeout: Option<f64>,
     upstream_idle_timeout: Option<f64>,
     max_body_bytes: Option<usize>,
+    mcp_discovery_failure: Option<DiscoveryFailure>,
+    default_require_approval: Option<ApprovalArg>,
+    max_mcp_servers: Option<usize>,
+    mcp_discovery_timeout: Option<f64>,
+    mcp_call_timeout: Option<f64>,
+    mcp_max_output_bytes: Option<usize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +139,19 @@ pub enum StoreKind {
     Memory,
 }
 
+/// How the relay treats `mcp` tools.
+#[derive(Debug, Clone)]
+pub struct McpConfig {
+    pub discovery_failure: DiscoveryFailure,
+    pub default_approval: crate::mcp::Approval,
+    pub max_servers: usize,
+    pub discovery_timeout: Duration,
+    pub call_timeout: Duration,
+    pub max_output_bytes: usize,
+    /// Calls of one model turn run at most this many at a time.
+    pub max_concurrent_calls: usize,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -111,6 +163,7 @@ pub struct Config {
     pub api_keys: Vec<String>,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
+    pub mcp: McpConfig,
     /// Sequential ids and a fixed clock, for golden tests.
     pub deterministic: bool,
 }
@@ -130,6 +183,15 @@ impl Default for Config {
                 idle: Duration::from_secs(300),
             },
             max_body_bytes: 16 * 1024 * 1024,
+            mcp: McpConfig {
+                discovery_failure: DiscoveryFailure::Continue,
+                default_approval: crate::mcp::Approval::Always,
+                max_servers: 10,
+                discovery_timeout: Duration::from_secs(15),
+                call_timeout: Duration::from_secs(60),
+                max_output_bytes: 64 * 1024,
+                max_concurrent_calls: 8,
+            },
             deterministic: false,
         }
     }
@@ -207,6 +269,30 @@ impl Config {
                 return Err(bad("--max-body-bytes", format!("'{n}': at least 1024")));
             }
             c.max_body_bytes = n;
+        }
+        if let Some(f) = args.mcp_discovery_failure.or(file.mcp_discovery_failure) {
+            c.mcp.discovery_failure = f;
+        }
+        if let Some(a) = args.default_require_approval.or(file.default_require_approval) {
+            c.mcp.default_approval = match a {
+                ApprovalArg::Always => crate::mcp::Approval::Always,
+                ApprovalArg::Never => crate::mcp::Approval::Never,
+            };
+        }
+        if let Some(n) = args.max_mcp_servers.or(file.max_mcp_servers) {
+            if n == 0 {
+                return Err(bad("--max-mcp-servers", "'0': at least 1"));
+            }
+            c.mcp.max_servers = n;
+        }
+        c.mcp.discovery_timeout =
+            secs("--mcp-discovery-timeout", args.mcp_discovery_timeout.or(file.mcp_discovery_timeout), c.mcp.discovery_timeout)?;
+        c.mcp.call_timeout = secs("--mcp-call-timeout", args.mcp_call_timeout.or(file.mcp_call_timeout), c.mcp.call_timeout)?;
+        if let Some(n) = args.mcp_max_output_bytes.or(file.mcp_max_output_bytes) {
+            if n < 64 {
+                return Err(bad("--mcp-max-output-bytes", format!("'{n}': at least 64")));
+            }
+            c.mcp.max_output_bytes = n;
         }
         c.deterministic = env("RELAY_DETERMINISTIC").is_some_and(|v| v == "1");
         Ok(c)

@@ -12,6 +12,7 @@ pub mod api;
 pub mod app;
 pub mod config;
 pub mod http;
+pub mod mcp;
 pub mod redact;
 pub mod run;
 pub mod server;

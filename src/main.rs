@@ -41,9 +41,10 @@ fn main() -> ExitCode {
                     }
                 };
                 let addr = listener.local_addr().expect("bound address");
+                let signal = server::shutdown_signal();
                 println!("listening on http://{addr}");
                 tracing::info!(%addr, upstream = %config.upstream_url, "relay ready");
-                server::serve_on(listener, App::new(config), server::shutdown_signal()).await;
+                server::serve_on(listener, App::new(config), signal).await;
                 ExitCode::SUCCESS
             })
         }

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::request::{CreateRequest, InputItem, InputMessage, MessageContent, Role, ToolParam};
-use crate::api::response::ReasoningEcho;
+use crate::api::response::{McpListToolsItem, McpToolInfo, ReasoningEcho};
 use crate::api::{FieldError, OutputItem, Response, ResponseStatus};
 use crate::app::App;
 use crate::upstream::{FunctionDef, ModelStream, TurnRequest, TurnToolChoice, UpstreamError};
@@ -31,6 +31,18 @@ pub enum StartError {
     PreviousNotFound(String),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// Listing a server's tools failed and the relay is set to fail such requests (HTTP 424).
+    #[error("Error retrieving tool list from MCP server: '{label}'. {message}")]
+    McpDiscovery { label: String, message: String },
+}
+
+/// The MCP side of a run: its servers, what was listed, and the model-facing names.
+#[derive(Clone, Default)]
+pub struct McpSetup {
+    pub servers: Vec<crate::mcp::ServerSpec>,
+    /// One `mcp_list_tools` item per server, in request order; `fresh` ones are emitted.
+    pub listed: Vec<(McpListToolsItem, bool)>,
+    pub tools: transcode::ToolMap,
 }
 
 /// A run ready to go: validated, its context resolved and its first model turn open.
@@ -44,6 +56,7 @@ pub struct Prepared {
     pub tools: Vec<FunctionDef>,
     pub first_turn: Option<ModelStream>,
     pub client_bearer: Option<String>,
+    pub mcp: McpSetup,
 }
 
 /// A started run: its log and how to stop it.
@@ -83,25 +96,126 @@ pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<St
             other => input.push(with_id(app, other.clone())),
         }
     }
-    for (i, t) in request.tools.iter().enumerate() {
-        if let ToolParam::Mcp(_) = t {
-            return Err(StartError::Invalid(FieldError::unsupported(
-                format!("tools[{i}].type"),
-                "Tool type 'mcp' is not available in this build of the relay yet.",
-            )));
-        }
-    }
     history.extend(input.iter().cloned());
-    let tools = function_defs(&request);
+    let mut tools = function_defs(&request);
+    let mcp = mcp_setup(app, &request, &history, &tools).await?;
+    tools.extend(mcp_function_defs(&mcp));
     let response = template(app, &request);
     let mut prepared =
-        Prepared { response, request, input, history, tools, first_turn: None, client_bearer };
+        Prepared { response, request, input, history, tools, first_turn: None, client_bearer, mcp };
     if !prepared.request.background {
         // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
         let turn = turn_request(&prepared, &prepared.history);
         prepared.first_turn = Some(app.upstream().open(&turn).await?);
     }
     Ok(prepared)
+}
+
+/// Validates the request's `mcp` tools, reuses tool lists already in the context, lists the
+/// other servers concurrently, and names every tool for the model.
+async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], functions: &[FunctionDef]) -> Result<McpSetup, StartError> {
+    use crate::config::DiscoveryFailure;
+    let cfg = &app.config().mcp;
+    let servers: Vec<_> = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    if servers.is_empty() {
+        return Ok(McpSetup::default());
+    }
+    // Lists already in the context (PROTOCOL §1.5): that server is not listed again.
+    let known: std::collections::HashMap<&str, &McpListToolsItem> = history
+        .iter()
+        .filter_map(|i| match i {
+            InputItem::McpListTools(l) if l.error.is_none() => Some((l.server_label.as_str(), l)),
+            _ => None,
+        })
+        .collect();
+    let listings = futures::future::join_all(servers.iter().map(|spec| async {
+        if let Some(l) = known.get(spec.label.as_str()) {
+            return Ok(((*l).clone(), false));
+        }
+        let listed = app.mcp().list_tools(spec, cfg.discovery_timeout).await;
+        let id = app.ids().mint("mcpl");
+        Ok::<_, StartError>(match listed {
+            Ok(tools) => {
+                let total = tools.len();
+                let tools: Vec<McpToolInfo> = tools
+                    .into_iter()
+                    .filter(|t| spec.allowed.allows(&t.name, t.read_only))
+                    .map(|t| McpToolInfo {
+                        name: t.name,
+                        description: t.description,
+                        input_schema: t.input_schema,
+                        annotations: Some(json!({"read_only": t.read_only})),
+                    })
+                    .collect();
+                let error = (tools.is_empty() && total > 0 && !spec.allowed.is_all())
+                    .then(|| format!("No tool of MCP server '{}' matches 'allowed_tools'.", spec.label));
+                (McpListToolsItem { id, server_label: spec.label.clone(), tools, error }, true)
+            }
+            Err(e) => {
+                let error = Some(e.to_string());
+                (McpListToolsItem { id, server_label: spec.label.clone(), tools: Vec::new(), error }, true)
+            }
+        })
+    }))
+    .await;
+    let mut listed = Vec::with_capacity(listings.len());
+    for l in listings {
+        listed.push(l?);
+    }
+    if cfg.discovery_failure == DiscoveryFailure::Fail
+        && let Some((item, _)) = listed.iter().find(|(l, _)| l.error.is_some())
+    {
+        return Err(StartError::McpDiscovery {
+            label: item.server_label.clone(),
+            message: item.error.clone().unwrap_or_default(),
+        });
+    }
+    let reserved: std::collections::HashSet<String> = functions.iter().map(|f| f.name.clone()).collect();
+    let names: Vec<(String, Vec<String>)> = listed
+        .iter()
+        .map(|(l, _)| (l.server_label.clone(), l.tools.iter().map(|t| t.name.clone()).collect()))
+        .collect();
+    let mut tools = transcode::ToolMap::new();
+    for (model_name, label, tool) in crate::mcp::model_names(&names, &reserved) {
+        let spec = servers.iter().find(|s| s.label == label).expect("named server exists");
+        let read_only = listed
+            .iter()
+            .find(|(l, _)| l.server_label == label)
+            .and_then(|(l, _)| l.tools.iter().find(|t| t.name == tool))
+            .and_then(|t| t.annotations.as_ref()?.get("read_only")?.as_bool())
+            .unwrap_or(false);
+        let needs_approval = spec.approval.needs_approval(&tool, read_only);
+        tools.insert(model_name, transcode::McpTarget { server_label: label, tool, needs_approval });
+    }
+    Ok(McpSetup { servers, listed, tools })
+}
+
+/// The MCP tools as functions for the model, in a stable order.
+fn mcp_function_defs(mcp: &McpSetup) -> Vec<FunctionDef> {
+    let mut names: Vec<_> = mcp.tools.iter().collect();
+    names.sort_by(|a, b| a.0.cmp(b.0));
+    names
+        .into_iter()
+        .filter_map(|(model_name, t)| {
+            let (item, _) = mcp.listed.iter().find(|(l, _)| l.server_label == t.server_label)?;
+            let info = item.tools.iter().find(|i| i.name == t.tool)?;
+            let spec = mcp.servers.iter().find(|s| s.label == t.server_label)?;
+            let mut description = info.description.clone().unwrap_or_else(|| format!("The '{}' tool.", t.tool));
+            description.push_str(&format!(" (Tool '{}' of MCP server '{}'", t.tool, t.server_label));
+            if let Some(d) = &spec.description {
+                description.push_str(&format!(": {d}"));
+            }
+            description.push(')');
+            let mut parameters = info.input_schema.clone();
+            if !parameters.is_object() {
+                parameters = json!({"type": "object", "properties": {}});
+            }
+            Some(FunctionDef { name: model_name.clone(), description, parameters, strict: None })
+        })
+        .collect()
 }
 
 /// Starts the run's task; returns its handle at once.
@@ -210,19 +324,46 @@ fn function_defs(request: &CreateRequest) -> Vec<FunctionDef> {
 
 /// The model turn for the given conversation.
 pub fn turn_request(p: &Prepared, items: &[InputItem]) -> TurnRequest {
+    turn_request_at(p, items, 0)
+}
+
+/// The model turn `step` (0 = first) for the given conversation. A forced `tool_choice` applies
+/// to the first turn only; later turns let the model answer.
+pub fn turn_request_at(p: &Prepared, items: &[InputItem], step: usize) -> TurnRequest {
+    let mut t = turn_request_inner(p, items);
+    if step > 0 && matches!(t.tool_choice, TurnToolChoice::Required | TurnToolChoice::Function(_)) {
+        t.tool_choice = TurnToolChoice::Auto;
+    }
+    t
+}
+
+fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
     use crate::api::request::ToolChoice;
     let r = &p.request;
     TurnRequest {
         model: r.model.clone(),
         instructions: r.instructions.clone(),
-        items: items.to_vec(),
+        items: model_view(items, &p.mcp.tools),
         tools: p.tools.clone(),
         tool_choice: match &r.tool_choice {
             ToolChoice::Auto => TurnToolChoice::Auto,
             ToolChoice::None => TurnToolChoice::None,
             ToolChoice::Required => TurnToolChoice::Required,
             ToolChoice::Function { name } => TurnToolChoice::Function(name.clone()),
-            ToolChoice::Mcp { .. } => TurnToolChoice::Required,
+            ToolChoice::Mcp { server_label, name } => {
+                let mut matching: Vec<_> = p
+                    .mcp
+                    .tools
+                    .iter()
+                    .filter(|(_, t)| &t.server_label == server_label && name.as_ref().is_none_or(|n| &t.tool == n))
+                    .map(|(m, _)| m.clone())
+                    .collect();
+                matching.sort();
+                match matching.as_slice() {
+                    [one] => TurnToolChoice::Function(one.clone()),
+                    _ => TurnToolChoice::Required,
+                }
+            }
         },
         parallel_tool_calls: r.parallel_tool_calls,
         max_output_tokens: r.max_output_tokens,
@@ -233,6 +374,46 @@ pub fn turn_request(p: &Prepared, items: &[InputItem]) -> TurnRequest {
         user: r.user.clone(),
         client_bearer: p.client_bearer.clone(),
     }
+}
+
+/// The conversation as the model sees it: MCP calls the relay ran become a function call (under
+/// the model-facing name) and its output; approval items are the relay's business, not the model's.
+fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec<InputItem> {
+    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        match item {
+            InputItem::McpCall(c) => {
+                let name = tools
+                    .iter()
+                    .find(|(_, t)| t.server_label == c.server_label && t.tool == c.name)
+                    .map(|(n, _)| n.clone())
+                    .unwrap_or_else(|| crate::mcp::model_names(&[(c.server_label.clone(), vec![c.name.clone()])], &Default::default())[0].0.clone());
+                let text = match (&c.output, &c.error) {
+                    (Some(o), _) => o.clone(),
+                    (None, Some(e)) => serde_json::from_value::<crate::api::response::McpCallError>(e.clone())
+                        .map(|e| crate::mcp::error_text(&e))
+                        .unwrap_or_else(|_| format!("Error: {e}")),
+                    (None, None) => String::new(),
+                };
+                out.push(InputItem::FunctionCall(InputFunctionCall {
+                    id: None,
+                    call_id: c.id.clone(),
+                    name,
+                    arguments: c.arguments.clone(),
+                    status: None,
+                }));
+                out.push(InputItem::FunctionCallOutput(InputFunctionCallOutput {
+                    id: None,
+                    call_id: c.id.clone(),
+                    output: ToolOutput::Text(text),
+                    status: None,
+                }));
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    out
 }
 
 /// The Response as `response.created` shows it: every echo field, no output yet.

@@ -42,19 +42,25 @@ pub async fn serve_on(listener: TcpListener, app: App, shutdown: impl Future<Out
     }
 }
 
-/// Resolves on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// Installs the SIGINT and SIGTERM handlers now; the future resolves on either signal.
+/// (Installed before the listening line is printed, so a signal sent right after it is handled.)
+pub fn shutdown_signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("signal handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
         }
     }
     #[cfg(not(unix))]
     {
-        let _ = ctrl_c.await;
+        async {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }

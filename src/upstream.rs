@@ -228,7 +228,7 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
             match next {
                 None => { yield Ok(SseData::End); return; }
                 Some(Ok(ev)) if ev.data.trim() == "[DONE]" => { yield Ok(SseData::Done); return; }
-                Some(Ok(ev)) => yield Ok(SseData::Event { name: ev.event, data: ev.data }),
+                Some(Ok(ev)) => yield Ok(SseData::Event { data: ev.data }),
                 Some(Err(e)) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
             }
         }
@@ -236,7 +236,7 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
 }
 
 pub(crate) enum SseData {
-    Event { name: String, data: String },
+    Event { data: String },
     /// `data: [DONE]`.
     Done,
     /// The body ended.

@@ -400,8 +400,13 @@ pub fn from_value_at<T: serde::de::DeserializeOwned>(value: Value, base: &str) -
         let mut param = join_path(base, if path == "." { "" } else { &path });
         let msg = e.inner().to_string();
         if let Some(rest) = msg.strip_prefix("unknown field `") {
+            // The path already ends in the unknown field's name, except inside buffered
+            // (internally tagged) content, where it stops at the enclosing item.
             let name = rest.split('`').next().unwrap_or_default();
-            return FieldError::unknown(join_path(&param, name));
+            if param != name && !param.ends_with(&format!(".{name}")) {
+                param = join_path(&param, name);
+            }
+            return FieldError::unknown(param);
         }
         if let Some(rest) = msg.strip_prefix("missing field `") {
             let name = rest.split('`').next().unwrap_or_default();
@@ -625,6 +630,7 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
                         return Err(FieldError::missing(format!("{param}.type")));
                     }
                 }
+                check_item_kind(&item, &param)?;
                 let parsed: InputItem = from_value_at(item, &param)?;
                 check_input_item(&parsed, &param)?;
                 out.push(parsed);
@@ -633,6 +639,44 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
         }
         _ => Err(FieldError::new("input", "Invalid 'input': expected a string or an array of input items.")),
     }
+}
+
+const ITEM_TYPES: &[&str] = &[
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+    "item_reference",
+    "mcp_list_tools",
+    "mcp_call",
+    "mcp_approval_request",
+    "mcp_approval_response",
+];
+
+const ROLES: &[&str] = &["user", "system", "developer", "assistant"];
+
+/// Checks an item's `type` (and a message's `role`) before parsing, so the error names them.
+fn check_item_kind(item: &Value, param: &str) -> Result<(), FieldError> {
+    let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+    if !ITEM_TYPES.contains(&kind) {
+        return Err(FieldError::invalid_value(
+            format!("{param}.type"),
+            format!("Invalid value: '{kind}'. Supported values are: {}.", quoted(ITEM_TYPES)),
+        ));
+    }
+    if kind == "message" {
+        match item.get("role") {
+            None | Some(Value::Null) => return Err(FieldError::missing(format!("{param}.role"))),
+            Some(Value::String(r)) if ROLES.contains(&r.as_str()) => {}
+            Some(other) => {
+                return Err(FieldError::invalid_value(
+                    format!("{param}.role"),
+                    format!("Invalid value: {other}. Supported values are: {}.", quoted(ROLES)),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn check_input_item(item: &InputItem, param: &str) -> Result<(), FieldError> {

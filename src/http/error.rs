@@ -98,6 +98,13 @@ impl From<StartError> for ApiError {
                 Some("previous_response_not_found"),
             ),
             StartError::Upstream(u) => ApiError::upstream(&u),
+            StartError::McpDiscovery { .. } => ApiError::new(
+                StatusCode::FAILED_DEPENDENCY,
+                "external_connector_error",
+                e.to_string(),
+                Some("tools"),
+                Some("http_error"),
+            ),
         }
     }
 }

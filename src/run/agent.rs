@@ -1,5 +1,9 @@
 //! The agent loop of one run: model turn → tool calls → next turn, until the model answers
 //! without calls or a bound is reached. Guarantees exactly one terminal event.
+//!
+//! Order of a run's items: the `mcp_list_tools` items (one per server listed for this run), then
+//! per model turn its reasoning, text and calls; MCP calls of a turn run concurrently (bounded)
+//! but their results are reported in output order, so logs are deterministic.
 
 use std::sync::Arc;
 
@@ -8,14 +12,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::emitter::{Emitter, Ending};
 use super::log::RunLog;
-use super::transcode::{ToolMap, Transcoder, TurnOutcome};
-use super::{Prepared, output_as_input, turn_request};
-use crate::api::response::ResponseError;
-use crate::api::{Event, Usage};
+use super::transcode::{McpCallStarted, ToolMap, Transcoder, TurnOutcome};
+use super::{Prepared, output_as_input, turn_request_at};
+use crate::api::request::InputItem;
+use crate::api::response::{McpCallError, ResponseError};
+use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::app::App;
 use crate::upstream::{FinishReason, ModelStream, UpstreamError};
 
-/// Why a turn stopped before the model finished.
+/// Why a run stopped before the model finished.
 enum Stop {
     Upstream(UpstreamError),
     Cancelled,
@@ -25,24 +30,27 @@ enum Stop {
 /// Runs the whole agent loop and ends the log with one terminal event.
 pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: CancellationToken) {
     let mut em = Emitter::new(log, app.store().sink(&p), app.ids().clone(), app.clock());
-    let background = p.request.background;
     em.emit(Event::Created { response: Box::new(p.response.clone()) });
-    if background {
+    if p.request.background {
         em.emit(Event::Queued { response: Box::new(em.snapshot()) });
     }
     let mut snapshot = em.snapshot();
     snapshot.status = crate::api::ResponseStatus::InProgress;
     em.emit(Event::InProgress { response: Box::new(snapshot) });
+    emit_tool_lists(&mut em, &p);
 
-    let tools = ToolMap::new();
+    let tools = p.mcp.tools.clone();
     let mut usage = Usage::default();
     let mut conversation = p.history.clone();
+    conversation.extend(p.mcp.listed.iter().filter(|(_, fresh)| *fresh).map(|(l, _)| InputItem::McpListTools(l.clone())));
     let mut first = p.first_turn.take();
+    let mut calls_made: u64 = 0;
+    let mut step = 0usize;
     let ending = loop {
         let stream = match first.take() {
             Some(s) => Ok(s),
             None => {
-                let turn = turn_request(&p, &conversation);
+                let turn = turn_request_at(&p, &conversation, step);
                 tokio::select! {
                     biased;
                     stop = stopped(&app, &cancel) => Err(stop),
@@ -50,6 +58,7 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
                 }
             }
         };
+        step += 1;
         let (outcome, stop) = match stream {
             Ok(stream) => run_turn(&app, stream, &mut em, &tools, &cancel).await,
             Err(stop) => (TurnOutcome::default(), Some(stop)),
@@ -58,20 +67,140 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
             usage.add(u);
         }
         if let Some(stop) = stop {
+            fail_open_calls(&mut em, &outcome.mcp_calls, "The run stopped before this call ran.");
             break ending_for(stop);
         }
         match outcome.finish {
-            Some(FinishReason::Length) => break Ending::Incomplete("max_output_tokens".into()),
-            Some(FinishReason::ContentFilter) => break Ending::Incomplete("content_filter".into()),
+            Some(FinishReason::Length) => {
+                fail_open_calls(&mut em, &outcome.mcp_calls, "The model's output was cut off (max_output_tokens).");
+                break Ending::Incomplete("max_output_tokens".into());
+            }
+            Some(FinishReason::ContentFilter) => {
+                fail_open_calls(&mut em, &outcome.mcp_calls, "The model's output was filtered.");
+                break Ending::Incomplete("content_filter".into());
+            }
             _ => {}
         }
-        if outcome.mcp_calls.is_empty() {
+        conversation.extend(outcome.items.iter().filter(|i| !matches!(i, OutputItem::McpCall(_))).filter_map(output_as_input));
+        if !outcome.mcp_calls.is_empty() {
+            let budget = p.request.max_tool_calls.map(|m| m.saturating_sub(calls_made) as usize).unwrap_or(usize::MAX);
+            let (run_now, over): (Vec<_>, Vec<_>) =
+                outcome.mcp_calls.iter().cloned().enumerate().partition(|(i, _)| *i < budget);
+            let run_now: Vec<McpCallStarted> = run_now.into_iter().map(|(_, c)| c).collect();
+            let over: Vec<McpCallStarted> = over.into_iter().map(|(_, c)| c).collect();
+            calls_made += run_now.len() as u64;
+            match run_calls(&app, &p.mcp, &mut em, run_now, &cancel).await {
+                Ok(done) => conversation.extend(done.iter().filter_map(output_as_input)),
+                Err(stop) => {
+                    fail_open_calls(&mut em, &over, "The run stopped before this call ran.");
+                    break ending_for(stop);
+                }
+            }
+            if !over.is_empty() {
+                fail_open_calls(&mut em, &over, "Not run: the response reached its max_tool_calls limit.");
+                break Ending::Incomplete("max_tool_calls".into());
+            }
+        }
+        // Approval requests and client function calls hand the turn back to the client.
+        if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || outcome.mcp_calls.is_empty() {
             break Ending::Completed;
         }
-        conversation.extend(outcome.items.iter().filter_map(output_as_input));
+        if p.request.max_steps.is_some_and(|m| step as u64 >= m) {
+            break Ending::Incomplete("max_steps".into());
+        }
     };
     em.finish(ending, Some(usage));
     app.store().finish_live(em.log());
+}
+
+/// Emits the `mcp_list_tools` items of servers listed for this run.
+fn emit_tool_lists(em: &mut Emitter, p: &Prepared) {
+    for (item, fresh) in &p.mcp.listed {
+        if !*fresh {
+            continue;
+        }
+        let output_index = em.next_output_index();
+        let mut added = item.clone();
+        added.tools = Vec::new();
+        added.error = None;
+        em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpListTools(added) });
+        em.emit(Event::McpListToolsInProgress { item_id: item.id.clone(), output_index });
+        em.emit(if item.error.is_some() {
+            Event::McpListToolsFailed { item_id: item.id.clone(), output_index }
+        } else {
+            Event::McpListToolsCompleted { item_id: item.id.clone(), output_index }
+        });
+        em.emit(Event::OutputItemDone { output_index, item: OutputItem::McpListTools(item.clone()) });
+    }
+}
+
+/// Runs a turn's MCP calls (at most `max_concurrent_calls` at a time, each with its timeout) and
+/// reports each one's result in output order. Returns the finished items.
+async fn run_calls(
+    app: &App,
+    mcp: &super::McpSetup,
+    em: &mut Emitter,
+    calls: Vec<McpCallStarted>,
+    cancel: &CancellationToken,
+) -> Result<Vec<OutputItem>, Stop> {
+    let cfg = &app.config().mcp;
+    let mut results = futures::stream::iter(calls.clone().into_iter().map(|c| {
+        let spec = mcp.servers.iter().find(|s| s.label == c.item.server_label).cloned();
+        let pool = app.mcp().clone();
+        let (timeout, cap) = (cfg.call_timeout, cfg.max_output_bytes);
+        async move {
+            let Some(spec) = spec else {
+                return Err(McpCallError::McpProtocolError { code: -32602, message: "unknown MCP server".into() });
+            };
+            pool.call_tool(&spec, &c.item.name, &c.item.arguments, timeout)
+                .await
+                .map(|result| crate::mcp::result_text(&result, cap))
+        }
+    }))
+    .buffered(cfg.max_concurrent_calls.max(1));
+    let mut done = Vec::with_capacity(calls.len());
+    for (i, call) in calls.iter().enumerate() {
+        let result = tokio::select! {
+            biased;
+            stop = stopped(app, cancel) => {
+                drop(results);
+                fail_open_calls(em, &calls[i..], "The run stopped before this call finished.");
+                return Err(stop);
+            }
+            r = results.next() => r.expect("one result per call"),
+        };
+        let mut item = call.item.clone();
+        let (item_id, output_index) = (item.id.clone(), call.output_index);
+        match result {
+            Ok(text) => {
+                item.status = ItemStatus::Completed;
+                item.output = Some(text);
+                em.emit(Event::McpCallCompleted { item_id, output_index });
+            }
+            Err(error) => {
+                item.status = ItemStatus::Failed;
+                item.error = Some(error);
+                em.emit(Event::McpCallFailed { item_id, output_index });
+            }
+        }
+        let item = OutputItem::McpCall(item);
+        em.emit(Event::OutputItemDone { output_index, item: item.clone() });
+        done.push(item);
+    }
+    Ok(done)
+}
+
+/// Closes MCP call items that will not run, as failed with `message`.
+fn fail_open_calls(em: &mut Emitter, calls: &[McpCallStarted], message: &str) {
+    for call in calls {
+        let mut item = call.item.clone();
+        item.status = ItemStatus::Failed;
+        item.error = Some(McpCallError::McpToolExecutionError {
+            content: serde_json::json!([{"type": "text", "text": message}]),
+        });
+        em.emit(Event::McpCallFailed { item_id: item.id.clone(), output_index: call.output_index });
+        em.emit(Event::OutputItemDone { output_index: call.output_index, item: OutputItem::McpCall(item) });
+    }
 }
 
 /// Streams one model turn through the transcoder. On a stop, open items are closed as

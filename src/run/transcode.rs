@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use super::emitter::Emitter;
-use crate::api::response::{ContentPart, FunctionCallItem, McpCallItem, MessageItem, ReasoningItem};
+use crate::api::response::{ContentPart, FunctionCallItem, McpApprovalRequestItem, McpCallItem, MessageItem, ReasoningItem};
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::upstream::{FinishReason, ModelEvent};
 
@@ -22,10 +22,20 @@ pub enum CallTarget {
     Function,
     /// A tool of an MCP server: its label and the tool's original name.
     Mcp { server_label: String, tool: String },
+    /// An MCP tool whose calls need the client's approval: not run, reported as a request.
+    Approval { server_label: String, tool: String },
+}
+
+/// An MCP tool as the model sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpTarget {
+    pub server_label: String,
+    pub tool: String,
+    pub needs_approval: bool,
 }
 
 /// Model-facing names of MCP tools; any other name is a function call for the client.
-pub type ToolMap = HashMap<String, (String, String)>;
+pub type ToolMap = HashMap<String, McpTarget>;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum TextKind {
@@ -76,6 +86,8 @@ pub struct TurnOutcome {
     pub usage: Option<Usage>,
     pub function_calls: Vec<FunctionCallItem>,
     pub mcp_calls: Vec<McpCallStarted>,
+    /// Calls that need approval, reported as `mcp_approval_request` items (not run).
+    pub approvals: Vec<McpApprovalRequestItem>,
     /// Assistant items of this turn in output order (for the next turn's conversation).
     pub items: Vec<OutputItem>,
 }
@@ -202,7 +214,9 @@ impl Transcoder {
         if let Some(call) = self.calls.iter_mut().find(|c| c.upstream_index == index) {
             if !arguments.is_empty() {
                 call.arguments.push_str(&arguments);
-                em.emit(args_delta(call, arguments));
+                if !matches!(call.target, CallTarget::Approval { .. }) {
+                    em.emit(args_delta(call, arguments));
+                }
             }
             return;
         }
@@ -213,12 +227,26 @@ impl Transcoder {
         self.close_text(em, ItemStatus::Completed);
         let output_index = em.next_output_index();
         let target = match tools.get(&name) {
-            Some((server_label, tool)) => CallTarget::Mcp { server_label: server_label.clone(), tool: tool.clone() },
+            Some(t) if t.needs_approval => CallTarget::Approval { server_label: t.server_label.clone(), tool: t.tool.clone() },
+            Some(t) => CallTarget::Mcp { server_label: t.server_label.clone(), tool: t.tool.clone() },
             None => CallTarget::Function,
         };
+        if matches!(target, CallTarget::Approval { .. }) {
+            // Nothing is shown until the turn ends: the request item carries the whole call.
+            self.calls.push(OpenCall {
+                upstream_index: index,
+                output_index: usize::MAX,
+                item_id: String::new(),
+                call_id: String::new(),
+                name,
+                target,
+                arguments,
+            });
+            return;
+        }
         let (item_id, call_id) = match &target {
             CallTarget::Function => (em.mint("fc"), em.mint("call")),
-            CallTarget::Mcp { .. } => {
+            _ => {
                 let id = em.mint("mcp");
                 (id.clone(), id)
             }
@@ -231,7 +259,7 @@ impl Transcoder {
                 arguments: String::new(),
                 status: ItemStatus::InProgress,
             }),
-            CallTarget::Mcp { server_label, tool } => OutputItem::McpCall(McpCallItem {
+            CallTarget::Mcp { server_label, tool } | CallTarget::Approval { server_label, tool } => OutputItem::McpCall(McpCallItem {
                 id: item_id.clone(),
                 server_label: server_label.clone(),
                 name: tool.clone(),
@@ -289,6 +317,17 @@ impl Transcoder {
                     };
                     self.outcome.mcp_calls.push(McpCallStarted { output_index, item, model_name: name });
                 }
+                CallTarget::Approval { server_label, tool } => {
+                    if cut {
+                        continue;
+                    }
+                    let item = McpApprovalRequestItem { id: em.mint("mcpr"), server_label, name: tool, arguments };
+                    let output_index = em.next_output_index();
+                    em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpApprovalRequest(item.clone()) });
+                    em.emit(Event::OutputItemDone { output_index, item: OutputItem::McpApprovalRequest(item.clone()) });
+                    self.outcome.items.push(OutputItem::McpApprovalRequest(item.clone()));
+                    self.outcome.approvals.push(item);
+                }
             }
         }
         self.outcome
@@ -335,7 +374,7 @@ fn args_delta(call: &OpenCall, delta: String) -> Event {
         CallTarget::Function => {
             Event::FunctionCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
         }
-        CallTarget::Mcp { .. } => {
+        CallTarget::Mcp { .. } | CallTarget::Approval { .. } => {
             Event::McpCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
         }
     }

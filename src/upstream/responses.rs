@@ -103,8 +103,8 @@ pub fn input(items: &[InputItem]) -> Vec<Value> {
 pub struct EventParser {
     finished: bool,
     saw_call: bool,
-    /// Upstream output_index → our call index.
-    calls: HashMap<u64, u32>,
+    /// Upstream output_index → our call index and how many argument bytes were passed on.
+    calls: HashMap<u64, (u32, usize)>,
 }
 
 impl EventParser {
@@ -132,22 +132,46 @@ impl EventParser {
                 if item["type"] == "function_call" {
                     let at = ev["output_index"].as_u64().unwrap_or(0);
                     let index = self.calls.len() as u32;
-                    self.calls.insert(at, index);
+                    let arguments = item["arguments"].as_str().unwrap_or_default().to_string();
+                    self.calls.insert(at, (index, arguments.len()));
                     self.saw_call = true;
                     out.push(ModelEvent::ToolCall {
                         index,
                         id: item["call_id"].as_str().map(str::to_string),
                         name: item["name"].as_str().map(str::to_string),
-                        arguments: item["arguments"].as_str().unwrap_or_default().to_string(),
+                        arguments,
                     });
                 }
             }
             "response.function_call_arguments.delta" => {
                 let at = ev["output_index"].as_u64().unwrap_or(0);
-                let Some(index) = self.calls.get(&at).copied() else {
+                let Some((index, seen)) = self.calls.get_mut(&at) else {
                     return Err(UpstreamError::Protocol(format!("arguments for unknown output item {at}")));
                 };
-                out.push(ModelEvent::ToolCall { index, id: None, name: None, arguments: s("delta") });
+                let delta = s("delta");
+                *seen += delta.len();
+                out.push(ModelEvent::ToolCall { index: *index, id: None, name: None, arguments: delta });
+            }
+            // Some servers (LM Studio) send the arguments only whole, at the end: pass on
+            // whatever the deltas did not carry.
+            "response.function_call_arguments.done" | "response.output_item.done" => {
+                let at = ev["output_index"].as_u64().unwrap_or(0);
+                let whole = if kind == "response.output_item.done" {
+                    if ev["item"]["type"] != "function_call" {
+                        return Ok(());
+                    }
+                    ev["item"]["arguments"].as_str()
+                } else {
+                    ev["arguments"].as_str()
+                };
+                if let (Some(whole), Some((index, seen))) = (whole, self.calls.get_mut(&at))
+                    && whole.len() > *seen
+                    && whole.is_char_boundary(*seen)
+                {
+                    let rest = whole[*seen..].to_string();
+                    *seen = whole.len();
+                    out.push(ModelEvent::ToolCall { index: *index, id: None, name: None, arguments: rest });
+                }
             }
             "response.completed" | "response.incomplete" => {
                 let r = &ev["response"];

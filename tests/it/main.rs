@@ -1,1 +1,9 @@
-fn main(){}
+//! The one integration-test binary: the relay end to end on loopback, against the project's own
+//! fake upstream and MCP test servers.
+
+mod cli;
+mod core;
+mod errors;
+mod support;
+mod upstream_fixtures;
+mod mcp_client;

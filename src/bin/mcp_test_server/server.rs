@@ -1,0 +1,461 @@
+//! A real MCP server (rmcp's Streamable HTTP server under plain hyper) for tests: known tools, an
+//! optional bearer check, a paginated catalog, injected HTTP failures, and a log of what arrived.
+//!
+//! Uses external crates only, so tests can include it with `#[path = ...] mod ...;`.
+
+#![allow(dead_code)]
+
+use std::{
+    convert::Infallible,
+    io,
+    net::SocketAddr,
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::{Request, Response, body::Incoming, service::service_fn};
+use hyper_util::{
+    rt::{TokioExecutor, TokioIo},
+    server::conn::auto,
+};
+use rmcp::{
+    ErrorData, ServerHandler,
+    handler::server::{
+        common::Extension,
+        router::tool::ToolRouter,
+        tool::ToolCallContext,
+        wrapper::{Json, Parameters},
+    },
+    model::{
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode,
+        ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    },
+    schemars,
+    service::{RequestContext, RoleServer},
+    tool, tool_handler, tool_router,
+    transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    },
+};
+use tokio_util::sync::CancellationToken;
+
+/// A 1x1 PNG, base64 (70 bytes decoded).
+pub const TINY_PNG_BASE64: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/// Catalog tools are listed in pages of this many tools.
+pub const PAGE_SIZE: usize = 10;
+
+/// How the server behaves.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Every request must carry `Authorization: Bearer <this>`, else HTTP 401.
+    pub require_bearer: Option<String>,
+    /// Extra tools `tool_000`..`tool_{N-1}`; when non-zero, `tools/list` is paginated by 10.
+    pub catalog: usize,
+    /// Answer every POST with this HTTP status (text/plain body).
+    pub fail_http: Option<u16>,
+}
+
+/// One HTTP request the server received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    /// `POST`, `GET`, `DELETE`...
+    pub http_method: String,
+    /// The JSON-RPC method of a POST (`initialize`, `tools/call`, `notifications/cancelled`...),
+    /// `response` for a JSON-RPC response, empty for requests without a body.
+    pub rpc_method: String,
+    /// Header names (lower case) and values; the value of `authorization` is replaced by `***`.
+    pub headers: Vec<(String, String)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    opts: Options,
+    seen: Mutex<Vec<SeenRequest>>,
+    cancelled: AtomicUsize,
+    slow_started: AtomicUsize,
+}
+
+/// A running test server.
+pub struct McpTestServer {
+    pub addr: SocketAddr,
+    state: Arc<State>,
+    ct: CancellationToken,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl McpTestServer {
+    /// `http://ADDR/mcp`
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Every request seen so far, in arrival order.
+    pub fn requests_seen(&self) -> Vec<SeenRequest> {
+        self.state.seen.lock().unwrap().clone()
+    }
+
+    /// How many requests with this JSON-RPC method arrived.
+    pub fn count(&self, rpc_method: &str) -> usize {
+        self.state.seen.lock().unwrap().iter().filter(|r| r.rpc_method == rpc_method).count()
+    }
+
+    /// How many `slow` calls were cancelled before they finished.
+    pub fn cancelled_calls(&self) -> usize {
+        self.state.cancelled.load(Ordering::SeqCst)
+    }
+
+    /// How many `slow` calls started.
+    pub fn slow_started(&self) -> usize {
+        self.state.slow_started.load(Ordering::SeqCst)
+    }
+
+    /// Stops accepting, closes every connection and waits for the accept loop to end.
+    pub async fn shutdown(mut self) {
+        self.ct.cancel();
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for McpTestServer {
+    fn drop(&mut self) {
+        self.ct.cancel();
+    }
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct EchoArgs {
+    /// The text to echo.
+    pub text: String,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct AddArgs {
+    pub a: f64,
+    pub b: f64,
+}
+
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct AddOut {
+    pub sum: f64,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct SlowArgs {
+    /// Milliseconds to wait.
+    pub ms: u64,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct BigArgs {
+    /// How many bytes of text to return.
+    pub bytes: usize,
+}
+
+#[derive(Clone)]
+struct TestServer {
+    tool_router: ToolRouter<Self>,
+    state: Arc<State>,
+}
+
+/// Counts a `slow` call as cancelled unless it finished.
+struct CancelCounter(Arc<State>, bool);
+
+impl Drop for CancelCounter {
+    fn drop(&mut self) {
+        if !self.1 {
+            self.0.cancelled.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+const STANDARD_HEADERS: &[&str] = &[
+    "accept",
+    "accept-encoding",
+    "authorization",
+    "connection",
+    "content-length",
+    "content-type",
+    "host",
+    "last-event-id",
+    "mcp-protocol-version",
+    "mcp-session-id",
+    "user-agent",
+];
+
+#[tool_router]
+impl TestServer {
+    fn new(state: Arc<State>) -> Self {
+        TestServer { tool_router: Self::tool_router(), state }
+    }
+
+    #[tool(description = "Echoes the text back", annotations(read_only_hint = true))]
+    async fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
+        text
+    }
+
+    #[tool(description = "Adds two numbers (structured output)")]
+    async fn add(&self, Parameters(AddArgs { a, b }): Parameters<AddArgs>) -> Json<AddOut> {
+        Json(AddOut { sum: a + b })
+    }
+
+    #[tool(description = "Always fails with isError")]
+    async fn fail(&self) -> Result<String, String> {
+        Err("tool failed on purpose".to_string())
+    }
+
+    #[tool(description = "Answers with a JSON-RPC error")]
+    async fn boom(&self) -> Result<CallToolResult, ErrorData> {
+        Err(ErrorData::new(ErrorCode(-32042), "boom", None))
+    }
+
+    #[tool(description = "Waits ms milliseconds; stops when cancelled")]
+    async fn slow(
+        &self,
+        Parameters(SlowArgs { ms }): Parameters<SlowArgs>,
+        ct: CancellationToken,
+    ) -> Result<String, String> {
+        self.state.slow_started.fetch_add(1, Ordering::SeqCst);
+        let mut counter = CancelCounter(self.state.clone(), false);
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_millis(ms)) => {
+                counter.1 = true;
+                Ok(format!("waited {ms} ms"))
+            }
+            _ = ct.cancelled() => Err("cancelled".to_string()),
+        }
+    }
+
+    #[tool(description = "Says whether the bearer token matched, and which custom headers arrived")]
+    async fn whoami(&self, Extension(parts): Extension<hyper::http::request::Parts>) -> String {
+        let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok());
+        let authorized = match (&self.state.opts.require_bearer, auth) {
+            (Some(token), Some(got)) => got == format!("Bearer {token}"),
+            (None, Some(got)) => got.starts_with("Bearer "),
+            _ => false,
+        };
+        let mut names: Vec<String> = parts
+            .headers
+            .keys()
+            .map(|k| k.as_str().to_string())
+            .filter(|k| !STANDARD_HEADERS.contains(&k.as_str()))
+            .collect();
+        names.sort();
+        names.dedup();
+        format!(
+            "{}; headers: {}",
+            if authorized { "authorized" } else { "anonymous" },
+            names.join(",")
+        )
+    }
+
+    #[tool(description = "Returns an image and a text block")]
+    async fn image(&self) -> CallToolResult {
+        CallToolResult::success(vec![
+            ContentBlock::image(TINY_PNG_BASE64, "image/png"),
+            ContentBlock::text("a tiny image"),
+        ])
+    }
+
+    #[tool(description = "Returns only structured content")]
+    async fn structured(&self) -> CallToolResult {
+        let mut r = CallToolResult::success(vec![]);
+        r.structured_content = Some(serde_json::json!({"temperature": 21.5, "unit": "C"}));
+        r
+    }
+
+    #[tool(description = "Returns a text of that many bytes")]
+    async fn big(&self, Parameters(BigArgs { bytes }): Parameters<BigArgs>) -> String {
+        "x".repeat(bytes)
+    }
+}
+
+impl TestServer {
+    fn catalog_tools(&self) -> Vec<Tool> {
+        let schema = serde_json::json!({"type": "object", "properties": {}});
+        let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
+        (0..self.state.opts.catalog)
+            .map(|i| Tool::new(format!("tool_{i:03}"), format!("Catalog tool number {i}"), schema.clone()))
+            .collect()
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for TestServer {
+    async fn list_tools(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut all = self.tool_router.list_all();
+        all.sort_by(|a, b| a.name.cmp(&b.name));
+        all.extend(self.catalog_tools());
+        if self.state.opts.catalog == 0 {
+            return Ok(ListToolsResult::with_all_items(all));
+        }
+        let start = match request.and_then(|r| r.cursor) {
+            None => 0,
+            Some(c) => c
+                .parse::<usize>()
+                .ok()
+                .filter(|s| *s <= all.len())
+                .ok_or_else(|| ErrorData::invalid_params("bad cursor", None))?,
+        };
+        let end = (start + PAGE_SIZE).min(all.len());
+        let mut page = ListToolsResult::with_all_items(all[start..end].to_vec());
+        if end < all.len() {
+            page.next_cursor = Some(end.to_string());
+        }
+        Ok(page)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if let Some(n) = request.name.strip_prefix("tool_")
+            && n.parse::<usize>().is_ok_and(|n| n < self.state.opts.catalog)
+        {
+            return Ok(CallToolResult::success(vec![ContentBlock::text(format!("called {}", request.name))]).into());
+        }
+        self.tool_router.call(ToolCallContext::new(self, request, context)).await
+    }
+
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_instructions("responses-relay test server")
+    }
+}
+
+type Resp = Response<BoxBody<Bytes, Infallible>>;
+
+fn text_resp(status: u16, body: &'static str) -> Resp {
+    Response::builder()
+        .status(status)
+        .header("content-type", "text/plain")
+        .body(Full::new(Bytes::from_static(body.as_bytes())).boxed())
+        .expect("static response")
+}
+
+fn rpc_method(body: &[u8]) -> String {
+    fn one(v: &serde_json::Value) -> String {
+        match v.get("method").and_then(|m| m.as_str()) {
+            Some(m) => m.to_string(),
+            None => "response".to_string(),
+        }
+    }
+    match serde_json::from_slice::<serde_json::Value>(body) {
+        Ok(serde_json::Value::Array(items)) => items.iter().map(one).collect::<Vec<_>>().join(","),
+        Ok(v @ serde_json::Value::Object(_)) => one(&v),
+        _ => String::new(),
+    }
+}
+
+/// Starts the server on `addr` (use port 0 for any port).
+pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServer> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let addr = listener.local_addr()?;
+    let state = Arc::new(State { opts: options, ..State::default() });
+    let ct = CancellationToken::new();
+    let config = StreamableHttpServerConfig::default()
+        .with_cancellation_token(ct.child_token())
+        .with_sse_keep_alive(None);
+    let st = state.clone();
+    let mcp = StreamableHttpService::new(
+        move || Ok(TestServer::new(st.clone())),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let accept_ct = ct.clone();
+    let accept_state = state.clone();
+    let task = tokio::spawn(async move {
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            let stream = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok((s, _)) => s,
+                    Err(_) => continue,
+                },
+                _ = accept_ct.cancelled() => break,
+            };
+            let mcp = mcp.clone();
+            let state = accept_state.clone();
+            let conn_ct = accept_ct.clone();
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let mut mcp = mcp.clone();
+                let state = state.clone();
+                async move { Ok::<Resp, Infallible>(handle(&mut mcp, &state, req).await) }
+            });
+            conns.spawn(async move {
+                let builder = auto::Builder::new(TokioExecutor::new());
+                let conn = builder.serve_connection(TokioIo::new(stream), svc);
+                tokio::select! {
+                    _ = conn => {}
+                    _ = conn_ct.cancelled() => {}
+                }
+            });
+            while conns.try_join_next().is_some() {}
+        }
+        drop(listener);
+        conns.abort_all();
+        while conns.join_next().await.is_some() {}
+    });
+    Ok(McpTestServer { addr, state, ct, task: Some(task) })
+}
+
+async fn handle(
+    mcp: &mut StreamableHttpService<TestServer, LocalSessionManager>,
+    state: &State,
+    req: Request<Incoming>,
+) -> Resp {
+    let (parts, body) = req.into_parts();
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => return text_resp(400, "bad body"),
+    };
+    let headers = parts
+        .headers
+        .iter()
+        .map(|(k, v)| {
+            let value = if k == "authorization" { "***".to_string() } else { v.to_str().unwrap_or("?").to_string() };
+            (k.as_str().to_string(), value)
+        })
+        .collect();
+    state.seen.lock().unwrap().push(SeenRequest {
+        http_method: parts.method.to_string(),
+        rpc_method: rpc_method(&body),
+        headers,
+    });
+    if let Some(token) = &state.opts.require_bearer {
+        let ok = parts.headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"));
+        if !ok {
+            return text_resp(401, "unauthorized");
+        }
+    }
+    if let Some(status) = state.opts.fail_http
+        && parts.method == hyper::Method::POST
+    {
+        return Response::builder()
+            .status(status)
+            .header("content-type", "text/plain")
+            .body(Full::new(Bytes::from_static(b"injected failure")).boxed())
+            .unwrap_or_else(|_| text_resp(500, "bad status"));
+    }
+    if parts.uri.path() != "/mcp" {
+        return text_resp(404, "not found");
+    }
+    let req = Request::from_parts(parts, Full::new(body));
+    match tower_service::Service::call(mcp, req).await {
+        Ok(resp) => resp,
+        Err(never) => match never {},
+    }
+}

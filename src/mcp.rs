@@ -1,0 +1,118 @@
+//! The relay's MCP client layer: validated `mcp` tool specs, model-facing tool names, a pool of
+//! Streamable HTTP sessions (list tools, call tools, errors mapped to OpenAI's shapes), and the
+//! text a tool result becomes for the model. The rest of the crate never names rmcp types.
+//!
+//! - [`specs`] validates the request's `mcp` tools into [`ServerSpec`]s.
+//! - [`model_names`] gives every MCP tool a unique, upstream-valid function name.
+//! - [`Pool`] lists and calls tools; sessions are shared across requests.
+//! - [`result_text`], [`result_images`] and [`error_text`] turn results into what the model sees.
+
+mod errors;
+mod names;
+mod pool;
+mod result;
+mod validate;
+
+pub use names::model_names;
+pub use pool::{CallOutcome, ListError, ListedTool, Pool, PoolConfig, ToolResult};
+pub use result::{error_text, result_images, result_text};
+pub use validate::specs;
+
+/// A filter over a server's tools (`allowed_tools`, or one side of `require_approval`).
+///
+/// A tool matches when (`tool_names` is absent or contains its name) and (`read_only` is absent or
+/// equals its `readOnlyHint`, a missing hint counting as false). The default filter matches
+/// every tool.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ToolFilter {
+    pub tool_names: Option<Vec<String>>,
+    pub read_only: Option<bool>,
+}
+
+impl ToolFilter {
+    /// Whether the tool `name` (with its `readOnlyHint`) passes this filter.
+    pub fn allows(&self, name: &str, read_only: bool) -> bool {
+        self.tool_names.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
+            && self.read_only.is_none_or(|r| r == read_only)
+    }
+
+    /// Whether this filter lets every tool through.
+    pub fn is_all(&self) -> bool {
+        self.tool_names.is_none() && self.read_only.is_none()
+    }
+}
+
+/// The relay's default when a request's `mcp` tool has no `require_approval` (OpenAI: `Always`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Approval {
+    #[default]
+    Always,
+    Never,
+}
+
+/// `require_approval` of one server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ApprovalPolicy {
+    Always,
+    Never,
+    /// `{always?: filter, never?: filter}`; `otherwise` decides tools that match neither side when
+    /// both sides or neither are given (the relay's default).
+    Filter { always: Option<ToolFilter>, never: Option<ToolFilter>, otherwise: Approval },
+}
+
+impl ApprovalPolicy {
+    /// Whether a call of `tool_name` needs the client's approval (PROTOCOL §1.4 trigger rule):
+    /// `always`; or the tool matches `always`; or it does not match `never` (an object with only
+    /// `never` means "everything else needs approval", one with only `always` means "everything
+    /// else does not").
+    pub fn needs_approval(&self, tool_name: &str, read_only: bool) -> bool {
+        match self {
+            ApprovalPolicy::Always => true,
+            ApprovalPolicy::Never => false,
+            ApprovalPolicy::Filter { always, never, otherwise } => {
+                if always.as_ref().is_some_and(|f| f.allows(tool_name, read_only)) {
+                    return true;
+                }
+                if never.as_ref().is_some_and(|f| f.allows(tool_name, read_only)) {
+                    return false;
+                }
+                match (always.is_some(), never.is_some()) {
+                    (false, true) => true,
+                    (true, false) => false,
+                    _ => *otherwise == Approval::Always,
+                }
+            }
+        }
+    }
+}
+
+/// One validated `mcp` tool of a request. Its `Debug` output hides the secrets.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ServerSpec {
+    pub label: String,
+    pub url: String,
+    /// The bearer token, without the `Bearer ` prefix.
+    pub authorization: Option<String>,
+    /// Extra headers, names as given.
+    pub headers: Vec<(String, String)>,
+    /// `allowed_tools` (the default filter when absent).
+    pub allowed: ToolFilter,
+    pub approval: ApprovalPolicy,
+    pub description: Option<String>,
+    pub defer_loading: bool,
+}
+
+impl std::fmt::Debug for ServerSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSpec")
+            .field("label", &self.label)
+            .field("url", &crate::redact::mask_url(&self.url))
+            .field("authorization", &self.authorization.as_ref().map(|_| "***"))
+            .field("headers", &self.headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field("allowed", &self.allowed)
+            .field("approval", &self.approval)
+            .field("description", &self.description)
+            .field("defer_loading", &self.defer_loading)
+            .finish()
+    }
+}

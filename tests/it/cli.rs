@@ -1,0 +1,70 @@
+//! The `responses-relay` binary: help, bad flags (exit 64 naming the flag), the listening line,
+//! and a clean exit on SIGTERM.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
+
+#[test]
+fn help_lists_the_serve_flags() {
+    let out = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for flag in ["--listen", "--upstream-url", "--upstream-api-key", "--upstream-api", "--store", "--config", "--api-key"] {
+        assert!(text.contains(flag), "help lacks {flag}");
+    }
+}
+
+#[test]
+fn bad_values_exit_64_naming_the_flag() {
+    for (args, flag) in [
+        (vec!["serve", "--listen", "nowhere"], "--listen"),
+        (vec!["serve", "--upstream-api", "grpc"], "--upstream-api"),
+        (vec!["serve", "--upstream-url", "ftp://x/v1"], "--upstream-url"),
+        (vec!["serve", "--store", "postgres://x"], "--store"),
+        (vec!["serve", "--upstream-idle-timeout", "0"], "--upstream-idle-timeout"),
+        (vec!["serve", "--no-such-flag"], "--no-such-flag"),
+    ] {
+        let out = Command::new(BIN).args(&args).env_remove("RELAY_LISTEN").output().unwrap();
+        assert_eq!(out.status.code(), Some(64), "{args:?}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(flag), "{args:?}: stderr does not name {flag}: {err}");
+    }
+}
+
+#[test]
+fn config_file_and_environment_are_read_with_flags_winning() {
+    let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("relay.toml");
+    std::fs::write(&file, "listen = \"not an address\"\n").unwrap();
+    let out = Command::new(BIN).args(["serve", "--config", file.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
+    std::fs::write(&file, "unknown_key = 1\n").unwrap();
+    let out = Command::new(BIN).args(["serve", "--config", file.to_str().unwrap()]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
+    let out = Command::new(BIN).args(["serve"]).env("RELAY_UPSTREAM_API", "bogus").output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-url", "http://127.0.0.1:9/v1"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening on http://").expect("listening line").to_string();
+    let health = std::net::TcpStream::connect(&addr);
+    assert!(health.is_ok());
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "exit status {status:?}");
+}

@@ -1,0 +1,217 @@
+//! Bad input and failing upstreams: clear errors in OpenAI's envelope before the first byte,
+//! `response.failed` after it, and nothing left running when a client goes away.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+async fn setup() -> (fake_upstream::FakeUpstream, Relay) {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    (up, relay)
+}
+
+fn envelope(body: &Value) -> &Value {
+    let e = &body["error"];
+    for k in ["message", "type", "param", "code"] {
+        assert!(e.get(k).is_some(), "error envelope lacks '{k}': {body}");
+    }
+    e
+}
+
+#[tokio::test]
+async fn invalid_requests_get_400_naming_the_field() {
+    let (up, relay) = setup().await;
+    let url = relay.url("/v1/responses");
+    let cases: Vec<(Value, &str, Option<&str>)> = vec![
+        (json!({"input": "x"}), "model", Some("missing_required_parameter")),
+        (json!({"model": "m"}), "input", Some("missing_required_parameter")),
+        (json!({"model": "m", "input": "x", "bogus": 1}), "bogus", Some("unknown_parameter")),
+        (json!({"model": 5, "input": "x"}), "model", Some("invalid_type")),
+        (json!({"model": "m", "input": "x", "temperature": 3}), "temperature", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "top_p": -1}), "top_p", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "max_output_tokens": 2}), "max_output_tokens", Some("invalid_value")),
+        (json!({"model": "m", "input": 7}), "input", None),
+        (json!({"model": "m", "input": [{"type": "message", "role": "robot", "content": "x"}]}), "input[0].role", Some("invalid_value")),
+        (json!({"model": "m", "input": [{"type": "message", "content": "x"}]}), "input[0].role", Some("missing_required_parameter")),
+        (json!({"model": "m", "input": [{"role": "user", "content": 5}]}), "input[0]", Some("invalid_type")),
+        (json!({"model": "m", "input": [{"role": "user", "content": "x", "extra": 1}]}), "input[0].extra", Some("unknown_parameter")),
+        (json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}), "input[0].call_id", Some("missing_required_parameter")),
+        (json!({"model": "m", "input": [{"type": "warp_drive"}]}), "input[0].type", Some("invalid_value")),
+        (json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}), "input[0].content[0].file_id", Some("unsupported_parameter")),
+        (json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "bad name"}]}), "tools[0].name", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "tools": [{"type": "function"}]}), "tools[0].name", Some("missing_required_parameter")),
+        (json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}), "tool_choice.name", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "tool_choice": "sometimes"}), "tool_choice", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "metadata": {"k": 1}}), "metadata.k", None),
+        (json!({"model": "m", "input": "x", "store": false, "background": true}), "background", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "reasoning": {"effort": "extreme"}}), "reasoning.effort", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}), "text.format.schema", Some("missing_required_parameter")),
+        (json!({"model": "m", "input": "x", "include": ["nonsense"]}), "include[0]", Some("invalid_value")),
+        (json!({"model": "m", "input": "x", "top_logprobs": 3}), "top_logprobs", Some("unsupported_parameter")),
+        (json!({"model": "m", "previous_response_id": "resp_nope", "input": "x"}), "previous_response_id", Some("previous_response_not_found")),
+        (json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_nope"}]}), "input[0].id", Some("invalid_value")),
+    ];
+    for (body, param, code) in cases {
+        let (status, resp) = post(&url, &body).await;
+        assert_eq!(status, 400, "{body} → {resp}");
+        let e = envelope(&resp);
+        assert_eq!(e["type"], "invalid_request_error", "{body} → {resp}");
+        assert_eq!(e["param"], param, "{body} → {resp}");
+        if let Some(code) = code {
+            assert_eq!(e["code"], code, "{body} → {resp}");
+        }
+        assert!(!e["message"].as_str().unwrap().is_empty());
+    }
+    assert!(up.requests().is_empty(), "an invalid request reached the upstream");
+}
+
+#[tokio::test]
+async fn malformed_json_and_oversized_bodies_are_rejected() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.max_body_bytes = 2048;
+    let relay = relay(c).await;
+    let r = client().post(relay.url("/v1/responses")).body("{not json").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(envelope(&body)["message"].as_str().unwrap().contains("parse the JSON body"));
+    let big = json!({"model": "m", "input": "x".repeat(4096)});
+    let (status, body) = post(&relay.url("/v1/responses"), &big).await;
+    assert_eq!(status, 413);
+    envelope(&body);
+}
+
+#[tokio::test]
+async fn unknown_routes_and_ids_get_404_envelopes() {
+    let (_up, relay) = setup().await;
+    let (status, body) = get(&relay.url("/v1/nothing")).await;
+    assert_eq!(status, 404);
+    envelope(&body);
+    let (status, body) = get(&relay.url("/v1/responses/resp_missing")).await;
+    assert_eq!(status, 404);
+    assert_eq!(envelope(&body)["message"], "No response found with id 'resp_missing'.");
+    let (status, _) = get(&relay.url("/healthz")).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn models_are_passed_through_from_the_upstream() {
+    let (_up, relay) = setup().await;
+    let (status, body) = get(&relay.url("/v1/models")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body["data"][0]["id"], "fake-model");
+}
+
+#[tokio::test]
+async fn upstream_failures_before_the_first_byte_are_http_errors() {
+    let (_up, relay) = setup().await;
+    let url = relay.url("/v1/responses");
+    for (model, stream, status) in [
+        ("fake-model?fault=status500", true, 502),
+        ("fake-model?fault=status500", false, 502),
+        ("fake-model?fault=status429", true, 429),
+    ] {
+        let (got, body) = post(&url, &json!({"model": model, "input": "x", "stream": stream})).await;
+        assert_eq!(got, status, "{model}: {body}");
+        envelope(&body);
+    }
+    // The upstream's own 400 is passed on with its param.
+    let (got, body) = post(&url, &json!({"model": "fake-model?fault=status400", "input": "x", "stream": true})).await;
+    assert_eq!(got, 400);
+    assert_eq!(envelope(&body)["param"], "model");
+    assert!(body["error"]["message"].as_str().unwrap().contains("bad model param"));
+}
+
+#[tokio::test]
+async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
+    // A port nothing listens on (bound then released).
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let r = relay(config(&format!("http://{closed}/v1"))).await;
+    let (status, body) = post(&r.url("/v1/responses"), &json!({"model": "m", "input": "x"})).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(envelope(&body)["message"].as_str().unwrap().contains("connect"));
+
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.upstream_timeouts.first_byte = std::time::Duration::from_millis(200);
+    let r = relay(c).await;
+    let (status, body) = post(&r.url("/v1/responses"), &json!({"model": "fake-model?fault=slow_headers&delay_ms=3000", "input": "x", "stream": true})).await;
+    assert_eq!(status, 504, "{body}");
+    envelope(&body);
+}
+
+#[tokio::test]
+async fn failures_after_the_first_event_end_with_response_failed() {
+    let (_up, relay) = setup().await;
+    for fault in ["cut", "malformed", "error_chunk"] {
+        let body = stream(&relay.url("/v1/responses"), &json!({"model": format!("fake-model?fault={fault}"), "input": "x", "stream": true})).await;
+        assert!(body.done, "{fault}: no [DONE]");
+        let folded = check_events(&body.events);
+        let last = body.events.last().unwrap();
+        assert_eq!(last["type"], "response.failed", "{fault}");
+        assert_eq!(folded["status"], "failed");
+        assert!(folded["error"]["message"].as_str().unwrap().len() > 5, "{fault}: {folded}");
+        // Text streamed before the failure is kept, its item closed as incomplete.
+        assert_eq!(folded["output"][0]["status"], "incomplete", "{fault}");
+    }
+}
+
+#[tokio::test]
+async fn a_stream_without_done_still_completes_when_it_finished() {
+    let (_up, relay) = setup().await;
+    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true})).await;
+    check_events(&body.events);
+    assert_eq!(body.events.last().unwrap()["type"], "response.completed");
+}
+
+#[tokio::test]
+async fn stalled_upstream_fails_the_run_after_the_idle_timeout() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
+    let relay = relay(c).await;
+    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "stream": true})).await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed");
+    assert!(folded["error"]["message"].as_str().unwrap().contains("timed out"));
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_request() {
+    let (up, relay) = setup().await;
+    let resp = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    eventually("the upstream stream is open", || up.open_streams() == 1).await;
+    drop(resp);
+    eventually("the upstream stream is closed after the client left", || up.open_streams() == 0).await;
+}
+
+#[tokio::test]
+async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let resp = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    eventually("the upstream stream is open", || up.open_streams() == 1).await;
+    let reading = tokio::spawn(async move { resp.text().await.unwrap() });
+    relay.shutdown().await;
+    let body = parse_sse(&reading.await.unwrap());
+    assert!(body.done);
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed");
+    assert!(folded["error"]["message"].as_str().unwrap().contains("shut down"));
+}
