@@ -7,3 +7,4 @@ mod errors;
 mod support;
 mod upstream_fixtures;
 mod mcp_client;
+mod mcp_loop;

@@ -1,0 +1,258 @@
+//! Hosted MCP tools end to end: discovery, the agent loop, `mcp_call` results and failures,
+//! approvals holding calls back, bounds, list reuse and secret redaction, with the relay in front
+//! of the fake upstream and a real rmcp server on loopback.
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+
+#[path = "../../src/bin/mcp_test_server/server.rs"]
+#[allow(dead_code)]
+mod mcp_test_server;
+
+async fn mcp_server() -> mcp_test_server::McpTestServer {
+    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), mcp_test_server::Options::default()).await.unwrap()
+}
+
+fn mcp_tool(label: &str, url: &str) -> Value {
+    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
+}
+
+fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
+    response["output"].as_array().unwrap().iter().filter(|i| i["type"] == kind).collect()
+}
+
+#[tokio::test]
+async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "stream": true,
+                "tools": [mcp_tool("math", &server.url())]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    let out = folded["output"].as_array().unwrap();
+    let types: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(types, ["mcp_list_tools", "mcp_call", "message"]);
+    let listed: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert!(listed.contains(&"add") && listed.contains(&"echo"), "{listed:?}");
+    assert_eq!(out[0]["server_label"], "math");
+    let call = &out[1];
+    assert_eq!((call["name"].as_str(), call["server_label"].as_str()), (Some("add"), Some("math")));
+    assert_eq!(call["status"], "completed");
+    assert_eq!(call["error"], Value::Null);
+    assert_eq!(call["approval_request_id"], Value::Null);
+    assert!(call["output"].as_str().unwrap().contains('5'), "{call}");
+    assert_eq!(out[2]["content"][0]["text"], format!("Tool results: {}", call["output"].as_str().unwrap()));
+    let k = kinds(&body.events);
+    for needed in [
+        "response.mcp_list_tools.in_progress",
+        "response.mcp_list_tools.completed",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+    ] {
+        assert!(k.iter().any(|x| x == needed), "missing {needed}");
+    }
+    // The model saw the MCP tool as a valid, unique function name and got the result back.
+    let reqs = up.requests();
+    let first = &reqs[reqs.len() - 2].body;
+    let names: Vec<&str> = first["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(names.iter().all(|n| responses_relay::api::request::valid_name(n)));
+    assert!(first["tools"].as_array().unwrap().iter().all(|t| t["function"]["description"].is_string()));
+    let second = &reqs[reqs.len() - 1].body;
+    let last = second["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["role"], "tool");
+    assert_eq!(last["content"], call["output"]);
+    assert_eq!(server.count("tools/call"), 1);
+}
+
+#[tokio::test]
+async fn failing_tools_are_data_and_the_run_goes_on() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
+                "tools": [mcp_tool("t", &server.url())]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "completed");
+    let calls = items_of(&folded, "mcp_call");
+    assert_eq!(calls.len(), 2, "the unknown tool is a function call for the client: {folded}");
+    assert_eq!(calls[0]["status"], "failed");
+    assert_eq!(calls[0]["output"], Value::Null);
+    assert_eq!(calls[0]["error"]["type"], "mcp_tool_execution_error");
+    assert_eq!(calls[0]["error"]["content"][0]["text"], "tool failed on purpose");
+    assert_eq!(calls[1]["error"], json!({"type": "mcp_protocol_error", "code": -32042, "message": "boom"}));
+    assert_eq!(kinds(&body.events).iter().filter(|k| *k == "response.mcp_call.failed").count(), 2);
+}
+
+#[tokio::test]
+async fn failed_calls_are_told_to_the_model_which_answers() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let text = items_of(&r, "message")[0]["content"][0]["text"].as_str().unwrap().to_string();
+    assert!(text.contains("tool failed on purpose"), "{text}");
+    golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "message"]);
+}
+
+fn golden_response_kinds(r: &Value, expected: &[&str]) {
+    let got: Vec<&str> = r["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(got, expected, "{r}");
+}
+
+#[tokio::test]
+async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
+    let up = upstream().await;
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dead = format!("http://{closed}/mcp");
+    let relay_continue = relay(config(&up.base_url())).await;
+    let body = stream(
+        &relay_continue.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "completed");
+    let list = &folded["output"][0];
+    assert_eq!(list["type"], "mcp_list_tools");
+    assert_eq!(list["tools"], json!([]));
+    assert!(list["error"].as_str().unwrap().contains("gone"), "{list}");
+    assert!(kinds(&body.events).iter().any(|k| k == "response.mcp_list_tools.failed"));
+
+    let mut c = config(&up.base_url());
+    c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
+    let relay_fail = relay(c).await;
+    let (status, err) = post(
+        &relay_fail.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}),
+    )
+    .await;
+    assert_eq!(status, 424, "{err}");
+    assert_eq!(err["error"]["type"], "external_connector_error");
+    assert_eq!(err["error"]["param"], "tools");
+    assert!(err["error"]["message"].as_str().unwrap().contains("'gone'"));
+}
+
+#[tokio::test]
+async fn calls_needing_approval_are_requested_not_run() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    // No require_approval: the relay's default is OpenAI's `always`.
+    let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "stream": true, "tools": [tool]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "completed");
+    golden_response_kinds(&folded, &["mcp_list_tools", "mcp_approval_request"]);
+    let req = &folded["output"][1];
+    assert!(req["id"].as_str().unwrap().starts_with("mcpr_"));
+    assert_eq!((req["name"].as_str(), req["server_label"].as_str()), (Some("add"), Some("m")));
+    assert_eq!(req["arguments"], "{\"a\":1,\"b\":1}");
+    assert_eq!(server.count("tools/call"), 0, "a call that needs approval ran");
+    golden("mcp_approval_request", &body);
+}
+
+#[tokio::test]
+async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_calls() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"hi\"}\nCALL local {}",
+                "tools": [mcp_tool("s", &server.url()), {"type": "function", "name": "local"}]}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "function_call"]);
+    assert_eq!(r["output"][1]["status"], "completed");
+    assert_eq!(r["output"][2]["name"], "local");
+    assert_eq!(r["status"], "completed");
+    assert_eq!(up.requests().len(), 1, "the model must not be sampled again before the client answers");
+}
+
+#[tokio::test]
+async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
+                "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "incomplete");
+    assert_eq!(folded["incomplete_details"]["reason"], "max_tool_calls");
+    let calls = items_of(&folded, "mcp_call");
+    assert_eq!((calls[0]["status"].as_str(), calls[1]["status"].as_str()), (Some("completed"), Some("failed")));
+    assert_eq!(server.count("tools/call"), 1);
+}
+
+#[tokio::test]
+async fn tool_lists_in_the_context_are_reused_not_fetched_again() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let (_, first) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "hi", "tools": tools})).await;
+    assert_eq!(server.count("tools/list"), 1);
+    let (status, second) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"again\"}", "tools": tools, "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{second}");
+    golden_response_kinds(&second, &["mcp_call", "message"]);
+    assert_eq!(server.count("tools/list"), 1, "the server was listed again");
+}
+
+#[tokio::test]
+async fn echoed_tools_and_the_event_log_carry_no_secrets() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let url = format!("{}?token=SECRET-QUERY", server.url());
+    let tool = json!({"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never",
+                      "authorization": "SECRET-TOKEN", "headers": {"x-api-key": "SECRET-HEADER"}});
+    let r = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [tool]}))
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    for secret in ["SECRET-QUERY", "SECRET-TOKEN", "SECRET-HEADER"] {
+        assert!(!text.contains(secret), "{secret} leaked into the stream");
+    }
+    let body = parse_sse(&text);
+    let folded = check_events(&body.events);
+    let echo = &folded["tools"][0];
+    assert_eq!(echo["headers"], Value::Null);
+    assert!(echo.get("authorization").is_none_or(Value::is_null));
+    assert_eq!(echo["server_url"], format!("{}?***", server.url()));
+    // The secrets did reach the MCP server.
+    let call = items_of(&folded, "mcp_call")[0];
+    assert!(call["output"].as_str().unwrap().contains("authorized") || call["status"] == "completed", "{call}");
+    assert!(server.requests_seen().iter().any(|r| r.headers.iter().any(|(k, _)| k == "x-api-key")));
+}
