@@ -69,6 +69,7 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
     assert_eq!(last["role"], "tool");
     assert_eq!(last["content"], call["output"]);
     assert_eq!(server.count("tools/call"), 1);
+    golden_at("mcp_call", &body, &[(&server.url(), "http://mcp-test-server/mcp")]);
 }
 
 #[tokio::test]
@@ -168,7 +169,7 @@ async fn calls_needing_approval_are_requested_not_run() {
     assert_eq!((req["name"].as_str(), req["server_label"].as_str()), (Some("add"), Some("m")));
     assert_eq!(req["arguments"], "{\"a\":1,\"b\":1}");
     assert_eq!(server.count("tools/call"), 0, "a call that needs approval ran");
-    golden("mcp_approval_request", &body);
+    golden_at("mcp_approval_request", &body, &[(&server.url(), "http://mcp-test-server/mcp")]);
 }
 
 #[tokio::test]

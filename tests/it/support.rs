@@ -154,8 +154,16 @@ pub fn check_events(events: &[Value]) -> Value {
 /// Compares an event log, byte for byte, with `fixtures/golden/NAME.jsonl` (one event's JSON per
 /// line, as the relay wrote it). Set `UPDATE_GOLDEN=1` to rewrite the file.
 pub fn golden(name: &str, body: &SseBody) {
+    golden_at(name, body, &[]);
+}
+
+/// As [`golden`], with loopback addresses of test servers (random ports) written as names.
+pub fn golden_at(name: &str, body: &SseBody, addresses: &[(&str, &str)]) {
     let path = manifest_dir().join("fixtures/golden").join(format!("{name}.jsonl"));
-    let actual: String = body.raw.iter().map(|e| format!("{e}\n")).collect();
+    let mut actual: String = body.raw.iter().map(|e| format!("{e}\n")).collect();
+    for (addr, placeholder) in addresses {
+        actual = actual.replace(addr, placeholder);
+    }
     if std::env::var("UPDATE_GOLDEN").is_ok_and(|v| v == "1") {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, &actual).unwrap();
