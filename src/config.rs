@@ -59,9 +59,12 @@ pub struct ServeArgs {
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
     pub upstream_api: Option<ApiArg>,
-    /// Where runs are stored: `memory` (this build's only store).
+    /// Where runs are stored: `sqlite:PATH` (default `sqlite:./relay-data/relay.sqlite3`) or `memory`.
     #[arg(long, env = "RELAY_STORE", value_name = "URL")]
     pub store: Option<String>,
+    /// Seconds a stored run is kept; expired runs are removed in the background (default 30 days).
+    #[arg(long, env = "RELAY_STORE_TTL", value_name = "SECS")]
+    pub store_ttl: Option<f64>,
     /// Relay key clients must send as `Authorization: Bearer KEY` (repeatable).
     #[arg(long = "api-key", env = "RELAY_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
     pub api_keys: Vec<String>,
@@ -110,6 +113,7 @@ struct FileConfig {
     upstream_api_key: Option<String>,
     upstream_api: Option<ApiArg>,
     store: Option<String>,
+    store_ttl: Option<f64>,
     api_keys: Option<Vec<String>>,
     upstream_connect_timeout: Option<f64>,
     upstream_first_byte_timeout: Option<f64>,
@@ -137,6 +141,7 @@ fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreKind {
     Memory,
+    Sqlite(PathBuf),
 }
 
 /// How the relay treats `mcp` tools.
@@ -160,6 +165,8 @@ pub struct Config {
     pub upstream_api_key: Option<String>,
     pub upstream_api: UpstreamApi,
     pub store: StoreKind,
+    /// How long stored runs are kept.
+    pub store_ttl: Option<Duration>,
     pub api_keys: Vec<String>,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
@@ -176,6 +183,7 @@ impl Default for Config {
             upstream_api_key: None,
             upstream_api: UpstreamApi::Chat,
             store: StoreKind::Memory,
+            store_ttl: None,
             api_keys: Vec::new(),
             upstream_timeouts: Timeouts {
                 connect: Duration::from_secs(10),
@@ -234,17 +242,18 @@ impl Config {
             Some(ApiArg::Responses) => UpstreamApi::Responses,
             _ => UpstreamApi::Chat,
         };
-        if let Some(s) = args.store.or(file.store) {
-            c.store = match s.as_str() {
-                "memory" => StoreKind::Memory,
-                other => {
-                    return Err(bad(
-                        "--store",
-                        format!("'{other}': this build supports only 'memory' (the SQLite and Redis stores are not built yet)"),
-                    ));
-                }
-            };
-        }
+        // The binary's embedded default is SQLite; `Config::default()` (tests) keeps `memory`.
+        let store = args.store.or(file.store).unwrap_or_else(|| "sqlite:./relay-data/relay.sqlite3".into());
+        c.store = match store.as_str() {
+            "memory" => StoreKind::Memory,
+            s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..])),
+            other => {
+                return Err(bad(
+                    "--store",
+                    format!("'{other}': expected 'sqlite:PATH' or 'memory' (the Redis store is not built yet)"),
+                ));
+            }
+        };
         c.api_keys = if args.api_keys.is_empty() { file.api_keys.unwrap_or_default() } else { args.api_keys };
         c.api_keys.retain(|k| !k.is_empty());
         let secs = |flag: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
@@ -264,6 +273,8 @@ impl Config {
             )?,
             idle: secs("--upstream-idle-timeout", args.upstream_idle_timeout.or(file.upstream_idle_timeout), d.idle)?,
         };
+        let ttl = secs("--store-ttl", args.store_ttl.or(file.store_ttl), Duration::from_secs(30 * 24 * 3600))?;
+        c.store_ttl = Some(ttl);
         if let Some(n) = args.max_body_bytes.or(file.max_body_bytes) {
             if n < 1024 {
                 return Err(bad("--max-body-bytes", format!("'{n}': at least 1024")));

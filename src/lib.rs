@@ -16,6 +16,7 @@ pub mod mcp;
 pub mod redact;
 pub mod run;
 pub mod server;
+pub mod ssrf;
 pub mod store;
 pub mod upstream;
 

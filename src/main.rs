@@ -44,7 +44,14 @@ fn main() -> ExitCode {
                 let signal = server::shutdown_signal();
                 println!("listening on http://{addr}");
                 tracing::info!(%addr, upstream = %config.upstream_url, "relay ready");
-                server::serve_on(listener, App::new(config), signal).await;
+                let app = match App::open(config) {
+                    Ok(app) => app,
+                    Err(e) => {
+                        eprintln!("error: invalid value for '--store': {e}");
+                        return ExitCode::from(64);
+                    }
+                };
+                server::serve_on(listener, app, signal).await;
                 ExitCode::SUCCESS
             })
         }

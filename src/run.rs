@@ -32,8 +32,10 @@ pub enum StartError {
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
     /// Listing a server's tools failed and the relay is set to fail such requests (HTTP 424).
-    #[error("Error retrieving tool list from MCP server: '{label}'. {message}")]
+    #[error("{message}")]
     McpDiscovery { label: String, message: String },
+    #[error("{0}")]
+    Store(String),
 }
 
 /// The MCP side of a run: its servers, what was listed, and the model-facing names.
@@ -73,18 +75,15 @@ pub struct RunHandle {
 pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<String>) -> Result<Prepared, StartError> {
     let mut history = Vec::new();
     if let Some(prev) = &request.previous_response_id {
-        let Some(stored) = app.store().get(prev) else {
-            return Err(StartError::PreviousNotFound(prev.clone()));
-        };
-        history.extend(stored.history.iter().cloned());
-        if let Some(r) = stored.log.snapshot() {
-            history.extend(r.output.iter().filter_map(output_as_input));
+        match app.store().history(prev).await.map_err(|e| StartError::Store(e.to_string()))? {
+            Some(h) => history = h,
+            None => return Err(StartError::PreviousNotFound(prev.clone())),
         }
     }
     let mut input = Vec::with_capacity(request.input.len());
     for (i, item) in request.input.iter().enumerate() {
         match item {
-            InputItem::ItemReference(r) => match app.store().find_item(&r.id) {
+            InputItem::ItemReference(r) => match app.store().find_item(&r.id).await.map_err(|e| StartError::Store(e.to_string()))? {
                 Some(found) => input.push(found),
                 None => {
                     return Err(StartError::Invalid(FieldError::invalid_value(

@@ -1,100 +1,224 @@
-//! Where runs live: their Response (folded from the log), input items, conversation history and
-//! event log. `memory` now; SQLite and Redis plug in behind the same methods.
+//! Where runs live: live runs in memory (their log, cancel token), and every stored run's
+//! Response, input items and event log in a backend: `memory`, or embedded SQLite.
 //!
-//! Invariant: a reader only sees events the store has accepted (the sink publishes them on the
-//! run's log); a run not asked to be stored (`store: false`) is never kept after it ends.
+//! Invariants: a reader only sees an event once the backend has kept it (the backend's sink
+//! publishes it on the run's log after its commit), so a replay is exactly what live clients got;
+//! a run with `store: false` is never kept; a run is in the live map from its start until its
+//! terminal event is kept; after a crash, [`Store::open`] finishes every unfinished run with a
+//! terminal event, so no reader waits forever.
+
+pub mod memory;
+pub mod sqlite;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::api::Response;
 use crate::api::request::InputItem;
+use crate::config::StoreKind;
 use crate::run::emitter::{Immediate, LogSink};
 use crate::run::log::RunLog;
 use crate::run::{Prepared, RunHandle, output_as_input};
 
-/// A run as the store knows it.
-#[derive(Clone)]
-pub struct StoredRun {
-    pub id: String,
-    pub log: Arc<RunLog>,
-    pub input: Arc<Vec<InputItem>>,
-    pub history: Arc<Vec<InputItem>>,
-    pub cancel: CancellationToken,
-    pub background: bool,
+#[derive(Debug, thiserror::Error)]
+#[error("store error: {0}")]
+pub struct StoreError(pub String);
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError(e.to_string())
+    }
 }
 
-#[derive(Default)]
-struct State {
-    runs: HashMap<String, StoredRun>,
-    items: HashMap<String, InputItem>,
+/// A stored run's own data (its log aside).
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub response: Response,
+    pub input: Vec<InputItem>,
+}
+
+/// A run that is still going (or whose terminal event is not kept yet).
+#[derive(Clone)]
+pub struct LiveRun {
+    pub log: Arc<RunLog>,
+    pub cancel: CancellationToken,
+    pub background: bool,
+    pub input: Arc<Vec<InputItem>>,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Memory(memory::Memory),
+    Sqlite(sqlite::Sqlite),
 }
 
 /// The store. Cheap to clone.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Store {
-    state: Arc<Mutex<State>>,
+    live: Arc<Mutex<HashMap<String, LiveRun>>>,
+    backend: Backend,
+    ttl: Option<Duration>,
 }
 
 impl Store {
     pub fn memory() -> Self {
-        Self::default()
+        Store { live: Arc::default(), backend: Backend::Memory(memory::Memory::default()), ttl: None }
+    }
+
+    /// Opens the configured store; for SQLite, finishes runs a previous process left unfinished.
+    pub fn open(kind: &StoreKind, ttl: Option<Duration>) -> Result<Self, StoreError> {
+        let backend = match kind {
+            StoreKind::Memory => Backend::Memory(memory::Memory::default()),
+            StoreKind::Sqlite(path) => Backend::Sqlite(sqlite::Sqlite::open(path)?),
+        };
+        Ok(Store { live: Arc::default(), backend, ttl })
     }
 
     /// The sink the run's emitter appends through.
-    pub fn sink(&self, _run: &Prepared) -> Arc<dyn LogSink> {
-        Arc::new(Immediate)
+    pub fn sink(&self, p: &Prepared) -> Arc<dyn LogSink> {
+        match (&self.backend, p.request.store) {
+            (Backend::Sqlite(s), true) => Arc::new(s.sink(&p.response.id)),
+            _ => Arc::new(Immediate),
+        }
     }
 
-    /// Registers a starting run (if it is to be stored) and indexes its input items.
+    /// Registers a starting run (if it is to be stored) and keeps its input items.
     pub fn insert_live(&self, p: &Prepared, h: &RunHandle) {
         if !p.request.store {
             return;
         }
-        let mut st = self.state.lock().expect("store poisoned");
-        for item in &p.input {
-            if let Some(id) = item.id() {
-                st.items.insert(id.to_string(), item.clone());
-            }
+        let record = Record { response: p.response.clone(), input: p.input.clone() };
+        let expires_at = self.ttl.map(|t| p.response.created_at + t.as_secs() as i64);
+        match &self.backend {
+            Backend::Memory(m) => m.insert(record, h.log.clone(), expires_at),
+            Backend::Sqlite(s) => s.insert(&record, expires_at),
         }
-        st.runs.insert(
+        self.live.lock().expect("store poisoned").insert(
             h.id.clone(),
-            StoredRun {
-                id: h.id.clone(),
-                log: h.log.clone(),
-                input: Arc::new(p.input.clone()),
-                history: Arc::new(p.history.clone()),
-                cancel: h.cancel.clone(),
-                background: h.background,
-            },
+            LiveRun { log: h.log.clone(), cancel: h.cancel.clone(), background: h.background, input: Arc::new(p.input.clone()) },
         );
     }
 
-    /// Indexes a finished run's output items for `item_reference`.
-    pub fn finish_live(&self, log: &RunLog) {
-        let Some(r) = log.snapshot() else { return };
-        let mut st = self.state.lock().expect("store poisoned");
-        if !st.runs.contains_key(&r.id) {
-            return;
+    /// Called when a run ended: once its terminal event is kept, it leaves the live map.
+    pub async fn finish_live(&self, id: &str, log: &RunLog) {
+        log.wait_finished().await;
+        if let (Backend::Memory(m), Some(r)) = (&self.backend, log.snapshot()) {
+            m.finish(&r);
         }
-        for item in &r.output {
-            if let Some(input) = output_as_input(item) {
-                st.items.insert(item.id().to_string(), input);
+        self.live.lock().expect("store poisoned").remove(id);
+    }
+
+    /// A live run, if `id` is one.
+    pub fn live(&self, id: &str) -> Option<LiveRun> {
+        self.live.lock().expect("store poisoned").get(id).cloned()
+    }
+
+    /// The current Response of a run (mid-run too).
+    pub async fn response(&self, id: &str) -> Result<Option<Response>, StoreError> {
+        if let Some(l) = self.live(id) {
+            return Ok(l.log.snapshot());
+        }
+        Ok(self.record(id).await?.map(|r| r.response))
+    }
+
+    /// A run's Response and input items.
+    pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        if let Some(l) = self.live(id)
+            && let Some(response) = l.log.snapshot()
+        {
+            return Ok(Some(Record { response, input: l.input.to_vec() }));
+        }
+        match &self.backend {
+            Backend::Memory(m) => Ok(m.record(id)),
+            Backend::Sqlite(s) => s.record(id).await,
+        }
+    }
+
+    /// A run's event log: the live one, or the kept one of a finished run.
+    pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+        if let Some(l) = self.live(id) {
+            return Ok(Some(l.log));
+        }
+        match &self.backend {
+            Backend::Memory(m) => Ok(m.log(id)),
+            Backend::Sqlite(s) => s.log(id).await,
+        }
+    }
+
+    /// What the model saw and said along the chain ending at `id`, oldest first: every
+    /// ancestor's input and output, then this run's. `None` if `id` is unknown.
+    pub async fn history(&self, id: &str) -> Result<Option<Vec<InputItem>>, StoreError> {
+        let mut chain = Vec::new();
+        let mut cur = Some(id.to_string());
+        while let Some(c) = cur {
+            let Some(record) = self.record(&c).await? else {
+                if chain.is_empty() {
+                    return Ok(None);
+                }
+                break; // an ancestor was deleted: the chain starts after it
+            };
+            cur = record.response.previous_response_id.clone();
+            chain.push(record);
+            if chain.len() > 10_000 {
+                return Err(StoreError("previous_response_id chain is too long or cyclic".into()));
             }
         }
+        let mut history = Vec::new();
+        for record in chain.into_iter().rev() {
+            history.extend(record.input);
+            history.extend(record.response.output.iter().filter_map(output_as_input));
+        }
+        Ok(Some(history))
     }
 
-    pub fn get(&self, id: &str) -> Option<StoredRun> {
-        self.state.lock().expect("store poisoned").runs.get(id).cloned()
+    /// A stored item (input or output) by id, for `item_reference`.
+    pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
+        let live: Vec<LiveRun> = self.live.lock().expect("store poisoned").values().cloned().collect();
+        for l in live {
+            if let Some(i) = l.input.iter().find(|i| i.id() == Some(id)) {
+                return Ok(Some(i.clone()));
+            }
+            if let Some(r) = l.log.snapshot()
+                && let Some(o) = r.output.iter().find(|o| o.id() == id)
+            {
+                return Ok(output_as_input(o));
+            }
+        }
+        match &self.backend {
+            Backend::Memory(m) => Ok(m.find_item(id)),
+            Backend::Sqlite(s) => s.find_item(id).await,
+        }
     }
 
-    pub fn find_item(&self, id: &str) -> Option<InputItem> {
-        self.state.lock().expect("store poisoned").items.get(id).cloned()
+    /// Removes a run, its items and its log (cancelling it if it is live); false if unknown.
+    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        let live = self.live.lock().expect("store poisoned").remove(id);
+        if let Some(l) = &live {
+            l.cancel.cancel();
+        }
+        let kept = match &self.backend {
+            Backend::Memory(m) => m.delete(id),
+            Backend::Sqlite(s) => s.delete(id).await?,
+        };
+        Ok(kept || live.is_some())
     }
 
-    /// Removes a run and its log; false if there was none.
-    pub fn delete(&self, id: &str) -> bool {
-        self.state.lock().expect("store poisoned").runs.remove(id).is_some()
+    /// Removes runs whose time to live has passed; returns how many.
+    pub async fn expire(&self, now: i64) -> Result<usize, StoreError> {
+        let live: Vec<String> = self.live.lock().expect("store poisoned").keys().cloned().collect();
+        match &self.backend {
+            Backend::Memory(m) => Ok(m.expire(now, &live)),
+            Backend::Sqlite(s) => s.expire(now, live).await,
+        }
+    }
+
+    /// Waits until everything appended so far is kept (SQLite); at once for memory.
+    pub async fn flush(&self) {
+        if let Backend::Sqlite(s) = &self.backend {
+            s.flush().await;
+        }
     }
 }

@@ -13,6 +13,7 @@
 # Prints "N passed, M failed" as its last line; exits non-zero if any test failed or a suite
 # could not run (pytest's "no tests ran" counts as a failure).
 set -euo pipefail
+export PYTHONDONTWRITEBYTECODE=1
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 CONF="$ROOT/scripts/conformance"
@@ -119,7 +120,7 @@ if [[ " ${SUITES[*]} " == *" node "* ]]; then
   echo
   echo "== conformance: Node (node $("$NODE" --version), openai $("$NODE" -p 'require("'"$CONF"'/node/node_modules/openai/package.json").version')) against upstream kinds chat + responses"
   rc=0
-  (cd "$CONF/node" && "$NODE" --test \
+  (cd "$CONF/node" && "$NODE" --test --test-timeout=120000 \
     --test-reporter=spec --test-reporter-destination=stdout \
     --test-reporter=junit --test-reporter-destination="$LOGS/node.xml" \
     "test/*.test.mjs") || rc=$?

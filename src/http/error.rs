@@ -40,6 +40,11 @@ impl ApiError {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("No response found with id '{id}'."), None, None)
     }
 
+    pub fn store(message: &str) -> Self {
+        tracing::error!(error = %message, "store failure");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "The relay's store failed; try again.", None, Some("store_error"))
+    }
+
     pub fn unauthorized() -> Self {
         Self::new(
             StatusCode::UNAUTHORIZED,
@@ -80,6 +85,12 @@ impl ApiError {
     }
 }
 
+impl From<crate::store::StoreError> for ApiError {
+    fn from(e: crate::store::StoreError) -> Self {
+        ApiError::store(&e.to_string())
+    }
+}
+
 impl From<FieldError> for ApiError {
     fn from(e: FieldError) -> Self {
         ApiError::invalid(e)
@@ -98,6 +109,7 @@ impl From<StartError> for ApiError {
                 Some("previous_response_not_found"),
             ),
             StartError::Upstream(u) => ApiError::upstream(&u),
+            StartError::Store(_) => ApiError::store(&e.to_string()),
             StartError::McpDiscovery { .. } => ApiError::new(
                 StatusCode::FAILED_DEPENDENCY,
                 "external_connector_error",

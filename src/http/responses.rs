@@ -64,7 +64,6 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
 
 /// `GET /v1/responses/{id}`, with `?stream=true&starting_after=N` for the log.
 pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
-    let stored = app.store().get(id).ok_or_else(|| ApiError::response_not_found(id))?;
     let q = Query::parse(query);
     let stream = match q.get("stream") {
         None | Some("false") => false,
@@ -79,44 +78,61 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
                 .map(|n| n as usize + 1)
                 .map_err(|_| bad_query("starting_after", format!("Invalid value for 'starting_after': '{n}' (expected a non-negative integer).")))?,
         };
-        return Ok(sse::stream(stored.log, from, None));
+        let log = app.store().log(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
+        return Ok(sse::stream(log, from, None));
     }
-    let response = stored.log.snapshot().ok_or_else(|| ApiError::response_not_found(id))?;
+    let response = app.store().response(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
     Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
 }
 
 /// `DELETE /v1/responses/{id}`.
-pub fn delete(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
-    if !app.store().delete(id) {
+pub async fn delete(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
+    if !app.store().delete(id).await? {
         return Err(ApiError::response_not_found(id));
     }
     Ok(json_response(StatusCode::OK, json!({"id": id, "object": "response", "deleted": true}).to_string()))
 }
 
-/// `POST /v1/responses/{id}/cancel`.
+/// `POST /v1/responses/{id}/cancel`: cancels a background run and answers with the cancelled
+/// Response. Cancelling it again answers the same; a run that already ended otherwise is a 400.
 pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
-    let stored = app.store().get(id).ok_or_else(|| ApiError::response_not_found(id))?;
-    if !stored.background {
-        return Err(ApiError::new(
+    let synchronous = || {
+        ApiError::new(
             StatusCode::BAD_REQUEST,
             "invalid_request_error",
             "Cannot cancel a synchronous response. Only responses created with 'background': true can be cancelled.",
             None,
             None,
+        )
+    };
+    if let Some(live) = app.store().live(id) {
+        if !live.background {
+            return Err(synchronous());
+        }
+        live.cancel.cancel();
+        live.log.wait_finished().await;
+    }
+    let response = app.store().response(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
+    if !response.background {
+        return Err(synchronous());
+    }
+    use crate::api::ResponseStatus;
+    if !matches!(response.status, ResponseStatus::Cancelled) {
+        let status = serde_json::to_value(response.status).unwrap_or_default();
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("Cannot cancel response '{id}': it already finished with status {status}."),
+            None,
+            Some("response_already_finished"),
         ));
     }
-    stored.cancel.cancel();
-    while !stored.log.is_finished() {
-        let n = stored.log.len();
-        stored.log.wait_past(n).await;
-    }
-    let response = stored.log.snapshot().ok_or_else(|| ApiError::response_not_found(id))?;
     Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
 }
 
 /// `GET /v1/responses/{id}/input_items`, paginated as OpenAI does.
-pub fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
-    let stored = app.store().get(id).ok_or_else(|| ApiError::response_not_found(id))?;
+pub async fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+    let record = app.store().record(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
     let q = Query::parse(query);
     let limit = match q.get("limit") {
         None => 20,
@@ -130,7 +146,7 @@ pub fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Response<
         Some("asc") => false,
         Some(o) => return Err(bad_query("order", format!("Invalid value: '{o}'. Supported values are: 'asc' and 'desc'."))),
     };
-    let mut items: Vec<_> = stored.input.iter().collect();
+    let mut items: Vec<_> = record.input.iter().collect();
     if desc {
         items.reverse();
     }

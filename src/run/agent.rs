@@ -110,7 +110,8 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
         }
     };
     em.finish(ending, Some(usage));
-    app.store().finish_live(em.log());
+    let id = em.snapshot().id;
+    app.store().finish_live(&id, em.log()).await;
 }
 
 /// Emits the `mcp_list_tools` items of servers listed for this run.

@@ -112,8 +112,34 @@ impl Emitter {
         }
     }
 
+    /// Closes every item still open (as `incomplete`; an MCP call as `failed`), so a terminal
+    /// event can follow whatever stopped the run.
+    pub fn close_open_items(&mut self) {
+        use crate::api::ItemStatus;
+        use crate::api::OutputItem;
+        let snapshot = self.snapshot();
+        for index in self.log.open_items() {
+            let mut item = snapshot.output[index].clone();
+            match &mut item {
+                OutputItem::Message(m) => m.status = ItemStatus::Incomplete,
+                OutputItem::Reasoning(r) => r.status = ItemStatus::Incomplete,
+                OutputItem::FunctionCall(f) => f.status = ItemStatus::Incomplete,
+                OutputItem::McpCall(c) => {
+                    c.status = ItemStatus::Failed;
+                    c.output = None;
+                    c.error = Some(crate::api::response::McpCallError::McpToolExecutionError {
+                        content: serde_json::json!([{"type": "text", "text": "The run stopped before this call finished."}]),
+                    });
+                }
+                OutputItem::McpListTools(_) | OutputItem::McpApprovalRequest(_) => {}
+            }
+            self.emit(Event::OutputItemDone { output_index: index, item });
+        }
+    }
+
     /// Emits the terminal event with the folded Response, its final status and summed usage.
     pub fn finish(&mut self, ending: Ending, usage: Option<Usage>) -> Response {
+        self.close_open_items();
         let mut response = self.snapshot();
         response.usage = Some(usage.unwrap_or_default());
         let now = self.clock.now_unix();

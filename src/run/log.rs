@@ -81,12 +81,28 @@ impl RunLog {
         }
     }
 
-    /// A finished log rebuilt from stored entries (for replay of a stored run).
-    pub fn from_entries(entries: Vec<LogEntry>, fold: Fold) -> Self {
+    /// A log rebuilt from stored entries: `finished` for a completed run, or open so the
+    /// rest can be appended (recovery after a crash).
+    pub fn from_entries(entries: Vec<LogEntry>, fold: Fold, finished: bool) -> Self {
         let n = entries.len();
         RunLog {
-            inner: Mutex::new(Inner { entries, visible: n, finished: true, fold }),
+            inner: Mutex::new(Inner { entries, visible: n, finished, fold }),
             changed: watch::Sender::new(n),
+        }
+    }
+
+    /// Indexes of output items added and not yet done.
+    pub fn open_items(&self) -> Vec<usize> {
+        let inner = self.inner.lock().expect("run log poisoned");
+        let n = inner.fold.response().map(|r| r.output.len()).unwrap_or(0);
+        (0..n).filter(|i| inner.fold.is_open(*i)).collect()
+    }
+
+    /// Waits until the terminal event is visible.
+    pub async fn wait_finished(&self) {
+        while !self.is_finished() {
+            let n = self.len();
+            self.wait_past(n).await;
         }
     }
 

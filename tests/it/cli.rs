@@ -52,7 +52,11 @@ fn config_file_and_environment_are_read_with_flags_winning() {
 
 #[test]
 fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
+    // The embedded default store (SQLite under ./relay-data), in a scratch working directory.
+    let dir = std::env::temp_dir().join(format!("relay-serve-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(BIN)
+        .current_dir(&dir)
         .args(["serve", "--listen", "127.0.0.1:0", "--upstream-url", "http://127.0.0.1:9/v1"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -67,4 +71,5 @@ fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
     assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
+    assert!(dir.join("relay-data/relay.sqlite3").exists(), "the default store was not created");
 }

@@ -8,3 +8,4 @@ mod support;
 mod upstream_fixtures;
 mod mcp_client;
 mod mcp_loop;
+mod ssrf;

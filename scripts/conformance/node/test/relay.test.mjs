@@ -157,6 +157,25 @@ for (const kind of KINDS) {
       assert.deepEqual(added, added.map((_, i) => i), 'dense output_index');
     });
 
+    for (const variant of ['reasoning=2', 'refusal=1', 'finish=length', 'fault=cut', 'deltas=1']) {
+      test(`responses.create({stream: true}): raw iteration, ${variant}`, async () => {
+        const stream = await client.responses.create({ model: `${MODEL}?${variant}`, input: 'raw', stream: true });
+        const events = [];
+        for await (const ev of stream) events.push(ev);
+        checkSequence(events);
+        const open = new Map();
+        for (const ev of events) {
+          if (ev.type === 'response.output_item.added') open.set(ev.output_index, ev.item.id);
+          else if (ev.type === 'response.output_item.done') {
+            assert.equal(open.get(ev.output_index), ev.item.id, 'done matches added');
+            open.delete(ev.output_index);
+          } else if ('output_index' in ev) {
+            assert.equal(open.get(ev.output_index), ev.item_id, `${ev.type} targets an open item`);
+          }
+        }
+      });
+    }
+
     test('responses.create(): non-streaming equals the streamed output text', async () => {
       const resp = await client.responses.create({ model: MODEL, input: 'json please' });
       assert.equal(resp.status, 'completed');

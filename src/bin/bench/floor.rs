@@ -1,0 +1,86 @@
+//! The floor: a pass-through proxy on the relay's own stack (hyper's auto server with the same
+//! settings, reqwest upstream client with the same settings). It forwards the request bytes to the
+//! upstream and the response bytes back, chunk for chunk, parsing neither. Whatever the relay
+//! costs beyond this is the relay's own work.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http_body_util::combinators::UnsyncBoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE};
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::TcpListener;
+
+type BoxErr = Box<dyn std::error::Error + Send + Sync>;
+type Body = UnsyncBoxBody<Bytes, BoxErr>;
+
+/// Serves until the process is killed; `upstream` is an origin (`http://ADDR`), request paths are
+/// appended unchanged. Prints `listening on http://ADDR`.
+pub async fn serve(listen: SocketAddr, upstream: String) -> std::io::Result<()> {
+    let http = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(60))
+        .tcp_nodelay(true)
+        .build()
+        .expect("reqwest client builds");
+    let listener = TcpListener::bind(listen).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
+    let upstream: std::sync::Arc<str> = upstream.trim_end_matches('/').into();
+    loop {
+        let stream = match listener.accept().await {
+            Ok((s, _)) => s,
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (http, upstream) = (http.clone(), upstream.clone());
+        let svc = service_fn(move |req| forward(http.clone(), upstream.clone(), req));
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+    }
+}
+
+async fn forward(http: reqwest::Client, upstream: std::sync::Arc<str>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let (parts, body) = req.into_parts();
+    let bytes = match body.collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(e) => return Ok(status(StatusCode::BAD_REQUEST, e.to_string())),
+    };
+    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let mut out = http.request(parts.method, format!("{upstream}{path}")).body(bytes);
+    for name in [CONTENT_TYPE, AUTHORIZATION] {
+        if let Some(v) = parts.headers.get(&name) {
+            out = out.header(name, v.clone());
+        }
+    }
+    let up = match out.send().await {
+        Ok(r) => r,
+        Err(e) => return Ok(status(StatusCode::BAD_GATEWAY, e.to_string())),
+    };
+    let mut resp = Response::builder().status(up.status());
+    if let Some(ct) = up.headers().get(CONTENT_TYPE) {
+        resp = resp.header(CONTENT_TYPE, ct.clone());
+    }
+    let frames = up.bytes_stream().map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxErr));
+    Ok(resp.body(BodyExt::boxed_unsync(StreamBody::new(frames))).unwrap_or_else(|e| status(StatusCode::BAD_GATEWAY, e.to_string())))
+}
+
+fn status(code: StatusCode, message: String) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(message)).map_err(|never: Infallible| -> BoxErr { match never {} }).boxed_unsync());
+    *r.status_mut() = code;
+    r
+}

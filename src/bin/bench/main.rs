@@ -1,0 +1,757 @@
+//! `bench`: the relay's benchmark (issue 8). Starts a stamping model server, the MCP test server,
+//! the relay and a pass-through floor proxy as child processes on loopback, drives them with
+//! in-process streaming clients, and prints one table with the floor beside the relay, the
+//! ratios, and PASS/FAIL per target. `bench serve-upstream` / `bench serve-floor` are the child
+//! processes it starts from its own executable.
+
+mod floor;
+mod load;
+mod procs;
+mod upstream;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde_json::json;
+
+use load::{Expect, Kind, Req, Stats};
+use procs::Proc;
+
+#[derive(Parser, Debug)]
+#[command(name = "bench", about = "Benchmark of the relay against a pass-through floor, measured in the same run.")]
+struct Cli {
+    #[command(subcommand)]
+    serve: Option<Serve>,
+    #[command(flatten)]
+    opts: Opts,
+}
+
+#[derive(Subcommand, Debug)]
+enum Serve {
+    /// The stamping model server (started by the benchmark itself).
+    ServeUpstream {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+    },
+    /// The pass-through floor proxy (started by the benchmark itself).
+    ServeFloor {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
+        /// Upstream origin, `http://ADDR`.
+        #[arg(long)]
+        upstream: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Scenario {
+    Stream,
+    Mcp,
+    Idle,
+    Replay,
+    All,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum UpstreamKind {
+    /// The benchmark's own server: stamps every delta with its send time (latency measurable).
+    Stamp,
+    /// The project's `fake-upstream` (no stamps: latency columns stay empty).
+    Fake,
+}
+
+#[derive(Args, Debug, Clone)]
+struct Opts {
+    /// Which scenario to run.
+    #[arg(long, value_enum, default_value_t = Scenario::All)]
+    scenario: Scenario,
+    /// A few seconds per scenario with small counts; reports targets but fails only on errors.
+    #[arg(long)]
+    smoke: bool,
+    /// Concurrent streaming clients in `stream` and `mcp` [default: 256, smoke 8].
+    #[arg(long)]
+    clients: Option<usize>,
+    /// Measurement window per phase, seconds [default: 10, smoke 1.5].
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Text deltas per run in `stream`.
+    #[arg(long, default_value_t = 200)]
+    deltas: usize,
+    /// Text deltas after the tool call in `mcp`.
+    #[arg(long, default_value_t = 50)]
+    mcp_deltas: usize,
+    /// Milliseconds between upstream deltas in `stream` and `mcp` (0: as fast as possible) [default: 10].
+    #[arg(long)]
+    delay_ms: Option<u64>,
+    /// Open streams in `idle` (upstream sends one delta a second) [default: 10000, smoke 200].
+    #[arg(long)]
+    idle_streams: Option<usize>,
+    /// Streams per client connection in `idle`: >0 is h2c with that many streams per connection,
+    /// 0 is HTTP/1.1 (one connection per stream; needs 2 descriptors per stream in the relay).
+    #[arg(long, default_value_t = 100)]
+    idle_streams_per_conn: usize,
+    /// Seconds all idle streams are held open while CPU and memory are read [default: 5, smoke 1.5].
+    #[arg(long)]
+    idle_seconds: Option<f64>,
+    /// The relay's `--store` URL for `store: true` runs and `replay` (`memory`, `sqlite:PATH`).
+    #[arg(long, default_value = "memory")]
+    store: String,
+    /// Concurrent readers in `replay` [default: 32, smoke 4].
+    #[arg(long)]
+    replay_clients: Option<usize>,
+    /// Stored runs created (200 deltas each) and then replayed in `replay` [default: 256, smoke 16].
+    #[arg(long)]
+    replay_runs: Option<usize>,
+    /// Model server the relay and the floor talk to.
+    #[arg(long, value_enum, default_value_t = UpstreamKind::Stamp)]
+    upstream: UpstreamKind,
+    /// Do not run `cargo build` for the sibling binaries (responses-relay, mcp-test-server, fake-upstream).
+    #[arg(long)]
+    no_build: bool,
+    /// Directory for the children's stderr logs [default: $TMPDIR/relay-bench].
+    #[arg(long)]
+    log_dir: Option<PathBuf>,
+}
+
+/// Settings after the smoke defaults are applied.
+struct Plan {
+    smoke: bool,
+    clients: usize,
+    window: Duration,
+    warmup: Duration,
+    deltas: usize,
+    mcp_deltas: usize,
+    delay_ms: u64,
+    idle_streams: usize,
+    idle_per_conn: usize,
+    idle_hold: Duration,
+    idle_ramp_timeout: Duration,
+    store: String,
+    replay_clients: usize,
+    replay_runs: usize,
+}
+
+impl Plan {
+    fn new(o: &Opts) -> Plan {
+        let s = o.smoke;
+        let secs = |v: Option<f64>, full: f64, smoke: f64| Duration::from_secs_f64(v.unwrap_or(if s { smoke } else { full }).clamp(0.2, 600.0));
+        Plan {
+            smoke: s,
+            clients: o.clients.unwrap_or(if s { 8 } else { 256 }).clamp(1, 5000),
+            window: secs(o.seconds, 10.0, 1.5),
+            warmup: Duration::from_millis(if s { 500 } else { 1500 }),
+            deltas: o.deltas.clamp(1, 10_000),
+            mcp_deltas: o.mcp_deltas.clamp(1, 10_000),
+            delay_ms: o.delay_ms.unwrap_or(10).min(1000),
+            idle_streams: o.idle_streams.unwrap_or(if s { 200 } else { 10_000 }).clamp(1, 100_000),
+            idle_per_conn: o.idle_streams_per_conn.min(10_000),
+            idle_hold: secs(o.idle_seconds, 5.0, 1.5),
+            idle_ramp_timeout: Duration::from_secs(if s { 20 } else { 240 }),
+            store: o.store.clone(),
+            replay_clients: o.replay_clients.unwrap_or(if s { 4 } else { 32 }).clamp(1, 5000),
+            replay_runs: o.replay_runs.unwrap_or(if s { 16 } else { 256 }).clamp(1, 100_000),
+        }
+    }
+}
+
+/// One line of the table.
+#[derive(Default)]
+struct Row {
+    scenario: String,
+    side: String,
+    clients: usize,
+    secs: f64,
+    runs: u64,
+    events: u64,
+    cpu_s: f64,
+    lat: Vec<u32>,
+    ttfe: Vec<u32>,
+    peak_rss_kib: Option<u64>,
+    rss_per_stream_kib: Option<f64>,
+    open_streams: Option<u64>,
+    errors: u64,
+    first_error: Option<String>,
+}
+
+impl Row {
+    fn events_per_s(&self) -> f64 {
+        self.events as f64 / self.secs.max(1e-9)
+    }
+    fn cpu_ms_per_1k(&self) -> Option<f64> {
+        (self.events > 0).then(|| self.cpu_s * 1000.0 / (self.events as f64 / 1000.0))
+    }
+    fn cpu_ms_per_run(&self) -> Option<f64> {
+        (self.runs > 0).then(|| self.cpu_s * 1000.0 / self.runs as f64)
+    }
+    fn lat_q(&self, q: f64) -> Option<u32> {
+        load::quantile(&self.lat, q)
+    }
+}
+
+/// The running shared processes and where the binaries are.
+struct Env {
+    bin_dir: PathBuf,
+    logs: PathBuf,
+    ticks: f64,
+    upstream: Proc,
+    upstream_v1: String,
+    model: String,
+    stamps: bool,
+    mcp: Proc,
+    serial: std::sync::atomic::AtomicU64,
+}
+
+impl Env {
+    fn log(&self, name: &str) -> PathBuf {
+        let n = self.serial.fetch_add(1, Ordering::Relaxed);
+        self.logs.join(format!("{n:02}-{name}.log"))
+    }
+
+    fn relay(&self, store: &str) -> Result<Proc, String> {
+        let args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--upstream-url", &self.upstream_v1, "--store", store]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let p = Proc::spawn("relay", &self.bin_dir.join("responses-relay"), &args, &[], &self.log("relay"))?;
+        eprintln!("  relay pid {} at {} (--store {store})", p.pid(), p.url);
+        Ok(p)
+    }
+
+    fn floor(&self) -> Result<Proc, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let args = vec!["serve-floor".into(), "--listen".into(), "127.0.0.1:0".into(), "--upstream".into(), self.upstream.origin()];
+        let p = Proc::spawn("floor", &exe, &args, &[], &self.log("floor"))?;
+        eprintln!("  floor pid {} at {}", p.pid(), p.url);
+        Ok(p)
+    }
+
+    fn model(&self, deltas: usize, delay_ms: u64) -> String {
+        format!("{}?deltas={deltas}&delay_ms={delay_ms}", self.model)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match cli.serve {
+        Some(Serve::ServeUpstream { listen }) => match rt.block_on(upstream::serve(listen)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("serve-upstream: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Serve::ServeFloor { listen, upstream }) => {
+            responses_relay::install_tls();
+            match rt.block_on(floor::serve(listen, upstream)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("serve-floor: {e}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        None => {
+            responses_relay::install_tls();
+            rt.block_on(bench(cli.opts))
+        }
+    }
+}
+
+/// Builds the sibling binaries with the profile this executable was built with.
+fn build_siblings(bin_dir: &Path) -> Result<(), String> {
+    let release = bin_dir.file_name().is_some_and(|n| n == "release");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "--manifest-path", manifest, "--bin", "responses-relay", "--bin", "mcp-test-server", "--bin", "fake-upstream"]);
+    if release {
+        cmd.arg("--release");
+    } else {
+        eprintln!("warning: bench is a debug build; numbers are meaningless (use --release)");
+    }
+    let status = cmd.status().map_err(|e| format!("cargo build: {e}"))?;
+    if !status.success() {
+        return Err(format!("cargo build failed: {status}"));
+    }
+    Ok(())
+}
+
+async fn bench(o: Opts) -> ExitCode {
+    let plan = Plan::new(&o);
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let bin_dir = exe.parent().expect("executable has a directory").to_path_buf();
+    if !o.no_build {
+        if let Err(e) = build_siblings(&bin_dir) {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    }
+    let logs = o.log_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("relay-bench"));
+    if let Err(e) = std::fs::create_dir_all(&logs) {
+        eprintln!("bench: cannot create {}: {e}", logs.display());
+        return ExitCode::from(2);
+    }
+    let env = match start_env(&o, bin_dir, logs).await {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    let mut failures: Vec<String> = Vec::new();
+    let want = |s: Scenario| o.scenario == s || o.scenario == Scenario::All;
+    let started = Instant::now();
+    if want(Scenario::Stream) {
+        match scenario_stream(&env, &plan).await {
+            Ok(r) => rows.extend(r),
+            Err(e) => failures.push(format!("stream: {e}")),
+        }
+    }
+    if want(Scenario::Mcp) {
+        match scenario_mcp(&env, &plan).await {
+            Ok(r) => rows.push(r),
+            Err(e) => failures.push(format!("mcp: {e}")),
+        }
+    }
+    if want(Scenario::Idle) {
+        match scenario_idle(&env, &plan).await {
+            Ok(r) => rows.push(r),
+            Err(e) => failures.push(format!("idle: {e}")),
+        }
+    }
+    if want(Scenario::Replay) {
+        match scenario_replay(&env, &plan).await {
+            Ok(r) => rows.push(r),
+            Err(e) => failures.push(format!("replay: {e}")),
+        }
+    }
+    let all_pass = report(&rows, &plan, &env, started.elapsed());
+    for r in &rows {
+        if r.errors > 0 {
+            failures.push(format!("{} {}: {} errors, first: {}", r.scenario, r.side, r.errors, r.first_error.as_deref().unwrap_or("?")));
+        }
+    }
+    if !failures.is_empty() {
+        println!("\nERRORS:");
+        for f in &failures {
+            println!("- {f}");
+        }
+        return ExitCode::from(2);
+    }
+    if !all_pass && !plan.smoke {
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env, String> {
+    let serial = std::sync::atomic::AtomicU64::new(0);
+    let upstream = match o.upstream {
+        UpstreamKind::Stamp => {
+            let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+            let args = vec!["serve-upstream".into(), "--listen".into(), "127.0.0.1:0".into()];
+            Proc::spawn("upstream", &exe, &args, &[], &logs.join("upstream.log"))?
+        }
+        UpstreamKind::Fake => {
+            let args = vec!["--listen".into(), "127.0.0.1:0".into()];
+            Proc::spawn("fake-upstream", &bin_dir.join("fake-upstream"), &args, &[], &logs.join("upstream.log"))?
+        }
+    };
+    let mcp_args = vec!["--listen".into(), "127.0.0.1:0".into()];
+    let mcp = Proc::spawn("mcp-test-server", &bin_dir.join("mcp-test-server"), &mcp_args, &[], &logs.join("mcp.log"))?;
+    eprintln!("upstream pid {} at {}; MCP server pid {} at {}; logs in {}", upstream.pid(), upstream.url, mcp.pid(), mcp.url, logs.display());
+    let upstream_v1 = format!("{}/v1", upstream.origin());
+    let (model, stamps) = match o.upstream {
+        UpstreamKind::Stamp => ("bench".to_string(), true),
+        UpstreamKind::Fake => ("fake-model".to_string(), false),
+    };
+    Ok(Env { bin_dir, logs, ticks: procs::clock_ticks_per_sec(), upstream, upstream_v1, model, stamps, mcp, serial })
+}
+
+fn responses_body(model: &str, input: &str, store: bool, tools: serde_json::Value) -> Bytes {
+    let mut b = json!({"model": model, "input": input, "stream": true, "store": store});
+    if tools.as_array().is_some_and(|t| !t.is_empty()) {
+        b["tools"] = tools;
+    }
+    Bytes::from(b.to_string())
+}
+
+/// Runs `clients` looping clients against `make` and measures `pid` over the plan's window.
+#[allow(clippy::too_many_arguments)]
+async fn measure_loop(
+    env: &Env,
+    plan: &Plan,
+    pid: u32,
+    scenario: &str,
+    side: &str,
+    kind: Kind,
+    expect: Expect,
+    clients: usize,
+    make: Arc<dyn Fn() -> Req + Send + Sync>,
+) -> Row {
+    let st = Arc::new(Stats::default());
+    let http = load::http1_client(clients);
+    let hard_deadline = Instant::now() + plan.warmup + plan.window + Duration::from_secs(60);
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            tokio::spawn(load::loop_runs(http.clone(), make.clone(), kind, expect, st.clone(), hard_deadline, 10_000_000))
+        })
+        .collect();
+    tokio::time::sleep(plan.warmup).await;
+    let (ev0, runs0, cpu0) = (st.events.load(Ordering::Relaxed), st.runs.load(Ordering::Relaxed), procs::cpu_ticks(pid));
+    st.measuring.store(true, Ordering::Relaxed);
+    let t0 = Instant::now();
+    tokio::time::sleep(plan.window).await;
+    st.measuring.store(false, Ordering::Relaxed);
+    let cpu1 = procs::cpu_ticks(pid);
+    let secs = t0.elapsed().as_secs_f64();
+    let (ev1, runs1) = (st.events.load(Ordering::Relaxed), st.runs.load(Ordering::Relaxed));
+    st.stop.store(true, Ordering::Relaxed);
+    // Runs in flight finish (each is bounded by deltas × delay); stragglers are dropped.
+    let grace = Instant::now() + Duration::from_secs(30);
+    for t in tasks {
+        let left = grace.saturating_duration_since(Instant::now());
+        let abort = t.abort_handle();
+        if tokio::time::timeout(left, t).await.is_err() {
+            abort.abort();
+        }
+    }
+    let _ = env;
+    finish_row(&st, scenario, side, clients, secs, ev1 - ev0, runs1 - runs0, cpu0, cpu1, env.ticks, pid)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn finish_row(
+    st: &Stats,
+    scenario: &str,
+    side: &str,
+    clients: usize,
+    secs: f64,
+    events: u64,
+    runs: u64,
+    cpu0: Option<u64>,
+    cpu1: Option<u64>,
+    ticks: f64,
+    pid: u32,
+) -> Row {
+    let mut lat = std::mem::take(&mut *st.latency_us.lock().expect("lock"));
+    lat.sort_unstable();
+    let mut ttfe = std::mem::take(&mut *st.ttfe_us.lock().expect("lock"));
+    ttfe.sort_unstable();
+    let cpu_s = match (cpu0, cpu1) {
+        (Some(a), Some(b)) => (b.saturating_sub(a)) as f64 / ticks,
+        _ => f64::NAN,
+    };
+    Row {
+        scenario: scenario.into(),
+        side: side.into(),
+        clients,
+        secs,
+        runs,
+        events,
+        cpu_s,
+        lat,
+        ttfe,
+        peak_rss_kib: procs::status_kib(pid, "VmHWM"),
+        errors: st.errors.load(Ordering::Relaxed),
+        first_error: st.first_error.lock().expect("lock").clone(),
+        ..Row::default()
+    }
+}
+
+async fn scenario_stream(env: &Env, plan: &Plan) -> Result<Vec<Row>, String> {
+    eprintln!("stream: {} clients, {} deltas per run, {} ms apart", plan.clients, plan.deltas, plan.delay_ms);
+    let model = env.model(plan.deltas, plan.delay_ms);
+    let mut rows = Vec::new();
+    {
+        let floor = env.floor()?;
+        let body = Bytes::from(json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true}).to_string());
+        let req = Req { url: format!("{}/v1/chat/completions", floor.origin()), body: Some(body) };
+        let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
+        rows.push(measure_loop(env, plan, floor.pid(), "stream", "floor (pass-through)", Kind::Floor, Expect { mcp_call: false }, plan.clients, make).await);
+    }
+    for store in [false, true] {
+        let relay = env.relay(&plan.store)?;
+        let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(responses_body(&model, "hi", store, json!([]))) };
+        let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
+        let side = if store { format!("relay store:true ({})", plan.store) } else { "relay store:false".to_string() };
+        rows.push(measure_loop(env, plan, relay.pid(), "stream", &side, Kind::Relay, Expect { mcp_call: false }, plan.clients, make).await);
+    }
+    Ok(rows)
+}
+
+async fn scenario_mcp(env: &Env, plan: &Plan) -> Result<Row, String> {
+    eprintln!("mcp: {} clients, list + 1 call + {} deltas, {} ms apart", plan.clients, plan.mcp_deltas, plan.delay_ms);
+    let relay = env.relay(&plan.store)?;
+    let tools = json!([{"type": "mcp", "server_label": "bench", "server_url": env.mcp.url, "require_approval": "never"}]);
+    let body = responses_body(&env.model(plan.mcp_deltas, plan.delay_ms), "CALL echo {\"text\":\"hi\"}", false, tools);
+    let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(body) };
+    let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
+    Ok(measure_loop(env, plan, relay.pid(), "mcp", "relay store:false", Kind::Relay, Expect { mcp_call: true }, plan.clients, make).await)
+}
+
+async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
+    let n = plan.idle_streams;
+    let per_conn = plan.idle_per_conn;
+    let transport = if per_conn > 0 { format!("h2c, {per_conn} streams per connection") } else { "HTTP/1.1".into() };
+    eprintln!("idle: {n} streams ({transport}), upstream sends one delta a second");
+    let relay = env.relay(&plan.store)?;
+    let pid = relay.pid();
+    let url = format!("{}/v1/responses", relay.origin());
+    // Warm the relay (runtime threads, pools, allocator arenas) before the baseline.
+    let warm = Arc::new(Stats::default());
+    let http1 = load::http1_client(8);
+    let warm_req = Req { url: url.clone(), body: Some(responses_body(&env.model(5, 0), "hi", false, json!([]))) };
+    for _ in 0..20 {
+        if let Err(e) = load::one_run(&http1, &warm_req, Kind::Relay, &warm, || {}).await {
+            return Err(format!("warm-up run: {e}"));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let base = procs::status_kib(pid, "VmRSS").ok_or("cannot read the relay's VmRSS")?;
+    let st = Arc::new(Stats::default());
+    // Each stream lasts at most this many seconds (one delta a second): longer than the ramp and hold.
+    let life = (plan.idle_ramp_timeout + plan.idle_hold).as_secs() + 30;
+    let req = Req { url, body: Some(responses_body(&env.model(life as usize, 1000), "hi", false, json!([]))) };
+    let clients: Vec<reqwest::Client> = if per_conn > 0 {
+        (0..n.div_ceil(per_conn)).map(|_| load::http2_client()).collect()
+    } else {
+        vec![load::http1_client(n)]
+    };
+    let opening = Arc::new(tokio::sync::Semaphore::new(128));
+    let t_ramp = Instant::now();
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let http = clients[if per_conn > 0 { i / per_conn } else { 0 }].clone();
+            let (req, st, opening) = (req.clone(), st.clone(), opening.clone());
+            tokio::spawn(async move {
+                let Ok(permit) = opening.acquire_owned().await else { return };
+                let mut permit = Some(permit);
+                let st2 = st.clone();
+                let r = load::one_run(&http, &req, Kind::Relay, &st, move || {
+                    permit.take();
+                    st2.opened.fetch_add(1, Ordering::Relaxed);
+                })
+                .await;
+                if let Err(e) = r {
+                    st.error(e);
+                }
+            })
+        })
+        .collect();
+    let ramp_deadline = Instant::now() + plan.idle_ramp_timeout;
+    while Instant::now() < ramp_deadline {
+        let (opened, errors) = (st.opened.load(Ordering::Relaxed), st.errors.load(Ordering::Relaxed));
+        if opened + errors >= n as u64 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let ramp = t_ramp.elapsed();
+    let opened = st.opened.load(Ordering::Relaxed);
+    eprintln!("  {opened} of {n} streams open after {:.1} s ({} errors)", ramp.as_secs_f64(), st.errors.load(Ordering::Relaxed));
+    let (ev0, cpu0) = (st.events.load(Ordering::Relaxed), procs::cpu_ticks(pid));
+    st.measuring.store(true, Ordering::Relaxed);
+    let t0 = Instant::now();
+    tokio::time::sleep(plan.idle_hold).await;
+    st.measuring.store(false, Ordering::Relaxed);
+    let cpu1 = procs::cpu_ticks(pid);
+    let secs = t0.elapsed().as_secs_f64();
+    let ev1 = st.events.load(Ordering::Relaxed);
+    let rss = procs::status_kib(pid, "VmRSS");
+    let fds = procs::open_fds(pid);
+    let still_open = st.opened.load(Ordering::Relaxed);
+    for t in &tasks {
+        t.abort();
+    }
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+    }
+    eprintln!("  relay RSS {} KiB before, {} KiB with the streams open; {} descriptors", base, rss.unwrap_or(0), fds.unwrap_or(0));
+    let mut row = finish_row(&st, "idle", &format!("relay ({transport})"), n, secs, ev1 - ev0, 0, cpu0, cpu1, env.ticks, pid);
+    row.open_streams = Some(still_open);
+    row.rss_per_stream_kib = rss.filter(|_| still_open > 0).map(|r| r.saturating_sub(base) as f64 / still_open as f64);
+    Ok(row)
+}
+
+async fn scenario_replay(env: &Env, plan: &Plan) -> Result<Row, String> {
+    eprintln!("replay: {} stored runs of {} deltas, {} readers, --store {}", plan.replay_runs, plan.deltas, plan.replay_clients, plan.store);
+    let relay = env.relay(&plan.store)?;
+    let base = relay.origin();
+    let create = Req { url: format!("{base}/v1/responses"), body: Some(responses_body(&env.model(plan.deltas, 0), "hi", true, json!([]))) };
+    let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let st = Arc::new(Stats::default());
+    let http = load::http1_client(16);
+    let per_task = plan.replay_runs.div_ceil(16);
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let (http, create, ids, st) = (http.clone(), create.clone(), ids.clone(), st.clone());
+            tokio::spawn(async move {
+                for _ in 0..per_task {
+                    match load::one_run(&http, &create, Kind::Relay, &st, || {}).await {
+                        Ok(out) => match out.id {
+                            Some(id) if out.completed => ids.lock().expect("lock").push(id),
+                            _ => st.error("a stored run did not complete or had no id".into()),
+                        },
+                        Err(e) => st.error(e),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(120), t).await;
+    }
+    if st.errors.load(Ordering::Relaxed) > 0 {
+        return Err(format!("creating stored runs: {}", st.first_error.lock().expect("lock").clone().unwrap_or_default()));
+    }
+    let ids: Vec<String> = std::mem::take(&mut *ids.lock().expect("lock"));
+    if ids.is_empty() {
+        return Err("no stored run to replay".into());
+    }
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let ids = Arc::new(ids);
+    let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || {
+        let i = next.fetch_add(1, Ordering::Relaxed) % ids.len();
+        Req { url: format!("{base}/v1/responses/{}?stream=true", ids[i]), body: None }
+    });
+    let side = format!("relay GET ?stream=true ({})", plan.store);
+    Ok(measure_loop(env, plan, relay.pid(), "replay", &side, Kind::Count, Expect { mcp_call: false }, plan.replay_clients, make).await)
+}
+
+fn fmt_opt(v: Option<f64>, prec: usize) -> String {
+    match v {
+        Some(x) if x.is_finite() => format!("{x:.prec$}"),
+        _ => "–".into(),
+    }
+}
+
+/// Prints the table, the ratios and the targets; true when every target passed.
+fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
+    println!();
+    println!(
+        "Benchmark ({}; {} cores; upstream delay {} ms; window {:.1} s per phase; took {:.0} s)",
+        if plan.smoke { "SMOKE" } else { "full" },
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        plan.delay_ms,
+        plan.window.as_secs_f64(),
+        took.as_secs_f64()
+    );
+    println!();
+    println!("| scenario | process | clients | runs/s | events/s | CPU ms / 1k events | CPU ms / run | added latency p50 / p99 (µs) | first event p50 / p99 (ms) | peak RSS (MiB) | RSS / open stream (KiB) | errors |");
+    println!("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
+    for r in rows {
+        let lat = match (r.lat_q(0.5), r.lat_q(0.99)) {
+            (Some(a), Some(b)) => format!("{a} / {b}"),
+            _ => "–".into(),
+        };
+        let ttfe = match (load::quantile(&r.ttfe, 0.5), load::quantile(&r.ttfe, 0.99)) {
+            (Some(a), Some(b)) => format!("{:.2} / {:.2}", a as f64 / 1000.0, b as f64 / 1000.0),
+            _ => "–".into(),
+        };
+        let clients = match r.open_streams {
+            Some(o) => format!("{o} open"),
+            None => r.clients.to_string(),
+        };
+        println!(
+            "| {} | {} | {} | {} | {:.0} | {} | {} | {} | {} | {} | {} | {} |",
+            r.scenario,
+            r.side,
+            clients,
+            if r.scenario == "idle" { "–".into() } else { format!("{:.1}", r.runs as f64 / r.secs.max(1e-9)) },
+            r.events_per_s(),
+            fmt_opt(r.cpu_ms_per_1k(), 1),
+            if r.scenario == "idle" { "–".into() } else { fmt_opt(r.cpu_ms_per_run(), 3) },
+            lat,
+            ttfe,
+            fmt_opt(r.peak_rss_kib.map(|k| k as f64 / 1024.0), 1),
+            fmt_opt(r.rss_per_stream_kib, 1),
+            r.errors
+        );
+    }
+    let find = |scenario: &str, side_prefix: &str| rows.iter().find(|r| r.scenario == scenario && r.side.starts_with(side_prefix));
+    let floor = find("stream", "floor");
+    let mut targets: Vec<(String, Option<bool>, String)> = Vec::new();
+    if let Some(f) = floor {
+        println!();
+        println!("Ratios to the floor (same upstream, same clients, same run):");
+        for r in rows.iter().filter(|r| r.scenario == "stream" && r.side.starts_with("relay")) {
+            let cpu = r.cpu_ms_per_1k().zip(f.cpu_ms_per_1k()).map(|(a, b)| a / b);
+            let lat = |q| r.lat_q(q).zip(f.lat_q(q)).map(|(a, b)| a as f64 / (b as f64).max(1.0));
+            println!(
+                "- {}: CPU per event {}x, added latency p50 {}x, p99 {}x",
+                r.side,
+                fmt_opt(cpu, 2),
+                fmt_opt(lat(0.5), 2),
+                fmt_opt(lat(0.99), 2)
+            );
+            let (limit, what) = if r.side.contains("store:false") {
+                (3.0, "relay CPU per streamed event <= 3x floor (store: false)".to_string())
+            } else {
+                (5.0, format!("relay CPU per streamed event <= 5x floor (store: true, --store {})", plan.store))
+            };
+            targets.push((what, cpu.map(|c| c <= limit), format!("{}x", fmt_opt(cpu, 2))));
+        }
+    }
+    if let Some(r) = find("stream", "relay store:false") {
+        let p99 = r.lat_q(0.99);
+        let what = format!("p99 added latency per event < 1 ms at 256 concurrent streams (measured at {})", r.clients);
+        let ok = if r.clients == 256 { p99.map(|p| p < 1000) } else { None };
+        let floor_p99 = floor.and_then(|f| f.lat_q(0.99)).map(|p| format!(", floor {p} µs")).unwrap_or_default();
+        targets.push((what, ok, format!("{} µs{floor_p99}", p99.map(|p| p.to_string()).unwrap_or("–".into()))));
+    }
+    if let Some(r) = find("mcp", "relay") {
+        let v = r.cpu_ms_per_run();
+        targets.push(("relay CPU per mcp run (list from pool, 1 call, 50 deltas) < 1 ms".into(), v.map(|v| v < 1.0), format!("{} ms", fmt_opt(v, 3))));
+    }
+    if let Some(r) = find("idle", "relay") {
+        let open = r.open_streams.unwrap_or(0);
+        let per = r.rss_per_stream_kib;
+        let ok = per.map(|p| open >= 10_000 && p < 64.0);
+        targets.push((
+            "idle: >= 10,000 open streams, relay RSS < 64 KiB per stream".into(),
+            ok,
+            format!("{open} open, {} KiB per stream", fmt_opt(per, 1)),
+        ));
+    }
+    if let Some(r) = find("replay", "relay") {
+        let eps = r.events_per_s();
+        targets.push((format!("replay >= 200,000 events/s (--store {})", plan.store), Some(eps >= 200_000.0), format!("{eps:.0} events/s")));
+    }
+    println!();
+    println!("Targets (issue 8 item 4){}:", if plan.smoke { " — smoke mode: reported, not enforced" } else { "" });
+    let mut all = true;
+    for (what, ok, got) in &targets {
+        let verdict = match ok {
+            Some(true) => "PASS",
+            Some(false) => {
+                all = false;
+                "FAIL"
+            }
+            None => "N/A ",
+        };
+        println!("- {verdict} {what}: {got}");
+    }
+    if !env.stamps {
+        println!("(upstream without send stamps: latency not measured)");
+    }
+    if !plan.store.starts_with("sqlite") && targets.iter().any(|t| t.0.contains("--store")) {
+        println!("(the store targets name SQLite; this run used --store {})", plan.store);
+    }
+    println!("Child logs: {}", env.logs.display());
+    all
+}

@@ -1,0 +1,366 @@
+//! The embedded SQLite backend (WAL). One writer thread takes every write from a channel and
+//! commits them in batches, then makes the batch's events visible to readers: the run task never
+//! waits on the disk, and a reader never sees an event that is not kept. Reads use their own
+//! connection (WAL readers do not block the writer).
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+use tokio::sync::oneshot;
+
+use super::{Record, StoreError};
+use crate::api::Response;
+use crate::api::request::InputItem;
+use crate::run::emitter::{Clock, Emitter, Ending, LogSink};
+use crate::run::fold::Fold;
+use crate::run::log::{LogEntry, RunLog};
+use crate::run::output_as_input;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS responses (
+    id TEXT PRIMARY KEY,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    status TEXT NOT NULL,
+    response TEXT NOT NULL,
+    input TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS events (
+    response_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    offset_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (response_id, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS items (
+    id TEXT PRIMARY KEY,
+    response_id TEXT NOT NULL,
+    item TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_by_response ON items(response_id);
+CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses(expires_at);
+";
+
+/// Largest number of writes committed in one transaction.
+const BATCH: usize = 4096;
+
+enum Cmd {
+    Insert { id: String, created_at: i64, expires_at: Option<i64>, status: String, response: String, input: String, items: Vec<(String, String)> },
+    Append { id: String, log: Arc<RunLog>, entry: LogEntry, terminal: Option<Box<Response>> },
+    Delete { id: String, reply: oneshot::Sender<Result<bool, StoreError>> },
+    Expire { now: i64, live: Vec<String>, reply: oneshot::Sender<Result<usize, StoreError>> },
+    Flush { reply: oneshot::Sender<()> },
+    /// As `Flush`, for callers outside the async runtime.
+    Barrier { reply: mpsc::Sender<()> },
+}
+
+#[derive(Clone)]
+pub struct Sqlite {
+    tx: mpsc::Sender<Cmd>,
+    read: Arc<Mutex<Connection>>,
+}
+
+/// Appends one run's events through the writer.
+pub struct Sink {
+    id: String,
+    tx: mpsc::Sender<Cmd>,
+}
+
+impl LogSink for Sink {
+    fn append(&self, log: &Arc<RunLog>, entry: &LogEntry, terminal: Option<&Response>) {
+        let cmd = Cmd::Append { id: self.id.clone(), log: log.clone(), entry: entry.clone(), terminal: terminal.cloned().map(Box::new) };
+        if self.tx.send(cmd).is_err() {
+            tracing::error!("the SQLite writer is gone; an event could not be kept");
+        }
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+impl Sqlite {
+    /// Opens (creating) the database, starts the writer, and finishes runs a previous process
+    /// left unfinished.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
+        }
+        let writer = connect(path)?;
+        writer.execute_batch(SCHEMA)?;
+        let read = connect(path)?;
+        let (tx, rx) = mpsc::channel();
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || write_loop(writer, rx))
+            .map_err(|e| StoreError(e.to_string()))?;
+        let store = Sqlite { tx, read: Arc::new(Mutex::new(read)) };
+        store.recover()?;
+        Ok(store)
+    }
+
+    pub fn sink(&self, id: &str) -> Sink {
+        Sink { id: id.to_string(), tx: self.tx.clone() }
+    }
+
+    pub fn insert(&self, record: &Record, expires_at: Option<i64>) {
+        let r = &record.response;
+        let items = record
+            .input
+            .iter()
+            .filter_map(|i| Some((i.id()?.to_string(), serde_json::to_string(i).ok()?)))
+            .collect();
+        let cmd = Cmd::Insert {
+            id: r.id.clone(),
+            created_at: r.created_at,
+            expires_at,
+            status: status_of(r),
+            response: serde_json::to_string(r).expect("serializes"),
+            input: serde_json::to_string(&record.input).expect("serializes"),
+            items,
+        };
+        let _ = self.tx.send(cmd);
+    }
+
+    async fn read<T: Send + 'static>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
+        let conn = self.read.clone();
+        tokio::task::spawn_blocking(move || f(&conn.lock().expect("sqlite reader poisoned")))
+            .await
+            .map_err(|e| StoreError(e.to_string()))?
+    }
+
+    pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| read_record(c, &id)).await
+    }
+
+    pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| {
+            if read_record(c, &id)?.is_none() {
+                return Ok(None);
+            }
+            let entries = read_entries(c, &id)?;
+            let fold = fold_entries(&entries)?;
+            Ok(Some(Arc::new(RunLog::from_entries(entries, fold, true))))
+        })
+        .await
+    }
+
+    pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
+        let id = id.to_string();
+        self.read(move |c| {
+            let item: Option<String> = c.query_row("SELECT item FROM items WHERE id = ?1", [&id], |r| r.get(0)).optional()?;
+            item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string()))).transpose()
+        })
+        .await
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Cmd::Delete { id: id.to_string(), reply }).map_err(|_| StoreError("writer gone".into()))?;
+        rx.await.map_err(|_| StoreError("writer gone".into()))?
+    }
+
+    pub async fn expire(&self, now: i64, live: Vec<String>) -> Result<usize, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx.send(Cmd::Expire { now, live, reply }).map_err(|_| StoreError("writer gone".into()))?;
+        rx.await.map_err(|_| StoreError("writer gone".into()))?
+    }
+
+    pub async fn flush(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.tx.send(Cmd::Flush { reply }).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Ends every run left `queued`/`in_progress` by a process that stopped: its open items are
+    /// closed and `response.failed` is appended, through the same emitter as a live run.
+    fn recover(&self) -> Result<(), StoreError> {
+        let conn = self.read.lock().expect("sqlite reader poisoned");
+        let mut stmt = conn.prepare("SELECT id FROM responses WHERE status IN ('queued', 'in_progress')")?;
+        let ids: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        for id in ids {
+            let entries = read_entries(&conn, &id)?;
+            let fold = fold_entries(&entries)?;
+            if fold.response().is_none() {
+                // Not even `response.created` was kept: nothing was ever visible; drop it.
+                conn.execute("DELETE FROM responses WHERE id = ?1", [&id])?;
+                continue;
+            }
+            let log = Arc::new(RunLog::from_entries(entries, fold, false));
+            let mut em = Emitter::new(log.clone(), Arc::new(self.sink(&id)), crate::api::id::IdSource::Random, Clock::System);
+            em.finish(
+                Ending::Failed(crate::api::response::ResponseError {
+                    code: "server_error".into(),
+                    message: "The relay stopped before this response finished.".into(),
+                }),
+                log.snapshot().and_then(|r| r.usage),
+            );
+            tracing::warn!(response_id = %id, "finished a run left unfinished by a previous relay process");
+        }
+        drop(stmt);
+        drop(conn);
+        let (reply, rx) = mpsc::channel();
+        let _ = self.tx.send(Cmd::Barrier { reply });
+        let _ = rx.recv();
+        Ok(())
+    }
+}
+
+fn status_of(r: &Response) -> String {
+    serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
+    let row: Option<(String, String)> = c
+        .query_row("SELECT response, input FROM responses WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    let Some((response, input)) = row else { return Ok(None) };
+    let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+    Ok(Some(Record { response: serde_json::from_str(&response).map_err(bad)?, input: serde_json::from_str(&input).map_err(bad)? }))
+}
+
+/// The kept events of a run, in order.
+pub fn read_entries(c: &Connection, id: &str) -> Result<Vec<LogEntry>, StoreError> {
+    let mut stmt = c.prepare_cached("SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq")?;
+    let rows = stmt.query_map([id], |r| {
+        let (seq, offset_ms, kind, data): (i64, i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        Ok(LogEntry { seq: seq as u64, offset_ms: offset_ms as u64, frame: LogEntry::frame_for(&kind, data.as_bytes()) })
+    })?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
+    let mut fold = Fold::new();
+    for e in entries {
+        let s: crate::api::Sequenced =
+            serde_json::from_slice(&e.json()).map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
+        fold.apply(&s.event).map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
+    }
+    Ok(fold)
+}
+
+/// Opens a database read-only and reads one run's events (for `logs export` on a stopped relay).
+pub fn export(path: &Path, id: &str) -> Result<Option<Vec<LogEntry>>, StoreError> {
+    let c = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+    let exists: Option<i64> = c.query_row("SELECT 1 FROM responses WHERE id = ?1", [id], |r| r.get(0)).optional()?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    read_entries(&c, id).map(Some)
+}
+
+/// The default database path.
+pub fn default_path() -> PathBuf {
+    PathBuf::from("./relay-data/relay.sqlite3")
+}
+
+fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
+    let mut batch = Vec::with_capacity(BATCH);
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let mut counts = vec![0usize; batch.len()];
+        let result = (|| -> Result<(), StoreError> {
+            let tx = conn.transaction()?;
+            for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
+                *count = apply(&tx, cmd)?;
+            }
+            tx.commit()?;
+            Ok(())
+        })();
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "the SQLite writer could not commit a batch");
+        }
+        for (cmd, count) in batch.drain(..).zip(counts) {
+            match cmd {
+                // Visible only once kept. A failed commit leaves the events invisible: readers
+                // then never see what was not kept (and the run's log stalls rather than lies).
+                Cmd::Append { log, entry, terminal, .. } if result.is_ok() => {
+                    log.publish(entry.seq as usize + 1, terminal.is_some());
+                }
+                Cmd::Flush { reply } => {
+                    let _ = reply.send(());
+                }
+                Cmd::Barrier { reply } => {
+                    let _ = reply.send(());
+                }
+                Cmd::Delete { reply, .. } => {
+                    let _ = reply.send(result.as_ref().map(|_| count > 0).map_err(|e| StoreError(e.0.clone())));
+                }
+                Cmd::Expire { reply, .. } => {
+                    let _ = reply.send(result.as_ref().map(|_| count).map_err(|e| StoreError(e.0.clone())));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Applies one write; returns how many runs it removed (for delete and expire).
+fn apply(tx: &rusqlite::Transaction, cmd: &Cmd) -> Result<usize, StoreError> {
+    match cmd {
+        Cmd::Insert { id, created_at, expires_at, status, response, input, items } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO responses (id, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![id, created_at, expires_at, status, response, input],
+            )?;
+            let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)")?;
+            for (item_id, item) in items.iter() {
+                stmt.execute(params![item_id, id, item])?;
+            }
+        }
+        Cmd::Append { id, entry, terminal, .. } => {
+            let json = entry.json();
+            tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(params![id, entry.seq as i64, entry.offset_ms as i64, entry.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
+            if let Some(r) = terminal {
+                tx.execute(
+                    "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
+                    params![id, status_of(r), serde_json::to_string(&**r).expect("serializes")],
+                )?;
+                let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)")?;
+                for o in &r.output {
+                    if let Some(i) = output_as_input(o) {
+                        stmt.execute(params![o.id(), id, serde_json::to_string(&i).expect("serializes")])?;
+                    }
+                }
+            }
+        }
+        Cmd::Delete { id, .. } => {
+            let n = tx.execute("DELETE FROM responses WHERE id = ?1", [&*id])?;
+            tx.execute("DELETE FROM events WHERE response_id = ?1", [&*id])?;
+            tx.execute("DELETE FROM items WHERE response_id = ?1", [&*id])?;
+            return Ok(n);
+        }
+        Cmd::Expire { now, live, .. } => {
+            let ids: Vec<String> = {
+                let mut stmt = tx.prepare("SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?1")?;
+                stmt.query_map([*now], |r| r.get(0))?.collect::<Result<_, _>>()?
+            };
+            let mut n = 0;
+            for id in ids.iter().filter(|i| !live.contains(i)) {
+                n += tx.execute("DELETE FROM responses WHERE id = ?1", [id])?;
+                tx.execute("DELETE FROM events WHERE response_id = ?1", [id])?;
+                tx.execute("DELETE FROM items WHERE response_id = ?1", [id])?;
+            }
+            return Ok(n);
+        }
+        Cmd::Flush { .. } | Cmd::Barrier { .. } => {}
+    }
+    Ok(0)
+}
