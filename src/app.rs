@@ -58,6 +58,7 @@ impl App {
     }
 
     fn build(config: Config, store: Store) -> Self {
+        crate::install_tls();
         let upstream = Upstream::new(
             config.upstream_api,
             &config.upstream_url,

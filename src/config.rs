@@ -22,6 +22,49 @@ pub struct Cli {
 pub enum Command {
     /// Run the relay.
     Serve(ServeArgs),
+    /// Read recorded runs: `logs export ID`, `logs show ID|FILE`.
+    #[command(subcommand)]
+    Logs(LogsCommand),
+    /// Serve a recorded run (an exported JSON Lines file) to any `POST /v1/responses`.
+    Replay(ReplayArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum LogsCommand {
+    /// Write a stored run's event log as JSON Lines (one event a line with its time offset).
+    Export {
+        /// The response id.
+        id: String,
+        /// The store to read (works on the store of a stopped relay).
+        #[arg(long, env = "RELAY_STORE", default_value = "sqlite:./relay-data/relay.sqlite3")]
+        store: String,
+    },
+    /// Print a readable timeline of a stored run (by id) or of an exported file.
+    Show {
+        /// A response id, or the path of an exported JSON Lines file.
+        target: String,
+        #[arg(long, env = "RELAY_STORE", default_value = "sqlite:./relay-data/relay.sqlite3")]
+        store: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// An exported JSON Lines file (`responses-relay logs export ID > FILE`).
+    pub file: PathBuf,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// Playback speed: 1 = the original timing, 10 = ten times faster, `inf` = no waiting.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_speed)]
+    pub speed: f64,
+}
+
+fn parse_speed(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x > 0.0 => Ok(x),
+        _ => Err(format!("'{s}': expected a positive number (or inf)")),
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]

@@ -6,12 +6,14 @@
 //! - [`run`]: one Response: prepare, the agent loop, the transcoder, the emitter and the log.
 //! - [`store`]: where runs live.
 //! - [`http`] and [`server`]: routes, SSE, status codes; the accept loop and graceful shutdown.
+//! - [`logs`]: export, timeline and replay of recorded runs.
 //! - [`config`]: the command line and configuration file.
 
 pub mod api;
 pub mod app;
 pub mod config;
 pub mod http;
+pub mod logs;
 pub mod mcp;
 pub mod redact;
 pub mod run;

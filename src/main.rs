@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use clap::Parser;
-use responses_relay::config::{Cli, Command, Config};
+use responses_relay::config::{Cli, Command, Config, LogsCommand};
+use responses_relay::logs::Recording;
 use responses_relay::{App, server};
 
 fn main() -> ExitCode {
@@ -23,6 +24,30 @@ fn main() -> ExitCode {
         .init();
     responses_relay::install_tls();
     match cli.command {
+        Command::Logs(cmd) => logs(cmd),
+        Command::Replay(args) => {
+            let rec = match Recording::read(&args.file) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: invalid value for '<FILE>': {e}");
+                    return ExitCode::from(64);
+                }
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::bind(args.listen).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("error: invalid value for '--listen': cannot bind {}: {e}", args.listen);
+                        return ExitCode::from(64);
+                    }
+                };
+                let signal = server::shutdown_signal();
+                println!("listening on http://{}", listener.local_addr().expect("bound address"));
+                responses_relay::logs::serve(listener, rec, args.speed, signal).await;
+                ExitCode::SUCCESS
+            })
+        }
         Command::Serve(args) => {
             let config = match Config::from_args(args, |k| std::env::var(k).ok()) {
                 Ok(c) => c,
@@ -54,6 +79,55 @@ fn main() -> ExitCode {
                 server::serve_on(listener, app, signal).await;
                 ExitCode::SUCCESS
             })
+        }
+    }
+}
+
+/// `logs export ID` and `logs show ID|FILE`.
+fn logs(cmd: LogsCommand) -> ExitCode {
+    let (target, store) = match &cmd {
+        LogsCommand::Export { id, store } | LogsCommand::Show { target: id, store } => (id.clone(), store.clone()),
+    };
+    let from_file = matches!(cmd, LogsCommand::Show { .. }) && std::path::Path::new(&target).is_file();
+    let recording = if from_file {
+        Recording::read(std::path::Path::new(&target))
+    } else {
+        let Some(path) = store.strip_prefix("sqlite:") else {
+            eprintln!("error: invalid value for '--store': '{store}': logs are read from a 'sqlite:PATH' store");
+            return ExitCode::from(64);
+        };
+        match responses_relay::store::sqlite::export(std::path::Path::new(path), &target) {
+            Ok(Some(entries)) => Ok(Recording::from_entries(&entries)),
+            Ok(None) => {
+                eprintln!("error: no response with id '{target}' in {path}");
+                return ExitCode::from(1);
+            }
+            Err(e) => Err(responses_relay::logs::LogError(e.to_string())),
+        }
+    };
+    let recording = match recording {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let written = match cmd {
+        LogsCommand::Export { .. } => recording.write(&mut out),
+        LogsCommand::Show { .. } => match recording.timeline() {
+            Ok(t) => std::io::Write::write_all(&mut out, t.as_bytes()),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
         }
     }
 }

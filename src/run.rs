@@ -68,6 +68,8 @@ pub struct RunHandle {
     pub log: Arc<RunLog>,
     pub cancel: CancellationToken,
     pub background: bool,
+    /// The Response as `response.created` carries it (`queued` for a background run).
+    pub created: Response,
 }
 
 /// Validates the request against the relay's state, resolves its context and opens the first
@@ -226,6 +228,7 @@ pub fn start(app: &App, prepared: Prepared) -> RunHandle {
         log: log.clone(),
         cancel: cancel.clone(),
         background: prepared.request.background,
+        created: prepared.response.clone(),
     };
     app.store().insert_live(&prepared, &handle);
     tokio::spawn(agent::drive(app.clone(), prepared, log, cancel));

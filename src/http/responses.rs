@@ -42,15 +42,8 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
         return Ok(sse::stream(handle.log, 0, guard));
     }
     if background {
-        let snapshot = handle.log.snapshot();
-        let response = match snapshot {
-            Some(r) => r,
-            None => {
-                handle.log.wait_past(0).await;
-                handle.log.snapshot().expect("created is the first event")
-            }
-        };
-        return Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")));
+        // Answered at once with the run as created (`queued`); the run goes on without a client.
+        return Ok(json_response(StatusCode::OK, serde_json::to_vec(&handle.created).expect("serializes")));
     }
     // Not streamed: the client waits; if it goes away, the run is cancelled.
     let _guard = CancelOnDrop::new(handle.cancel.clone(), handle.log.clone());

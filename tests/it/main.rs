@@ -8,4 +8,5 @@ mod support;
 mod upstream_fixtures;
 mod mcp_client;
 mod mcp_loop;
+mod stored;
 mod ssrf;

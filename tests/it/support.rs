@@ -60,14 +60,37 @@ pub fn config(upstream_base: &str) -> Config {
 }
 
 pub async fn relay(config: Config) -> Relay {
+    relay_app(App::new(config)).await
+}
+
+/// Serves an already built app (for tests that also use the app's handles).
+pub async fn relay_app(app: App) -> Relay {
     responses_relay::install_tls();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel();
-    let done = tokio::spawn(responses_relay::server::serve_on(listener, App::new(config), async {
+    let done = tokio::spawn(responses_relay::server::serve_on(listener, app, async {
         let _ = rx.await;
     }));
     Relay { addr, stop: Some(tx), done: Some(done) }
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch(name: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!("relay-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The two store backends every storage test runs against.
+pub fn stores() -> Vec<(&'static str, responses_relay::config::StoreKind)> {
+    vec![
+        ("memory", responses_relay::config::StoreKind::Memory),
+        ("sqlite", responses_relay::config::StoreKind::Sqlite(scratch("store").join("relay.sqlite3"))),
+    ]
 }
 
 pub fn client() -> reqwest::Client {

@@ -1,0 +1,287 @@
+//! Durable responses, run against both backends (memory and SQLite): fetch, re-stream and resume
+//! a run's log, background runs and cancel, deletion, input items, continuation, item references,
+//! retention, and the debugging tools (export, show, replay).
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use responses_relay::config::StoreKind;
+
+async fn relay_on(up: &fake_upstream::FakeUpstream, store: &StoreKind) -> Relay {
+    let mut c = config(&up.base_url());
+    c.store = store.clone();
+    relay(c).await
+}
+
+async fn get_text(url: &str) -> (u16, String) {
+    let r = client().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Polls `GET /v1/responses/{id}` until the run has ended.
+async fn wait_done(relay: &Relay, id: &str) -> Value {
+    for _ in 0..1000 {
+        let (_, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        if !matches!(r["status"].as_str(), Some("queued" | "in_progress")) {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("response {id} never finished");
+}
+
+#[tokio::test]
+async fn a_stored_run_replays_exactly_what_was_streamed() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let live = client()
+            .post(relay.url("/v1/responses"))
+            .json(&json!({"model": "fake-model?reasoning=2", "input": "remember", "stream": true}))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let body = parse_sse(&live);
+        let id = body.events[0]["response"]["id"].as_str().unwrap().to_string();
+        let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        assert_eq!(status, 200, "{name}");
+        assert_eq!(replay, live, "{name}: the replay differs from the live stream");
+        let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        assert_eq!(got, body.events.last().unwrap()["response"], "{name}");
+        // A cursor gives exactly the events after it.
+        let (_, tail) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true&starting_after=5"))).await;
+        let tail = parse_sse(&tail);
+        assert!(tail.done);
+        assert_eq!(tail.events, body.events[6..], "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_client_that_lost_the_connection_resumes_with_no_gap_and_no_duplicate() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        // A background stream survives its client going away.
+        let mut resp = client()
+            .post(relay.url("/v1/responses"))
+            .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true}))
+            .send()
+            .await
+            .unwrap();
+        let mut seen = String::new();
+        while parse_sse(seen.trim_end_matches(|c| c != '\n')).events.len() < 6 {
+            let chunk = resp.chunk().await.unwrap().expect("stream went on");
+            seen.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        drop(resp);
+        let cut = &seen[..seen.rfind("\n\n").unwrap() + 2];
+        let first = parse_sse(cut);
+        let last_seq = first.events.last().unwrap()["sequence_number"].as_u64().unwrap();
+        let id = first.events[0]["response"]["id"].as_str().unwrap().to_string();
+        let (_, rest) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true&starting_after={last_seq}"))).await;
+        let rest = parse_sse(&rest);
+        assert!(rest.done, "{name}");
+        let mut all = first.events.clone();
+        all.extend(rest.events.clone());
+        let folded = check_events(&all);
+        assert_eq!(folded["status"], "completed", "{name}: the run did not survive its client");
+        let (_, full) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        assert_eq!(parse_sse(&full).events, all, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_readers_of_a_live_run_see_the_same_log() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let (status, created) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model?deltas=30&delay_ms=10", "input": "share", "background": true}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(created["status"], "queued", "{name}");
+        let id = created["id"].as_str().unwrap().to_string();
+        let readers: Vec<_> = (0..5)
+            .map(|i| {
+                let url = relay.url(&format!("/v1/responses/{id}?stream=true"));
+                tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(i * 40)).await;
+                    client().get(url).send().await.unwrap().text().await.unwrap()
+                })
+            })
+            .collect();
+        let mut logs = Vec::new();
+        for r in readers {
+            logs.push(r.await.unwrap());
+        }
+        assert!(logs.windows(2).all(|w| w[0] == w[1]), "{name}: readers saw different logs");
+        let body = parse_sse(&logs[0]);
+        check_events(&body.events);
+        let k = kinds(&body.events);
+        assert_eq!(&k[..3], ["response.created", "response.queued", "response.in_progress"], "{name}");
+    }
+}
+
+#[tokio::test]
+async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let (_, created) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+        let id = created["id"].as_str().unwrap().to_string();
+        eventually("the upstream stream is open", || up.open_streams() >= 1).await;
+        let (status, cancelled) = post(&relay.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+        assert_eq!(status, 200, "{name}: {cancelled}");
+        assert_eq!(cancelled["status"], "cancelled");
+        let (status, again) = post(&relay.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+        assert_eq!((status, &again), (200, &cancelled), "{name}: cancel is not idempotent");
+        let (_, log) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        let body = parse_sse(&log);
+        check_events(&body.events);
+        assert_eq!(body.events.last().unwrap()["response"]["status"], "cancelled");
+        // A finished run cannot be cancelled; a synchronous one neither.
+        let (_, done) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "background": true})).await;
+        let done_id = done["id"].as_str().unwrap().to_string();
+        wait_done(&relay, &done_id).await;
+        let (status, err) = post(&relay.url(&format!("/v1/responses/{done_id}/cancel")), &json!({})).await;
+        assert_eq!(status, 400, "{name}: {err}");
+        assert!(err["error"]["message"].as_str().unwrap().contains("completed"));
+        let (_, sync) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+        let (status, _) = post(&relay.url(&format!("/v1/responses/{}/cancel", sync["id"].as_str().unwrap())), &json!({})).await;
+        assert_eq!(status, 400);
+        let (status, _) = post(&relay.url("/v1/responses/resp_unknown/cancel"), &json!({})).await;
+        assert_eq!(status, 404);
+    }
+}
+
+#[tokio::test]
+async fn a_streaming_client_that_disconnects_leaves_a_cancelled_run() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let mut resp = client()
+            .post(relay.url("/v1/responses"))
+            .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        let first = String::from_utf8(resp.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+        let id = parse_sse(&first).events[0]["response"]["id"].as_str().unwrap().to_string();
+        drop(resp);
+        let r = wait_done(&relay, &id).await;
+        assert_eq!(r["status"], "cancelled", "{name}");
+    }
+}
+
+#[tokio::test]
+async fn delete_removes_the_run_and_store_false_keeps_nothing() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+        let id = r["id"].as_str().unwrap();
+        let r2 = client().delete(relay.url(&format!("/v1/responses/{id}"))).send().await.unwrap();
+        assert_eq!(r2.status(), 200, "{name}");
+        let body: Value = r2.json().await.unwrap();
+        assert_eq!(body, json!({"id": id, "object": "response", "deleted": true}));
+        for path in [format!("/v1/responses/{id}"), format!("/v1/responses/{id}?stream=true"), format!("/v1/responses/{id}/input_items")] {
+            let (status, _) = get(&relay.url(&path)).await;
+            assert_eq!(status, 404, "{name} {path}");
+        }
+        let r3 = client().delete(relay.url(&format!("/v1/responses/{id}"))).send().await.unwrap();
+        assert_eq!(r3.status(), 404);
+        let (_, unstored) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "store": false})).await;
+        assert_eq!(unstored["store"], false);
+        let (status, _) = get(&relay.url(&format!("/v1/responses/{}", unstored["id"].as_str().unwrap()))).await;
+        assert_eq!(status, 404, "{name}: a store:false run was kept");
+        let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]})).await;
+        assert_eq!((status, err["error"]["code"].as_str()), (400, Some("previous_response_not_found")));
+    }
+}
+
+#[tokio::test]
+async fn input_items_paginate_as_openai_does() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let input: Vec<Value> = (0..5).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
+        let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": input})).await;
+        let id = r["id"].as_str().unwrap();
+        let (_, page) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=2"))).await;
+        assert_eq!(page["object"], "list", "{name}");
+        let texts = |p: &Value| -> Vec<String> { p["data"].as_array().unwrap().iter().map(|i| i["content"].as_str().unwrap().to_string()).collect() };
+        assert_eq!(texts(&page), ["m4", "m3"], "default order is desc");
+        assert_eq!(page["has_more"], true);
+        assert_eq!(page["first_id"], page["data"][0]["id"]);
+        let after = page["last_id"].as_str().unwrap();
+        let (_, next) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=2&after={after}"))).await;
+        assert_eq!(texts(&next), ["m2", "m1"]);
+        let (_, asc) = get(&relay.url(&format!("/v1/responses/{id}/input_items?order=asc&limit=100"))).await;
+        assert_eq!(texts(&asc), ["m0", "m1", "m2", "m3", "m4"]);
+        assert_eq!(asc["has_more"], false);
+        assert!(asc["data"].as_array().unwrap().iter().all(|i| i["id"].as_str().unwrap().starts_with("msg_")));
+        let (status, _) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=0"))).await;
+        assert_eq!(status, 400);
+    }
+}
+
+#[tokio::test]
+async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let mut prev: Option<String> = None;
+        for i in 0..3 {
+            let mut body = json!({"model": "fake-model", "input": format!("turn {i}")});
+            if let Some(p) = &prev {
+                body["previous_response_id"] = json!(p);
+            }
+            let (status, r) = post(&relay.url("/v1/responses"), &body).await;
+            assert_eq!(status, 200, "{name}: {r}");
+            prev = Some(r["id"].as_str().unwrap().to_string());
+        }
+        let sent = up.requests().last().unwrap().body.clone();
+        let msgs: Vec<(String, String)> = sent["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or_default().to_string()))
+            .collect();
+        let roles: Vec<&str> = msgs.iter().map(|(r, _)| r.as_str()).collect();
+        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"], "{name}");
+        assert_eq!(msgs[0].1, "turn 0");
+        assert_eq!(msgs[4].1, "turn 2");
+        // An item_reference to a stored output item brings that item back.
+        let (_, last) = get(&relay.url(&format!("/v1/responses/{}", prev.unwrap()))).await;
+        let msg_id = last["output"][0]["id"].as_str().unwrap();
+        let (status, _) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]})).await;
+        assert_eq!(status, 200);
+        let sent = up.requests().last().unwrap().body.clone();
+        assert_eq!(sent["messages"][0]["role"], "assistant", "{name}");
+        assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 2");
+    }
+}
+
+#[tokio::test]
+async fn expired_runs_are_removed() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let mut c = config(&up.base_url());
+        c.store = store;
+        c.store_ttl = Some(std::time::Duration::from_secs(60));
+        let app = responses_relay::App::new(c);
+        let relay = relay_app(app.clone()).await;
+        let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+        let id = r["id"].as_str().unwrap();
+        app.store().flush().await;
+        assert_eq!(app.store().expire(app.clock().now_unix() + 30).await.unwrap(), 0, "{name}: expired too early");
+        assert_eq!(app.store().expire(app.clock().now_unix() + 61).await.unwrap(), 1, "{name}");
+        let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        assert_eq!(status, 404, "{name}");
+    }
+}
