@@ -8,5 +8,6 @@ mod support;
 mod upstream_fixtures;
 mod mcp_client;
 mod mcp_loop;
+mod process;
 mod stored;
 mod ssrf;

@@ -94,6 +94,7 @@ pub fn stores() -> Vec<(&'static str, responses_relay::config::StoreKind)> {
 }
 
 pub fn client() -> reqwest::Client {
+    responses_relay::install_tls();
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 

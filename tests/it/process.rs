@@ -1,0 +1,129 @@
+//! The relay as a process over its SQLite store: `kill -9` mid-run then restart (every unfinished
+//! run ends failed, finished runs intact), and export → show → replay round trips.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::json;
+
+use crate::support::*;
+
+const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
+
+struct Proc {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(args: &[&str]) -> Proc {
+    let mut child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("no listening line: {line:?}")).to_string();
+    Proc { child, base: addr }
+}
+
+fn relay_process(upstream: &str, db: &std::path::Path) -> Proc {
+    let store = format!("sqlite:{}", db.display());
+    spawn(&["serve", "--listen", "127.0.0.1:0", "--upstream-url", upstream, "--store", &store])
+}
+
+#[tokio::test]
+async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finished_ones() {
+    let up = upstream().await;
+    let db = scratch("kill9").join("relay.sqlite3");
+    let first = relay_process(&up.base_url(), &db);
+    let (_, done) = post(&format!("{}/v1/responses", first.base), &json!({"model": "fake-model", "input": "keep me", "stream": false})).await;
+    let done_id = done["id"].as_str().unwrap().to_string();
+    let before = client().get(format!("{}/v1/responses/{done_id}?stream=true", first.base)).send().await.unwrap().text().await.unwrap();
+    let (_, running) = post(&format!("{}/v1/responses", first.base), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let id = running["id"].as_str().unwrap().to_string();
+    eventually("the run is streaming", || up.open_streams() == 1).await;
+    // Let the first deltas reach the store, then kill without any chance to clean up.
+    for _ in 0..200 {
+        let (_, r) = get(&format!("{}/v1/responses/{id}", first.base)).await;
+        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut first = first;
+    let pid = first.child.id().to_string();
+    assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    let _ = first.child.wait();
+
+    let second = relay_process(&up.base_url(), &db);
+    let (status, r) = get(&format!("{}/v1/responses/{id}", second.base)).await;
+    assert_eq!(status, 200);
+    assert_eq!(r["status"], "failed", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("stopped"));
+    let log = client().get(format!("{}/v1/responses/{id}?stream=true", second.base)).send().await.unwrap().text().await.unwrap();
+    let body = parse_sse(&log);
+    assert!(body.done);
+    let folded = check_events(&body.events);
+    assert_eq!(body.events.last().unwrap()["type"], "response.failed");
+    assert_eq!(folded["output"][0]["status"], "incomplete", "the open message was closed");
+    let after = client().get(format!("{}/v1/responses/{done_id}?stream=true", second.base)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(after, before, "a finished run changed across the crash");
+}
+
+#[tokio::test]
+async fn an_exported_log_replays_exactly_the_original_stream() {
+    let up = upstream().await;
+    let dir = scratch("export");
+    let db = dir.join("relay.sqlite3");
+    let relay = relay_process(&up.base_url(), &db);
+    let live = client()
+        .post(format!("{}/v1/responses", relay.base))
+        .json(&json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let original = parse_sse(&live);
+    let id = original.events[0]["response"]["id"].as_str().unwrap().to_string();
+    drop(relay); // the tools read the store of a stopped relay
+    let store = format!("sqlite:{}", db.display());
+    let out = Command::new(BIN).args(["logs", "export", &id, "--store", &store]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let file = dir.join("run.jsonl");
+    std::fs::write(&file, &out.stdout).unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), original.events.len());
+    assert!(lines.iter().all(|l| l["offset_ms"].is_u64()));
+    assert!(lines.windows(2).all(|w| w[0]["offset_ms"].as_u64() <= w[1]["offset_ms"].as_u64()));
+
+    for target in [id.as_str(), file.to_str().unwrap()] {
+        let show = Command::new(BIN).args(["logs", "show", target, "--store", &store]).output().unwrap();
+        assert!(show.status.success());
+        let text = String::from_utf8(show.stdout).unwrap();
+        assert!(text.contains("response.created") && text.contains("reasoning:") && text.contains("message: \"Hello! You said: record me\""), "{text}");
+        assert!(text.contains("response.completed status=completed"), "{text}");
+    }
+
+    let replay = spawn(&["replay", file.to_str().unwrap(), "--listen", "127.0.0.1:0", "--speed", "50"]);
+    let replayed = client()
+        .post(format!("{}/v1/responses", replay.base))
+        .json(&json!({"model": "anything", "input": "ignored", "stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(replayed, live, "the replay differs from the original stream");
+    let (status, final_response) = post(&format!("{}/v1/responses", replay.base), &json!({"model": "anything", "input": "x"})).await;
+    assert_eq!(status, 200);
+    assert_eq!(final_response, original.events.last().unwrap()["response"]);
+    let bad = Command::new(BIN).args(["replay", "/nonexistent.jsonl"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(64));
+}
