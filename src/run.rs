@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::api::request::{CreateRequest, InputItem, InputMessage, MessageContent, Role, ToolParam};
-use crate::api::response::{McpListToolsItem, McpToolInfo, ReasoningEcho};
+use crate::api::response::{McpApprovalRequestItem, McpListToolsItem, McpToolInfo, ReasoningEcho};
 use crate::api::{FieldError, OutputItem, Response, ResponseStatus};
 use crate::app::App;
 use crate::upstream::{FunctionDef, ModelStream, TurnRequest, TurnToolChoice, UpstreamError};
@@ -45,6 +45,16 @@ pub struct McpSetup {
     /// One `mcp_list_tools` item per server, in request order; `fresh` ones are emitted.
     pub listed: Vec<(McpListToolsItem, bool)>,
     pub tools: transcode::ToolMap,
+    /// The client's answers to earlier approval requests, in input order.
+    pub answers: Vec<ApprovalAnswer>,
+}
+
+/// An `mcp_approval_response` matched to the request it answers.
+#[derive(Debug, Clone)]
+pub struct ApprovalAnswer {
+    pub request: McpApprovalRequestItem,
+    pub approve: bool,
+    pub reason: Option<String>,
 }
 
 /// A run ready to go: validated, its context resolved and its first model turn open.
@@ -97,19 +107,74 @@ pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<St
             other => input.push(with_id(app, other.clone())),
         }
     }
+    let earlier = history.len();
     history.extend(input.iter().cloned());
     let mut tools = function_defs(&request);
-    let mcp = mcp_setup(app, &request, &history, &tools).await?;
+    let mut mcp = mcp_setup(app, &request, &history, &tools).await?;
+    mcp.answers = approval_answers(app, &request, &history[..earlier], &input, &mcp).await?;
     tools.extend(mcp_function_defs(&mcp));
     let response = template(app, &request);
+    let answered = !mcp.answers.is_empty();
     let mut prepared =
         Prepared { response, request, input, history, tools, first_turn: None, client_bearer, mcp };
-    if !prepared.request.background {
+    // Approved calls run before the model samples again, so the first turn cannot open early.
+    if !prepared.request.background && !answered {
         // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
         let turn = turn_request(&prepared, &prepared.history);
         prepared.first_turn = Some(app.upstream().open(&turn).await?);
     }
     Ok(prepared)
+}
+
+/// Matches each `mcp_approval_response` of the input to the request it answers: a request in
+/// the stored chain (`previous_response_id`), or sent back in the input (statelessly, or by
+/// `item_reference`). Unknown, already answered, or altered requests are rejected naming `input`.
+async fn approval_answers(
+    app: &App,
+    request: &CreateRequest,
+    earlier: &[InputItem],
+    input: &[InputItem],
+    mcp: &McpSetup,
+) -> Result<Vec<ApprovalAnswer>, StartError> {
+    let mut answers: Vec<ApprovalAnswer> = Vec::new();
+    for (i, item) in input.iter().enumerate() {
+        let InputItem::McpApprovalResponse(resp) = item else { continue };
+        let param = format!("input[{i}]");
+        let bad = |message: String| StartError::Invalid(FieldError::invalid_value(param.clone(), message));
+        let rid = &resp.approval_request_id;
+        let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
+            InputItem::McpApprovalRequest(a) if &a.id == rid => Some(a.clone()),
+            _ => None,
+        });
+        let Some(req) = found else {
+            return Err(bad(format!("No mcp_approval_request with id '{rid}' found for this mcp_approval_response.")));
+        };
+        // A request sent back statelessly must be the one the relay made, unchanged.
+        if !earlier.iter().any(|it| matches!(it, InputItem::McpApprovalRequest(a) if &a.id == rid))
+            && let Some(InputItem::McpApprovalRequest(kept)) =
+                app.store().find_item(rid).await.map_err(|e| StartError::Store(e.to_string()))?
+            && (kept.arguments != req.arguments || kept.name != req.name || kept.server_label != req.server_label)
+        {
+            return Err(bad(format!("The mcp_approval_request '{rid}' was changed: its call does not match the request the relay made.")));
+        }
+        let answered_before = earlier.iter().any(|it| match it {
+            InputItem::McpApprovalResponse(r) => &r.approval_request_id == rid,
+            InputItem::McpCall(c) => c.approval_request_id.as_ref() == Some(rid),
+            _ => false,
+        }) || answers.iter().any(|a| &a.request.id == rid);
+        if answered_before {
+            return Err(bad(format!("The mcp_approval_request '{rid}' was already answered.")));
+        }
+        if !mcp.servers.iter().any(|s| s.label == req.server_label) {
+            return Err(bad(format!(
+                "The approved call belongs to MCP server '{}', which is not in this request's 'tools'; send the mcp tool again.",
+                req.server_label
+            )));
+        }
+        answers.push(ApprovalAnswer { request: req, approve: resp.approve, reason: resp.reason.clone() });
+    }
+    let _ = request;
+    Ok(answers)
 }
 
 /// Validates the request's `mcp` tools, reuses tool lists already in the context, lists the
@@ -191,7 +256,7 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
         let needs_approval = spec.approval.needs_approval(&tool, read_only);
         tools.insert(model_name, transcode::McpTarget { server_label: label, tool, needs_approval });
     }
-    Ok(McpSetup { servers, listed, tools })
+    Ok(McpSetup { servers, listed, tools, answers: Vec::new() })
 }
 
 /// The MCP tools as functions for the model, in a stable order.
@@ -383,7 +448,9 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
 fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec<InputItem> {
     use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     let mut out = Vec::with_capacity(items.len());
-    for item in items {
+    // Consecutive MCP calls become one assistant turn: all the calls, then all their results.
+    let mut outputs = Vec::new();
+    for (i, item) in items.iter().enumerate() {
         match item {
             InputItem::McpCall(c) => {
                 let name = tools
@@ -405,12 +472,15 @@ fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec<InputItem>
                     arguments: c.arguments.clone(),
                     status: None,
                 }));
-                out.push(InputItem::FunctionCallOutput(InputFunctionCallOutput {
+                outputs.push(InputItem::FunctionCallOutput(InputFunctionCallOutput {
                     id: None,
                     call_id: c.id.clone(),
                     output: ToolOutput::Text(text),
                     status: None,
                 }));
+                if !matches!(items.get(i + 1), Some(InputItem::McpCall(_))) {
+                    out.append(&mut outputs);
+                }
             }
             other => out.push(other.clone()),
         }

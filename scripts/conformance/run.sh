@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs the conformance suites (Python SDK + Open Responses checks, Node SDK) against freshly started
-# processes on 127.0.0.1: one fake upstream, and one relay per upstream kind (chat, responses).
+# processes on 127.0.0.1: one fake upstream, one relay per upstream kind (chat, responses), each
+# with its own fresh SQLite store under the log dir, and two MCP servers the MCP tests call: the
+# project's rmcp test server (mcp-test-server) and the official Python MCP SDK's server
+# (scripts/mcp_python_server.py, run with the venv's python).
 #
 # Needs: the binaries built (cargo build --bins), the venv at .venv/ and the Node packages in
 # scripts/conformance/node/node_modules (scripts/test.sh installs both). Usually called by
@@ -9,6 +12,8 @@
 # Environment: RELAY_BIN_DIR (default <cargo target dir>/debug), RELAY_TEST_PYTHON (default
 # .venv/bin/python), CONFORMANCE_LOG_DIR (default a fresh temp dir; process logs and reports),
 # PYTEST_ARGS (extra pytest arguments, e.g. "-k refusal -x").
+# Passes to the suites: RELAY_URL_CHAT, RELAY_URL_RESPONSES (relay base URLs, http://ADDR),
+# RELAY_MCP_RUST_URL, RELAY_MCP_PY_URL (MCP Streamable HTTP endpoints, http://ADDR/mcp).
 #
 # Prints "N passed, M failed" as its last line; exits non-zero if any test failed or a suite
 # could not run (pytest's "no tests ran" counts as a failure).
@@ -65,7 +70,23 @@ start() {
   return 1
 }
 
-for b in fake-upstream responses-relay; do
+# wait_port NAME HOST:PORT: waits until HOST:PORT accepts TCP connections (for a server that
+# prints its address before it listens).
+wait_port() {
+  local name=$1 hostport=$2 i
+  for i in $(seq 1 300); do
+    if "$PY" -c 'import socket, sys; h, p = sys.argv[1].rsplit(":", 1); socket.create_connection((h, int(p)), timeout=1).close()' \
+      "$hostport" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "error: $name does not accept connections on $hostport within 30 s; its stderr:" >&2
+  tail -n 40 "$LOGS/$name.err" >&2 || true
+  return 1
+}
+
+for b in fake-upstream responses-relay mcp-test-server; do
   if [ ! -x "$BIN_DIR/$b" ]; then
     echo "error: $BIN_DIR/$b is missing; run 'cargo build --bins' first" >&2
     echo "0 passed, 1 failed"
@@ -76,12 +97,32 @@ done
 echo "== starting processes (logs in $LOGS)"
 start fake-upstream "$BIN_DIR/fake-upstream" --listen 127.0.0.1:0
 UPSTREAM="$ADDR/v1"
+
+start mcp-rust "$BIN_DIR/mcp-test-server" --listen 127.0.0.1:0
+export RELAY_MCP_RUST_URL=$ADDR
+# The Python SDK server takes a fixed port (no port 0): pick a free one, and since it prints its
+# address before uvicorn listens, wait until the port accepts connections.
+PY_MCP_PORT=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')
+start mcp-python "$PY" "$ROOT/scripts/mcp_python_server.py" --port "$PY_MCP_PORT"
+export RELAY_MCP_PY_URL=$ADDR
+wait_port mcp-python "127.0.0.1:$PY_MCP_PORT"
+
+# Both MCP servers are on loopback. The SSRF guard (src/ssrf.rs) will refuse loopback by default
+# once it is wired into `serve`; `--mcp-allow-private-networks` then allows it.
+# TODO(ssrf): pass --mcp-allow-private-networks unconditionally once `serve` has it. Until then it
+# is passed only when this build's `serve --help` lists it (today's build does not).
+RELAY_MCP_FLAGS=()
+if "$BIN_DIR/responses-relay" serve --help 2>/dev/null | grep -q -- '--mcp-allow-private-networks'; then
+  RELAY_MCP_FLAGS+=(--mcp-allow-private-networks)
+fi
 for kind in chat responses; do
+  rm -f "$LOGS/store-$kind.sqlite3" "$LOGS/store-$kind.sqlite3-wal" "$LOGS/store-$kind.sqlite3-shm"
   start "relay-$kind" "$BIN_DIR/responses-relay" serve --listen 127.0.0.1:0 \
-    --upstream-url "$UPSTREAM" --upstream-api "$kind" --store memory \
-    --upstream-first-byte-timeout 5 --upstream-idle-timeout 3
+    --upstream-url "$UPSTREAM" --upstream-api "$kind" --store "sqlite:$LOGS/store-$kind.sqlite3" \
+    --upstream-first-byte-timeout 5 --upstream-idle-timeout 3 ${RELAY_MCP_FLAGS[@]+"${RELAY_MCP_FLAGS[@]}"}
   export "RELAY_URL_${kind^^}=$ADDR"
 done
+echo "  relay MCP flags: ${RELAY_MCP_FLAGS[*]:-none (this build's serve has no --mcp-allow-private-networks)}"
 
 PASSED=0
 FAILED=0

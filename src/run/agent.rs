@@ -46,7 +46,17 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
     let mut first = p.first_turn.take();
     let mut calls_made: u64 = 0;
     let mut step = 0usize;
-    let ending = loop {
+    let ending = 'run: {
+        if !p.mcp.answers.is_empty() {
+            match answer_approvals(&app, &p.mcp, &mut em, &cancel).await {
+                Ok((done, ran)) => {
+                    calls_made += ran;
+                    conversation.extend(done);
+                }
+                Err(stop) => break 'run ending_for(stop),
+            }
+        }
+        loop {
         let stream = match first.take() {
             Some(s) => Ok(s),
             None => {
@@ -108,10 +118,74 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
         if p.request.max_steps.is_some_and(|m| step as u64 >= m) {
             break Ending::Incomplete("max_steps".into());
         }
+        }
     };
     em.finish(ending, Some(usage));
     let id = em.snapshot().id;
     app.store().finish_live(&id, em.log()).await;
+}
+
+/// Runs the approved calls (each an `mcp_call` carrying its `approval_request_id`) and tells the
+/// model about refused ones. Returns the conversation items to add and how many calls ran.
+async fn answer_approvals(
+    app: &App,
+    mcp: &super::McpSetup,
+    em: &mut Emitter,
+    cancel: &CancellationToken,
+) -> Result<(Vec<InputItem>, u64), Stop> {
+    use crate::api::request::InputMcpCall;
+    use crate::api::response::McpCallItem;
+    let mut started = Vec::new();
+    for answer in mcp.answers.iter().filter(|a| a.approve) {
+        let req = &answer.request;
+        let output_index = em.next_output_index();
+        let item = McpCallItem {
+            id: em.mint("mcp"),
+            server_label: req.server_label.clone(),
+            name: req.name.clone(),
+            arguments: String::new(),
+            output: None,
+            error: None,
+            status: ItemStatus::InProgress,
+            approval_request_id: Some(req.id.clone()),
+        };
+        em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpCall(item.clone()) });
+        em.emit(Event::McpCallInProgress { item_id: item.id.clone(), output_index });
+        if !req.arguments.is_empty() {
+            em.emit(Event::McpCallArgumentsDelta { item_id: item.id.clone(), output_index, delta: req.arguments.clone() });
+        }
+        em.emit(Event::McpCallArgumentsDone { item_id: item.id.clone(), output_index, arguments: req.arguments.clone() });
+        let item = McpCallItem { arguments: req.arguments.clone(), ..item };
+        started.push(McpCallStarted { output_index, item, model_name: String::new() });
+    }
+    let ran = started.len() as u64;
+    let done = run_calls(app, mcp, em, started, cancel).await?;
+    // In answer order; a refused call reaches the model as a call whose result is the refusal
+    // (it never becomes an `mcp_call` item of the Response).
+    let mut items = Vec::with_capacity(mcp.answers.len());
+    for answer in &mcp.answers {
+        let req = &answer.request;
+        if answer.approve {
+            let ran = done.iter().find(|o| matches!(o, OutputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(&req.id)));
+            items.extend(ran.and_then(output_as_input));
+            continue;
+        }
+        let mut text = format!("The user refused this call of '{}' on MCP server '{}'.", req.name, req.server_label);
+        if let Some(r) = answer.reason.as_deref().filter(|r| !r.is_empty()) {
+            text.push_str(&format!(" Reason: {r}"));
+        }
+        items.push(InputItem::McpCall(InputMcpCall {
+            id: req.id.clone(),
+            server_label: req.server_label.clone(),
+            name: req.name.clone(),
+            arguments: req.arguments.clone(),
+            output: Some(text),
+            error: None,
+            status: None,
+            approval_request_id: Some(req.id.clone()),
+        }));
+    }
+    Ok((items, ran))
 }
 
 /// Emits the `mcp_list_tools` items of servers listed for this run.

@@ -8,7 +8,7 @@ use crate::support::*;
 
 #[path = "../../src/bin/mcp_test_server/server.rs"]
 #[allow(dead_code)]
-mod mcp_test_server;
+pub mod mcp_test_server;
 
 async fn mcp_server() -> mcp_test_server::McpTestServer {
     mcp_test_server::start("127.0.0.1:0".parse().unwrap(), mcp_test_server::Options::default()).await.unwrap()

@@ -1,8 +1,10 @@
 """Fixtures: one relay per upstream kind (`chat`, `responses`), each in front of the fake upstream.
 
 The runner (scripts/conformance/run.sh) starts the processes and passes their base URLs as
-RELAY_URL_CHAT and RELAY_URL_RESPONSES. Without them, this file starts its own from
-RELAY_BIN_DIR (default: target/debug under the cargo target dir), so a developer can run
+RELAY_URL_CHAT and RELAY_URL_RESPONSES, and the MCP servers' endpoints as RELAY_MCP_RUST_URL
+(the rmcp `mcp-test-server`) and RELAY_MCP_PY_URL (the official Python MCP SDK server,
+scripts/mcp_python_server.py). Without them, this file starts its own from RELAY_BIN_DIR (default:
+target/debug under the cargo target dir), so a developer can run
 `.venv/bin/pytest scripts/conformance/python -k refusal` after `cargo build --bins`.
 """
 
@@ -11,7 +13,9 @@ from __future__ import annotations
 import os
 import pathlib
 import re
+import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -67,6 +71,9 @@ def relays():
         yield {k: Relay(k, u) for k, u in urls.items()}
         return
     bins = _bin_dir()
+    # Loopback MCP servers need this once the SSRF guard is wired into `serve` (see run.sh).
+    help_text = subprocess.run([str(bins / "responses-relay"), "serve", "--help"], capture_output=True, text=True).stdout
+    extra = ["--mcp-allow-private-networks"] if "--mcp-allow-private-networks" in help_text else []
     procs = []
     with tempfile.TemporaryDirectory(prefix="relay-conformance-") as d:
         logdir = pathlib.Path(d)
@@ -86,9 +93,10 @@ def relays():
                         "--upstream-api",
                         k,
                         "--store",
-                        "memory",
+                        f"sqlite:{logdir}/store-{k}.sqlite3",
                         "--upstream-idle-timeout",
                         "3",
+                        *extra,
                     ],
                     logdir,
                     f"relay-{k}",
@@ -96,6 +104,66 @@ def relays():
                 procs.append(p)
                 out[k] = Relay(k, base)
             yield out
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+class McpServers:
+    def __init__(self, rust: str, py: str) -> None:
+        self.rust = rust
+        self.py = py
+
+    def __repr__(self) -> str:
+        return f"McpServers(rust={self.rust}, py={self.py})"
+
+
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _wait_port(port: int, proc: subprocess.Popen, timeout: float = 30.0) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"the Python MCP server does not accept connections on port {port}")
+
+
+@pytest.fixture(scope="session")
+def mcp_servers():
+    rust, py = os.environ.get("RELAY_MCP_RUST_URL"), os.environ.get("RELAY_MCP_PY_URL")
+    if rust and py:
+        yield McpServers(rust, py)
+        return
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="relay-conformance-mcp-") as d:
+        logdir = pathlib.Path(d)
+        try:
+            p, rust = _spawn([str(_bin_dir() / "mcp-test-server"), "--listen", "127.0.0.1:0"], logdir, "mcp-rust")
+            procs.append(p)
+            port = free_port()
+            p, py = _spawn(
+                [sys.executable, str(ROOT / "scripts" / "mcp_python_server.py"), "--port", str(port)], logdir, "mcp-python"
+            )
+            procs.append(p)
+            _wait_port(port, p)
+            yield McpServers(rust, py)
         finally:
             for p in procs:
                 p.terminate()
