@@ -165,6 +165,18 @@ fn describe(item: &OutputItem) -> String {
             format!("mcp_call {}.{}({}) {result}", c.server_label, c.name, clip(&c.arguments, 80))
         }
         OutputItem::McpApprovalRequest(a) => format!("mcp_approval_request {}.{}({}) id={}", a.server_label, a.name, clip(&a.arguments, 80), a.id),
+        OutputItem::ToolSearchCall(t) => format!("tool_search_call {}", clip(&t.arguments.to_string(), 120)),
+        OutputItem::ToolSearchOutput(t) => {
+            let found: Vec<String> = t
+                .tools
+                .iter()
+                .flat_map(|ns| {
+                    let label = ns["name"].as_str().unwrap_or("").to_string();
+                    ns["tools"].as_array().into_iter().flatten().map(move |f| format!("{label}.{}", f["name"].as_str().unwrap_or("")))
+                })
+                .collect();
+            format!("tool_search_output: {}", if found.is_empty() { "nothing found".into() } else { found.join(", ") })
+        }
     }
 }
 

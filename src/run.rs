@@ -8,6 +8,7 @@ pub mod agent;
 pub mod emitter;
 pub mod fold;
 pub mod log;
+pub mod search;
 pub mod transcode;
 
 use std::sync::Arc;
@@ -47,6 +48,10 @@ pub struct McpSetup {
     pub tools: transcode::ToolMap,
     /// The client's answers to earlier approval requests, in input order.
     pub answers: Vec<ApprovalAnswer>,
+    /// Tools of `defer_loading` servers: out of the model's first context, found by searching.
+    pub deferred: Vec<search::Candidate>,
+    /// The model-facing name of the tool-search function, when there is one.
+    pub search_tool: Option<FunctionDef>,
 }
 
 /// An `mcp_approval_response` matched to the request it answers.
@@ -254,14 +259,64 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
             .and_then(|t| t.annotations.as_ref()?.get("read_only")?.as_bool())
             .unwrap_or(false);
         let needs_approval = spec.approval.needs_approval(&tool, read_only);
-        tools.insert(model_name, transcode::McpTarget { server_label: label, tool, needs_approval });
+        tools.insert(model_name, transcode::McpTarget { server_label: label, tool, needs_approval, search: false });
     }
-    Ok(McpSetup { servers, listed, tools, answers: Vec::new() })
+    let mut setup = McpSetup { servers, listed, tools, ..McpSetup::default() };
+    let deferred_labels: Vec<&str> = setup.servers.iter().filter(|s| s.defer_loading).map(|s| s.label.as_str()).collect();
+    let explicit = request.tools.iter().find_map(|t| match t {
+        ToolParam::ToolSearch(ts) => Some(ts.clone()),
+        _ => None,
+    });
+    if !deferred_labels.is_empty() || explicit.is_some() {
+        setup.deferred = mcp_function_defs_where(&setup, |label| deferred_labels.contains(&label))
+            .into_iter()
+            .map(|(f, label, tool)| search::Candidate { model_name: f.name, label, tool, description: f.description, parameters: f.parameters })
+            .collect();
+        let mut name = "tool_search".to_string();
+        while reserved.contains(&name) || setup.tools.contains_key(&name) {
+            name.push('_');
+        }
+        let servers: Vec<String> = setup
+            .servers
+            .iter()
+            .filter(|s| s.defer_loading)
+            .map(|s| {
+                let n = setup.deferred.iter().filter(|c| c.label == s.label).count();
+                format!("- '{}'{} ({n} tools)", s.label, s.description.as_deref().map(|d| format!(": {d}")).unwrap_or_default())
+            })
+            .collect();
+        let explicit = explicit.unwrap_or_default();
+        let description = explicit.description.clone().unwrap_or_else(|| {
+            format!(
+                "Search the tools of these MCP servers by what you need (a few words); the tools found become callable in your next step. Search again with other words if nothing fits.\n{}",
+                servers.join("\n")
+            )
+        });
+        let parameters = explicit.parameters.clone().unwrap_or_else(|| {
+            json!({"type": "object", "properties": {"query": {"type": "string", "description": "What the tool should do."}}, "required": ["query"]})
+        });
+        setup.tools.insert(
+            name.clone(),
+            transcode::McpTarget { server_label: String::new(), tool: String::new(), needs_approval: false, search: true },
+        );
+        setup.search_tool = Some(FunctionDef { name, description, parameters, strict: None });
+    }
+    Ok(setup)
 }
 
-/// The MCP tools as functions for the model, in a stable order.
+/// The MCP tools the model sees from the start (deferred servers' tools are found by search),
+/// plus the tool-search function, in a stable order.
 fn mcp_function_defs(mcp: &McpSetup) -> Vec<FunctionDef> {
-    let mut names: Vec<_> = mcp.tools.iter().collect();
+    let deferred: Vec<&str> = mcp.servers.iter().filter(|s| s.defer_loading).map(|s| s.label.as_str()).collect();
+    let mut defs: Vec<FunctionDef> =
+        mcp_function_defs_where(mcp, |label| !deferred.contains(&label)).into_iter().map(|(f, _, _)| f).collect();
+    defs.extend(mcp.search_tool.clone());
+    defs
+}
+
+/// The MCP tools of the servers `keep` selects, as functions with their label and tool name.
+fn mcp_function_defs_where(mcp: &McpSetup, keep: impl Fn(&str) -> bool) -> Vec<(FunctionDef, String, String)> {
+    let mut names: Vec<_> = mcp.tools.iter().filter(|(_, t)| !t.search && keep(&t.server_label)).collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
     names
         .into_iter()
@@ -279,7 +334,7 @@ fn mcp_function_defs(mcp: &McpSetup) -> Vec<FunctionDef> {
             if !parameters.is_object() {
                 parameters = json!({"type": "object", "properties": {}});
             }
-            Some(FunctionDef { name: model_name.clone(), description, parameters, strict: None })
+            Some((FunctionDef { name: model_name.clone(), description, parameters, strict: None }, t.server_label.clone(), t.tool.clone()))
         })
         .collect()
 }
@@ -370,6 +425,8 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
             approval_request_id: c.approval_request_id.clone(),
         }),
         OutputItem::McpApprovalRequest(a) => InputItem::McpApprovalRequest(a.clone()),
+        OutputItem::ToolSearchCall(t) => InputItem::ToolSearchCall(t.clone()),
+        OutputItem::ToolSearchOutput(t) => InputItem::ToolSearchOutput(t.clone()),
     })
 }
 
@@ -384,20 +441,21 @@ fn function_defs(request: &CreateRequest) -> Vec<FunctionDef> {
                 parameters: f.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
                 strict: f.strict,
             }),
-            ToolParam::Mcp(_) => None,
+            ToolParam::Mcp(_) | ToolParam::ToolSearch(_) => None,
         })
         .collect()
 }
 
 /// The model turn for the given conversation.
 pub fn turn_request(p: &Prepared, items: &[InputItem]) -> TurnRequest {
-    turn_request_at(p, items, 0)
+    turn_request_at(p, items, 0, &[])
 }
 
 /// The model turn `step` (0 = first) for the given conversation. A forced `tool_choice` applies
 /// to the first turn only; later turns let the model answer.
-pub fn turn_request_at(p: &Prepared, items: &[InputItem], step: usize) -> TurnRequest {
+pub fn turn_request_at(p: &Prepared, items: &[InputItem], step: usize, found: &[FunctionDef]) -> TurnRequest {
     let mut t = turn_request_inner(p, items);
+    t.tools.extend(found.iter().cloned());
     if step > 0 && matches!(t.tool_choice, TurnToolChoice::Required | TurnToolChoice::Function(_)) {
         t.tool_choice = TurnToolChoice::Auto;
     }
@@ -497,6 +555,8 @@ fn template(app: &App, r: &CreateRequest) -> Response {
             ToolParam::Function(f) => json!({"type": "function", "name": f.name, "description": f.description,
                 "parameters": f.parameters, "strict": f.strict}),
             ToolParam::Mcp(m) => crate::redact::mcp_tool_echo(m),
+            ToolParam::ToolSearch(t) => json!({"type": "tool_search", "execution": "server",
+                "description": t.description, "parameters": t.parameters}),
         })
         .collect();
     let mut text = json!({"format": {"type": "text"}, "verbosity": r.verbosity.clone().unwrap_or_else(|| "medium".into())});

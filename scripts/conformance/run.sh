@@ -53,7 +53,7 @@ start() {
   pid=$!
   PIDS+=("$pid")
   for i in $(seq 1 300); do
-    line=$(grep -m1 -o 'listening on http://[^[:space:]]*' "$LOGS/$name.out" || true)
+    line=$(grep -m1 -o 'listening on http://[^[:space:]]*' "$LOGS/$name.out" 2>/dev/null || true)
     if [ -n "$line" ]; then
       ADDR=${line#listening on }
       echo "  $name: $ADDR (pid $pid)"
@@ -122,7 +122,7 @@ for kind in chat responses; do
     --upstream-first-byte-timeout 5 --upstream-idle-timeout 3 ${RELAY_MCP_FLAGS[@]+"${RELAY_MCP_FLAGS[@]}"}
   export "RELAY_URL_${kind^^}=$ADDR"
 done
-echo "  relay MCP flags: ${RELAY_MCP_FLAGS[*]:-none (this build's serve has no --mcp-allow-private-networks)}"
+echo "  relay MCP flags: ${RELAY_MCP_FLAGS[*]:-none, serve --help lists no --mcp-allow-private-networks}"
 
 PASSED=0
 FAILED=0

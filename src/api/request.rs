@@ -105,10 +105,20 @@ pub struct McpToolParam {
     pub allowed_callers: Option<Vec<String>>,
 }
 
+/// A `tool_search` tool: server-side search over deferred (`defer_loading`) MCP tools.
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ToolSearchParam {
+    pub execution: Option<String>,
+    pub description: Option<String>,
+    pub parameters: Option<Value>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ToolParam {
     Function(FunctionTool),
     Mcp(McpToolParam),
+    ToolSearch(ToolSearchParam),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -257,6 +267,8 @@ pub enum InputItem {
     McpCall(InputMcpCall),
     McpApprovalRequest(super::response::McpApprovalRequestItem),
     McpApprovalResponse(McpApprovalResponse),
+    ToolSearchCall(super::response::ToolSearchCallItem),
+    ToolSearchOutput(super::response::ToolSearchOutputItem),
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -327,6 +339,8 @@ impl InputItem {
             InputItem::McpCall(c) => Some(&c.id),
             InputItem::McpApprovalRequest(a) => Some(&a.id),
             InputItem::McpApprovalResponse(a) => a.id.as_deref(),
+            InputItem::ToolSearchCall(t) => Some(&t.id),
+            InputItem::ToolSearchOutput(t) => Some(&t.id),
         }
     }
 }
@@ -651,6 +665,8 @@ const ITEM_TYPES: &[&str] = &[
     "mcp_call",
     "mcp_approval_request",
     "mcp_approval_response",
+    "tool_search_call",
+    "tool_search_output",
 ];
 
 const ROLES: &[&str] = &["user", "system", "developer", "assistant"];
@@ -749,10 +765,23 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
                 out.push(ToolParam::Function(f));
             }
             "mcp" => out.push(ToolParam::Mcp(from_value_at(tool, &param)?)),
+            "tool_search" => {
+                let t: ToolSearchParam = from_value_at(tool, &param)?;
+                if t.execution.as_deref().is_some_and(|e| e != "server") {
+                    return Err(FieldError::unsupported(
+                        format!("{param}.execution"),
+                        "Only server-side tool search ('execution': 'server') is supported by this relay.",
+                    ));
+                }
+                if out.iter().any(|t| matches!(t, ToolParam::ToolSearch(_))) {
+                    return Err(FieldError::invalid_value(format!("{param}.type"), "At most one 'tool_search' tool is allowed."));
+                }
+                out.push(ToolParam::ToolSearch(t));
+            }
             other => {
                 return Err(FieldError::invalid_value(
                     format!("{param}.type"),
-                    format!("Tool type '{other}' is not supported by this relay. Supported tool types are: 'function' and 'mcp'."),
+                    format!("Tool type '{other}' is not supported by this relay. Supported tool types are: 'function', 'mcp' and 'tool_search'."),
                 ));
             }
         }

@@ -239,6 +239,43 @@ pub struct McpApprovalRequestItem {
     pub arguments: String,
 }
 
+/// A server-side search of deferred tools (`defer_loading`), as the model asked for it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolSearchCallItem {
+    pub id: String,
+    #[serde(default)]
+    pub call_id: Option<String>,
+    #[serde(default = "server")]
+    pub execution: String,
+    #[serde(default = "completed")]
+    pub status: ItemStatus,
+    /// The search arguments, e.g. `{"query": "..."}`.
+    #[serde(default)]
+    pub arguments: Value,
+}
+
+/// What a tool search found: tools grouped per MCP server as namespaces.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ToolSearchOutputItem {
+    pub id: String,
+    #[serde(default)]
+    pub call_id: Option<String>,
+    #[serde(default = "server")]
+    pub execution: String,
+    #[serde(default = "completed")]
+    pub status: ItemStatus,
+    #[serde(default)]
+    pub tools: Vec<Value>,
+}
+
+fn server() -> String {
+    "server".into()
+}
+
+fn completed() -> ItemStatus {
+    ItemStatus::Completed
+}
+
 /// An item of `response.output`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -249,6 +286,8 @@ pub enum OutputItem {
     McpListTools(McpListToolsItem),
     McpCall(McpCallItem),
     McpApprovalRequest(McpApprovalRequestItem),
+    ToolSearchCall(ToolSearchCallItem),
+    ToolSearchOutput(ToolSearchOutputItem),
 }
 
 impl OutputItem {
@@ -260,6 +299,8 @@ impl OutputItem {
             OutputItem::McpListTools(l) => &l.id,
             OutputItem::McpCall(c) => &c.id,
             OutputItem::McpApprovalRequest(a) => &a.id,
+            OutputItem::ToolSearchCall(t) => &t.id,
+            OutputItem::ToolSearchOutput(t) => &t.id,
         }
     }
 
@@ -271,6 +312,8 @@ impl OutputItem {
             OutputItem::McpListTools(_) => "mcp_list_tools",
             OutputItem::McpCall(_) => "mcp_call",
             OutputItem::McpApprovalRequest(_) => "mcp_approval_request",
+            OutputItem::ToolSearchCall(_) => "tool_search_call",
+            OutputItem::ToolSearchOutput(_) => "tool_search_output",
         }
     }
 

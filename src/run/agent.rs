@@ -18,7 +18,7 @@ use crate::api::request::InputItem;
 use crate::api::response::{McpCallError, ResponseError};
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::app::App;
-use crate::upstream::{FinishReason, ModelStream, UpstreamError};
+use crate::upstream::{FinishReason, FunctionDef, ModelStream, UpstreamError};
 
 /// Why a run stopped before the model finished.
 enum Stop {
@@ -44,6 +44,13 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
     let mut conversation = p.history.clone();
     conversation.extend(p.mcp.listed.iter().filter(|(_, fresh)| *fresh).map(|(l, _)| InputItem::McpListTools(l.clone())));
     let mut first = p.first_turn.take();
+    // Deferred tools found by earlier searches of the chain stay callable.
+    let mut found: Vec<FunctionDef> = Vec::new();
+    for item in &conversation {
+        if let InputItem::ToolSearchOutput(out) = item {
+            load_found(&p.mcp, &out.tools, &mut found);
+        }
+    }
     let mut calls_made: u64 = 0;
     let mut step = 0usize;
     let ending = 'run: {
@@ -60,7 +67,7 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
         let stream = match first.take() {
             Some(s) => Ok(s),
             None => {
-                let turn = turn_request_at(&p, &conversation, step);
+                let turn = turn_request_at(&p, &conversation, step, &found);
                 tokio::select! {
                     biased;
                     stop = stopped(&app, &cancel) => Err(stop),
@@ -111,8 +118,12 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
                 break Ending::Incomplete("max_tool_calls".into());
             }
         }
+        for arguments in &outcome.searches {
+            conversation.extend(run_search(&p.mcp, &mut em, arguments, &mut found));
+        }
         // Approval requests and client function calls hand the turn back to the client.
-        if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || outcome.mcp_calls.is_empty() {
+        let acted = !outcome.mcp_calls.is_empty() || !outcome.searches.is_empty();
+        if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || !acted {
             break Ending::Completed;
         }
         if p.request.max_steps.is_some_and(|m| step as u64 >= m) {
@@ -186,6 +197,83 @@ async fn answer_approvals(
         }));
     }
     Ok((items, ran))
+}
+
+/// How many tools one search returns at most.
+const SEARCH_TOP_K: usize = 5;
+
+/// Runs one tool search: reports it as a `tool_search_call` and a `tool_search_output` item
+/// (found tools grouped per server as namespaces), makes the found tools callable, and returns
+/// what the model is told.
+fn run_search(mcp: &super::McpSetup, em: &mut Emitter, arguments: &str, found: &mut Vec<FunctionDef>) -> Vec<InputItem> {
+    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
+    use crate::api::response::{ToolSearchCallItem, ToolSearchOutputItem};
+    use super::search;
+    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::json!({"query": arguments}));
+    let query = search::query_of(&args);
+    let call_id = em.mint("call");
+    let mut call = ToolSearchCallItem {
+        id: em.mint("tsc"),
+        call_id: Some(call_id.clone()),
+        execution: "server".into(),
+        status: ItemStatus::InProgress,
+        arguments: args,
+    };
+    let at = em.next_output_index();
+    em.emit(Event::OutputItemAdded { output_index: at, item: OutputItem::ToolSearchCall(call.clone()) });
+    let hits = search::rank(&query, &mcp.deferred, SEARCH_TOP_K);
+    call.status = ItemStatus::Completed;
+    em.emit(Event::OutputItemDone { output_index: at, item: OutputItem::ToolSearchCall(call) });
+
+    let mut namespaces: Vec<serde_json::Value> = Vec::new();
+    for &i in &hits {
+        let c = &mcp.deferred[i];
+        let tool = serde_json::json!({"type": "function", "name": c.tool, "description": c.description, "parameters": c.parameters});
+        match namespaces.iter_mut().find(|ns| ns["name"] == c.label.as_str()) {
+            Some(ns) => ns["tools"].as_array_mut().expect("tools array").push(tool),
+            None => {
+                let description = mcp.servers.iter().find(|s| s.label == c.label).and_then(|s| s.description.clone()).unwrap_or_default();
+                namespaces.push(serde_json::json!({"type": "namespace", "name": c.label, "description": description, "tools": [tool]}));
+            }
+        }
+    }
+    load_found(mcp, &namespaces, found);
+    let output = ToolSearchOutputItem {
+        id: em.mint("tso"),
+        call_id: Some(call_id.clone()),
+        execution: "server".into(),
+        status: ItemStatus::Completed,
+        tools: namespaces,
+    };
+    let at = em.next_output_index();
+    em.emit(Event::OutputItemAdded { output_index: at, item: OutputItem::ToolSearchOutput(output.clone()) });
+    em.emit(Event::OutputItemDone { output_index: at, item: OutputItem::ToolSearchOutput(output) });
+
+    let text = if hits.is_empty() {
+        format!("No tools matched '{query}'. Search again with other words.")
+    } else {
+        let lines: Vec<String> = hits.iter().map(|&i| format!("- {}: {}", mcp.deferred[i].model_name, mcp.deferred[i].description)).collect();
+        format!("Found {} tools; you can call them now:\n{}", hits.len(), lines.join("\n"))
+    };
+    let name = mcp.search_tool.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| "tool_search".into());
+    vec![
+        InputItem::FunctionCall(InputFunctionCall { id: None, call_id: call_id.clone(), name, arguments: arguments.to_string(), status: None }),
+        InputItem::FunctionCallOutput(InputFunctionCallOutput { id: None, call_id, output: ToolOutput::Text(text), status: None }),
+    ]
+}
+
+/// Makes the tools of `namespaces` (a `tool_search_output`'s tools) callable.
+fn load_found(mcp: &super::McpSetup, namespaces: &[serde_json::Value], found: &mut Vec<FunctionDef>) {
+    for ns in namespaces {
+        let label = ns["name"].as_str().unwrap_or_default();
+        for tool in ns["tools"].as_array().into_iter().flatten() {
+            let name = tool["name"].as_str().unwrap_or_default();
+            let Some(c) = mcp.deferred.iter().find(|c| c.label == label && c.tool == name) else { continue };
+            if !found.iter().any(|f| f.name == c.model_name) {
+                found.push(FunctionDef { name: c.model_name.clone(), description: c.description.clone(), parameters: c.parameters.clone(), strict: None });
+            }
+        }
+    }
 }
 
 /// Emits the `mcp_list_tools` items of servers listed for this run.

@@ -131,6 +131,8 @@ impl Emitter {
                         content: serde_json::json!([{"type": "text", "text": "The run stopped before this call finished."}]),
                     });
                 }
+                OutputItem::ToolSearchCall(t) => t.status = ItemStatus::Incomplete,
+                OutputItem::ToolSearchOutput(t) => t.status = ItemStatus::Incomplete,
                 OutputItem::McpListTools(_) | OutputItem::McpApprovalRequest(_) => {}
             }
             self.emit(Event::OutputItemDone { output_index: index, item });

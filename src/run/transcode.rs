@@ -24,6 +24,8 @@ pub enum CallTarget {
     Mcp { server_label: String, tool: String },
     /// An MCP tool whose calls need the client's approval: not run, reported as a request.
     Approval { server_label: String, tool: String },
+    /// The server-side tool search: run by the agent loop after the turn.
+    Search,
 }
 
 /// An MCP tool as the model sees it.
@@ -32,6 +34,8 @@ pub struct McpTarget {
     pub server_label: String,
     pub tool: String,
     pub needs_approval: bool,
+    /// The tool-search function rather than an MCP tool.
+    pub search: bool,
 }
 
 /// Model-facing names of MCP tools; any other name is a function call for the client.
@@ -88,6 +92,8 @@ pub struct TurnOutcome {
     pub mcp_calls: Vec<McpCallStarted>,
     /// Calls that need approval, reported as `mcp_approval_request` items (not run).
     pub approvals: Vec<McpApprovalRequestItem>,
+    /// Tool searches the model asked for (their JSON arguments), in order.
+    pub searches: Vec<String>,
     /// Assistant items of this turn in output order (for the next turn's conversation).
     pub items: Vec<OutputItem>,
 }
@@ -214,7 +220,7 @@ impl Transcoder {
         if let Some(call) = self.calls.iter_mut().find(|c| c.upstream_index == index) {
             if !arguments.is_empty() {
                 call.arguments.push_str(&arguments);
-                if !matches!(call.target, CallTarget::Approval { .. }) {
+                if !matches!(call.target, CallTarget::Approval { .. } | CallTarget::Search) {
                     em.emit(args_delta(call, arguments));
                 }
             }
@@ -227,12 +233,13 @@ impl Transcoder {
         self.close_text(em, ItemStatus::Completed);
         let output_index = em.next_output_index();
         let target = match tools.get(&name) {
+            Some(t) if t.search => CallTarget::Search,
             Some(t) if t.needs_approval => CallTarget::Approval { server_label: t.server_label.clone(), tool: t.tool.clone() },
             Some(t) => CallTarget::Mcp { server_label: t.server_label.clone(), tool: t.tool.clone() },
             None => CallTarget::Function,
         };
-        if matches!(target, CallTarget::Approval { .. }) {
-            // Nothing is shown until the turn ends: the request item carries the whole call.
+        if matches!(target, CallTarget::Approval { .. } | CallTarget::Search) {
+            // Nothing is shown until the turn ends: the request (or search) item carries the whole call.
             self.calls.push(OpenCall {
                 upstream_index: index,
                 output_index: usize::MAX,
@@ -259,6 +266,7 @@ impl Transcoder {
                 arguments: String::new(),
                 status: ItemStatus::InProgress,
             }),
+            CallTarget::Search => unreachable!("searches are buffered above"),
             CallTarget::Mcp { server_label, tool } | CallTarget::Approval { server_label, tool } => OutputItem::McpCall(McpCallItem {
                 id: item_id.clone(),
                 server_label: server_label.clone(),
@@ -317,6 +325,11 @@ impl Transcoder {
                     };
                     self.outcome.mcp_calls.push(McpCallStarted { output_index, item, model_name: name });
                 }
+                CallTarget::Search => {
+                    if !cut {
+                        self.outcome.searches.push(arguments);
+                    }
+                }
                 CallTarget::Approval { server_label, tool } => {
                     if cut {
                         continue;
@@ -374,7 +387,7 @@ fn args_delta(call: &OpenCall, delta: String) -> Event {
         CallTarget::Function => {
             Event::FunctionCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
         }
-        CallTarget::Mcp { .. } | CallTarget::Approval { .. } => {
+        CallTarget::Mcp { .. } | CallTarget::Approval { .. } | CallTarget::Search => {
             Event::McpCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
         }
     }

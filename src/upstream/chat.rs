@@ -119,7 +119,9 @@ pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
             | InputItem::ItemReference(_)
             | InputItem::McpListTools(_)
             | InputItem::McpApprovalRequest(_)
-            | InputItem::McpApprovalResponse(_) => {}
+            | InputItem::McpApprovalResponse(_)
+            | InputItem::ToolSearchCall(_)
+            | InputItem::ToolSearchOutput(_) => {}
         }
     }
     out

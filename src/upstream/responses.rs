@@ -92,7 +92,9 @@ pub fn input(items: &[InputItem]) -> Vec<Value> {
             | InputItem::ItemReference(_)
             | InputItem::McpListTools(_)
             | InputItem::McpApprovalRequest(_)
-            | InputItem::McpApprovalResponse(_) => {}
+            | InputItem::McpApprovalResponse(_)
+            | InputItem::ToolSearchCall(_)
+            | InputItem::ToolSearchOutput(_) => {}
         }
     }
     out

@@ -11,4 +11,5 @@ mod mcp_client;
 mod mcp_loop;
 mod process;
 mod stored;
+mod tool_search;
 mod ssrf;

@@ -243,11 +243,11 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
     let keyed = |c: Config| Config { api_keys: vec!["SECRET-RELAY-5".into()], upstream_api_key: Some("SECRET-UP-4".into()), ..c };
     let mut seen = Seen::default();
     let folded = rt.block_on(async {
-        let relay = relay(keyed(config(&up.base_url()))).await;
+        let relay_ok = relay(keyed(config(&up.base_url()))).await;
         let mut fail = config(&up.base_url());
         fail.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
         let relay_fail = relay(keyed(fail)).await;
-        let (base, fail_base, mcp_url, unauth_url) = (relay.url(""), relay_fail.url(""), server.url(), unauthorized.url());
+        let (base, fail_base, mcp_url, unauth_url) = (relay_ok.url(""), relay_fail.url(""), server.url(), unauthorized.url());
         let task = aux.spawn(async move {
             let mut seen = Seen::default();
             let folded = full_run(base.clone(), mcp_url, &mut seen).await;
@@ -257,7 +257,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         let (folded, s) = task.await.unwrap();
         seen = s;
         relay_fail.shutdown().await;
-        relay.shutdown().await;
+        relay_ok.shutdown().await;
         folded
     });
     drop(guard);

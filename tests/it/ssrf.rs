@@ -158,7 +158,7 @@ fn the_url_parser_normalises_every_ipv4_spelling_before_the_check() {
         ("%31%32%37.0.0.1", "127.0.0.1"),
         ("0", "0.0.0.0"),
         ("0xa9fea9fe", "169.254.169.254"),
-        ("[::ffff:127.0.0.1]", "[::ffff:127.0.0.1]"),
+        ("[::ffff:127.0.0.1]", "[::ffff:7f00:1]"),
         ("[0:0:0:0:0:0:0:1]", "[::1]"),
     ] {
         let u = reqwest::Url::parse(&format!("http://{spelling}:81/")).unwrap();
@@ -180,6 +180,7 @@ async fn every_loopback_spelling_really_dials_loopback() {
     let port = listener.local_addr().unwrap().port();
     let hits = Arc::new(AtomicUsize::new(0));
     tokio::spawn(serve(listener, hits.clone(), |_| "HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n".to_string()));
+    responses_relay::install_tls();
     let plain = reqwest::Client::builder().no_proxy().build().unwrap();
     let spellings = ["2130706433", "0x7f000001", "0177.0.0.1", "0x7f.1", "127.1", "%31%32%37.0.0.1"];
     for s in spellings {
@@ -445,6 +446,7 @@ async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
 }
 
 fn diverted_client(policy: Policy, dns: Arc<FakeLookup>, trap: SocketAddr) -> (reqwest::Client, Arc<Mutex<Vec<IpAddr>>>) {
+    responses_relay::install_tls();
     let policy = Arc::new(policy);
     let passed = Arc::new(Mutex::new(Vec::new()));
     let resolver = DivertToTrap { guard: GuardedResolver::new(policy.clone(), dns), trap, passed: passed.clone() };
@@ -528,7 +530,12 @@ async fn redirects_are_followed_only_within_the_origin_and_re_checked() {
     assert_eq!(r.text().await.unwrap(), "end");
     assert_eq!(hits.swap(0, Ordering::SeqCst), 2);
 
-    for target in [format!("localhost:{port}"), format!("[::1]:{port}"), format!("127.0.0.2:{port}"), format!("2130706433:{port}")] {
+    // Another spelling of the same address is the same origin once parsed.
+    let r = client.get(format!("{base}/to/2130706433:{port}")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), "end");
+    assert_eq!(hits.swap(0, Ordering::SeqCst), 2);
+
+    for target in [format!("localhost:{port}"), format!("[::1]:{port}"), format!("127.0.0.2:{port}"), format!("0x7f000002:{port}")] {
         let err = client.get(format!("{base}/to/{target}")).send().await.unwrap_err();
         assert!(err.is_redirect(), "{target}: {err:?}");
         assert!(chain(&err).contains("was not followed"), "{}", chain(&err));
@@ -556,6 +563,7 @@ fn spec(url: &str) -> responses_relay::mcp::ServerSpec {
 }
 
 fn pool_through(policy: Policy, dns: Arc<dyn Lookup>) -> responses_relay::mcp::Pool {
+    responses_relay::install_tls();
     let policy = Arc::new(policy);
     let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).read_timeout(Duration::from_secs(30));
     let client = ssrf::guard(builder, policy.clone(), Arc::new(GuardedResolver::new(policy, dns))).build().unwrap();
@@ -569,12 +577,12 @@ async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback
     // Names mapped to loopback only: were the guard broken, they would reach the test server.
     let dns: Arc<dyn Lookup> = Arc::new(
         FakeLookup::default()
-            .with("mcp.rebound.test", &[&["127.0.0.1"]])
+            .with("localhost", &[&["127.0.0.1"]])
             .with("mcp.corp.test", &[&["127.0.0.1"]])
             .with("twofaced.test", &[&["127.0.0.1", "::ffff:127.0.0.1"]]),
     );
     let strict = pool_through(Policy::strict(), dns.clone());
-    for name in ["mcp.rebound.test", "twofaced.test"] {
+    for name in ["localhost", "twofaced.test", "mcp.corp.test"] {
         let e = strict.list_tools(&spec(&format!("http://{name}:{port}/mcp")), Duration::from_secs(10)).await.unwrap_err();
         assert!(e.message.contains("'guarded'") && e.message.contains("is refused"), "{}", e.message);
         hint_in(&e.message);
@@ -588,11 +596,14 @@ async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback
     assert!(e.message.contains("is refused"), "{}", e.message);
     assert!(server.requests_seen().is_empty(), "a refused server was reached: {:?}", server.requests_seen());
 
-    // The control: allowed by name, the same server is reached.
-    let allowed = pool_through(Policy::from_flags(false, &["*.corp.test".into()]).unwrap(), dns);
-    let tools = allowed.list_tools(&spec(&format!("http://mcp.corp.test:{port}/mcp")), Duration::from_secs(10)).await.unwrap();
+    // The controls: allowed by name, the same server is reached (the test server answers 403
+    // to Host names it does not know, which proves the request arrived).
+    let allowed = pool_through(Policy::from_flags(false, &["localhost".into(), "*.corp.test".into()]).unwrap(), dns);
+    let tools = allowed.list_tools(&spec(&format!("http://localhost:{port}/mcp")), Duration::from_secs(10)).await.unwrap();
     assert!(tools.iter().any(|t| t.name == "echo"));
     assert!(server.count("initialize") >= 1);
+    let e = allowed.list_tools(&spec(&format!("http://mcp.corp.test:{port}/mcp")), Duration::from_secs(10)).await.unwrap_err();
+    assert_eq!(e.status, Some(403), "{}", e.message);
 }
 
 /// A relay with the default (strict) guard: not `support::config`, which tests may open up.

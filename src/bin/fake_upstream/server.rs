@@ -493,6 +493,8 @@ struct Convo {
     files: usize,
     tools: Vec<Tool>,
     choice: Choice,
+    /// Tool-call rounds the model already made since the last user message.
+    rounds: usize,
 }
 
 fn text_of(content: &Value, images: &mut usize, files: &mut usize) -> String {
@@ -569,7 +571,12 @@ impl Convo {
             .find(|m| role(m) == "user")
             .map(|m| text_of(m.get("content").unwrap_or(&Value::Null), &mut images, &mut files))
             .unwrap_or_default();
-        Convo { messages: msgs.len(), last, user_text, images, files, tools: tools_of(body), choice: choice_of(body) }
+        let after_user = msgs.iter().rposition(|m| role(m) == "user").map(|i| i + 1).unwrap_or(0);
+        let rounds = msgs[after_user..]
+            .iter()
+            .filter(|m| role(m) == "assistant" && m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty()))
+            .count();
+        Convo { messages: msgs.len(), last, user_text, images, files, tools: tools_of(body), choice: choice_of(body), rounds }
     }
 
     fn from_responses(body: &Value) -> Convo {
@@ -582,6 +589,7 @@ impl Convo {
             files: 0,
             tools: tools_of(body),
             choice: choice_of(body),
+            rounds: 0,
         };
         match body.get("input") {
             Some(Value::String(s)) => {
@@ -612,6 +620,13 @@ impl Convo {
                 if let Some(u) = items.iter().rev().find(|i| is_user(i)) {
                     c.user_text = text_of(u.get("content").unwrap_or(&Value::Null), &mut c.images, &mut c.files);
                 }
+                let after_user = items.iter().rposition(|i| is_user(i)).map(|i| i + 1).unwrap_or(0);
+                let tail = &items[after_user..];
+                c.rounds = tail
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, i)| kind(i) == "function_call" && (*j == 0 || kind(&tail[j - 1]) != "function_call"))
+                    .count();
             }
             _ => {}
         }
@@ -694,12 +709,16 @@ impl Script {
     }
 
     fn calls(c: &Convo) -> Option<Vec<Call>> {
-        if !matches!(c.last, Last::User) {
-            return None;
-        }
-        let lines: Vec<Call> = c
-            .user_text
-            .lines()
+        // `CALL` lines, in rounds separated by a `THEN` line: round k is made once the model
+        // has seen the results of the k rounds before it.
+        let round = match c.last {
+            Last::User => 0,
+            Last::ToolResults(_) if c.user_text.lines().any(|l| l.trim() == "THEN") => c.rounds,
+            _ => return None,
+        };
+        let group: Vec<&str> = c.user_text.split('\n').collect::<Vec<_>>().split(|l| l.trim() == "THEN").nth(round)?.to_vec();
+        let lines: Vec<Call> = group
+            .iter()
             .filter_map(|l| l.trim().strip_prefix("CALL "))
             .filter_map(|rest| {
                 let rest = rest.trim_start();
@@ -721,7 +740,7 @@ impl Script {
         if !lines.is_empty() {
             return Some(lines);
         }
-        if c.tools.is_empty() {
+        if round > 0 || c.tools.is_empty() {
             return None;
         }
         let tool = match &c.choice {

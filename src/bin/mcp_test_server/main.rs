@@ -29,7 +29,7 @@ struct Args {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let options = server::Options { require_bearer: args.require_bearer, catalog: args.catalog, fail_http: args.fail_http };
+    let options = server::Options { require_bearer: args.require_bearer, catalog: args.catalog, fail_http: args.fail_http, catalog_seed: 0 };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());
     let _ = tokio::signal::ctrl_c().await;

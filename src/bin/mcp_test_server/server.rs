@@ -60,6 +60,25 @@ pub struct Options {
     pub catalog: usize,
     /// Answer every POST with this HTTP status (text/plain body).
     pub fail_http: Option<u16>,
+    /// Shifts which topic each catalog tool gets, so several servers have different catalogs.
+    pub catalog_seed: usize,
+}
+
+const CATALOG_VERBS: &[&str] = &["get", "create", "delete", "list", "update", "search", "send", "convert"];
+const CATALOG_TOPICS: &[&str] = &[
+    "weather forecast", "invoice", "calendar event", "email message", "stock price", "flight booking",
+    "hotel reservation", "currency exchange rate", "contact card", "shared document", "support ticket",
+    "shipping label", "payroll record", "sales lead", "git repository", "database backup", "dns record",
+    "podcast episode", "recipe", "fitness workout", "parking permit", "library loan", "tax return",
+    "insurance claim", "train timetable",
+];
+
+/// The topic of catalog tool `i`: a verb and an object, unique for the first 200 tools of a seed.
+pub fn catalog_topic(i: usize, seed: usize) -> String {
+    let k = i + seed * 61;
+    let verb = CATALOG_VERBS[k % CATALOG_VERBS.len()];
+    let topic = CATALOG_TOPICS[(k / CATALOG_VERBS.len()) % CATALOG_TOPICS.len()];
+    format!("{verb} {topic}")
 }
 
 /// One HTTP request the server received.
@@ -283,7 +302,10 @@ impl TestServer {
         let schema = serde_json::json!({"type": "object", "properties": {}});
         let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
         (0..self.state.opts.catalog)
-            .map(|i| Tool::new(format!("tool_{i:03}"), format!("Catalog tool number {i}"), schema.clone()))
+            .map(|i| {
+                let topic = catalog_topic(i, self.state.opts.catalog_seed);
+                Tool::new(format!("tool_{i:03}"), format!("Catalog tool number {i}: {topic}"), schema.clone())
+            })
             .collect()
     }
 }
