@@ -23,6 +23,7 @@ struct Inner {
     ids: IdSource,
     clock: Clock,
     shutdown: CancellationToken,
+    runs: Arc<tokio::sync::Semaphore>,
 }
 
 impl App {
@@ -73,6 +74,7 @@ impl App {
                 ids: if config.deterministic { IdSource::sequential() } else { IdSource::Random },
                 clock: if config.deterministic { Clock::Fixed(1_700_000_000) } else { Clock::System },
                 shutdown: CancellationToken::new(),
+                runs: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_runs)),
                 config,
             }),
         }
@@ -101,6 +103,11 @@ impl App {
 
     pub fn clock(&self) -> Clock {
         self.inner.clock
+    }
+
+    /// A place for one more run, if the relay is not full.
+    pub fn run_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.inner.runs.clone().try_acquire_owned().ok()
     }
 
     /// Cancelled when the relay shuts down; every run's token is a child of it.

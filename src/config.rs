@@ -120,6 +120,21 @@ pub struct ServeArgs {
     /// Seconds of silence after which an upstream stream counts as stalled.
     #[arg(long, env = "RELAY_UPSTREAM_IDLE_TIMEOUT", value_name = "SECS")]
     pub upstream_idle_timeout: Option<f64>,
+    /// Retries of an upstream request refused before its first byte (429, 5xx, no connection).
+    #[arg(long, env = "RELAY_UPSTREAM_RETRIES", value_name = "N")]
+    pub upstream_retries: Option<u32>,
+    /// Most runs going at once; past it, new requests get 503 with Retry-After.
+    #[arg(long, env = "RELAY_MAX_CONCURRENT_RUNS", value_name = "N")]
+    pub max_concurrent_runs: Option<usize>,
+    /// Longest a run may take, in seconds; then it ends with `response.failed`.
+    #[arg(long, env = "RELAY_MAX_RUN_SECONDS", value_name = "SECS")]
+    pub max_run_seconds: Option<f64>,
+    /// Most input items one request may carry.
+    #[arg(long, env = "RELAY_MAX_INPUT_ITEMS", value_name = "N")]
+    pub max_input_items: Option<usize>,
+    /// Most tools one request may carry.
+    #[arg(long, env = "RELAY_MAX_TOOLS", value_name = "N")]
+    pub max_tools: Option<usize>,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "RELAY_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -161,6 +176,11 @@ struct FileConfig {
     upstream_connect_timeout: Option<f64>,
     upstream_first_byte_timeout: Option<f64>,
     upstream_idle_timeout: Option<f64>,
+    upstream_retries: Option<u32>,
+    max_concurrent_runs: Option<usize>,
+    max_run_seconds: Option<f64>,
+    max_input_items: Option<usize>,
+    max_tools: Option<usize>,
     max_body_bytes: Option<usize>,
     mcp_discovery_failure: Option<DiscoveryFailure>,
     default_require_approval: Option<ApprovalArg>,
@@ -200,6 +220,15 @@ pub struct McpConfig {
     pub max_concurrent_calls: usize,
 }
 
+/// Bounds on what one request or the whole relay may use.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    pub max_concurrent_runs: usize,
+    pub max_run_time: Duration,
+    pub max_input_items: usize,
+    pub max_tools: usize,
+}
+
 /// The validated configuration.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -213,6 +242,7 @@ pub struct Config {
     pub api_keys: Vec<String>,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
+    pub limits: Limits,
     pub mcp: McpConfig,
     /// Sequential ids and a fixed clock, for golden tests.
     pub deterministic: bool,
@@ -229,11 +259,18 @@ impl Default for Config {
             store_ttl: None,
             api_keys: Vec::new(),
             upstream_timeouts: Timeouts {
+                retries: 2,
                 connect: Duration::from_secs(10),
                 first_byte: Duration::from_secs(120),
                 idle: Duration::from_secs(300),
             },
             max_body_bytes: 16 * 1024 * 1024,
+            limits: Limits {
+                max_concurrent_runs: 1024,
+                max_run_time: Duration::from_secs(3600),
+                max_input_items: 4096,
+                max_tools: 512,
+            },
             mcp: McpConfig {
                 discovery_failure: DiscoveryFailure::Continue,
                 default_approval: crate::mcp::Approval::Always,
@@ -308,6 +345,7 @@ impl Config {
         };
         let d = c.upstream_timeouts.clone();
         c.upstream_timeouts = Timeouts {
+            retries: args.upstream_retries.or(file.upstream_retries).unwrap_or(d.retries),
             connect: secs("--upstream-connect-timeout", args.upstream_connect_timeout.or(file.upstream_connect_timeout), d.connect)?,
             first_byte: secs(
                 "--upstream-first-byte-timeout",
@@ -316,6 +354,18 @@ impl Config {
             )?,
             idle: secs("--upstream-idle-timeout", args.upstream_idle_timeout.or(file.upstream_idle_timeout), d.idle)?,
         };
+        let positive = |flag: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
+            match v {
+                Some(0) => Err(bad(flag, "'0': at least 1")),
+                Some(n) => Ok(n),
+                None => Ok(default),
+            }
+        };
+        c.limits.max_concurrent_runs =
+            positive("--max-concurrent-runs", args.max_concurrent_runs.or(file.max_concurrent_runs), c.limits.max_concurrent_runs)?;
+        c.limits.max_input_items = positive("--max-input-items", args.max_input_items.or(file.max_input_items), c.limits.max_input_items)?;
+        c.limits.max_tools = positive("--max-tools", args.max_tools.or(file.max_tools), c.limits.max_tools)?;
+        c.limits.max_run_time = secs("--max-run-seconds", args.max_run_seconds.or(file.max_run_seconds), c.limits.max_run_time)?;
         let ttl = secs("--store-ttl", args.store_ttl.or(file.store_ttl), Duration::from_secs(30 * 24 * 3600))?;
         c.store_ttl = Some(ttl);
         if let Some(n) = args.max_body_bytes.or(file.max_body_bytes) {

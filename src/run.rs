@@ -90,6 +90,19 @@ pub struct RunHandle {
 /// Validates the request against the relay's state, resolves its context and opens the first
 /// model turn, so that every failure up to here is an HTTP error and none comes later as one.
 pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<String>) -> Result<Prepared, StartError> {
+    let limits = &app.config().limits;
+    if request.input.len() > limits.max_input_items {
+        return Err(StartError::Invalid(FieldError::invalid_value(
+            "input",
+            format!("Too many input items: {} (this relay accepts at most {}).", request.input.len(), limits.max_input_items),
+        )));
+    }
+    if request.tools.len() > limits.max_tools {
+        return Err(StartError::Invalid(FieldError::invalid_value(
+            "tools",
+            format!("Too many tools: {} (this relay accepts at most {}).", request.tools.len(), limits.max_tools),
+        )));
+    }
     let mut history = Vec::new();
     if let Some(prev) = &request.previous_response_id {
         match app.store().history(prev).await.map_err(|e| StartError::Store(e.to_string()))? {
@@ -339,8 +352,9 @@ fn mcp_function_defs_where(mcp: &McpSetup, keep: impl Fn(&str) -> bool) -> Vec<(
         .collect()
 }
 
-/// Starts the run's task; returns its handle at once.
-pub fn start(app: &App, prepared: Prepared) -> RunHandle {
+/// Starts the run's task (holding its place among the relay's concurrent runs); returns its
+/// handle at once.
+pub fn start(app: &App, prepared: Prepared, permit: tokio::sync::OwnedSemaphorePermit) -> RunHandle {
     let log = Arc::new(RunLog::new());
     let cancel = app.shutdown_token().child_token();
     let handle = RunHandle {
@@ -351,7 +365,11 @@ pub fn start(app: &App, prepared: Prepared) -> RunHandle {
         created: prepared.response.clone(),
     };
     app.store().insert_live(&prepared, &handle);
-    tokio::spawn(agent::drive(app.clone(), prepared, log, cancel));
+    let app = app.clone();
+    tokio::spawn(async move {
+        agent::drive(app, prepared, log, cancel).await;
+        drop(permit);
+    });
     handle
 }
 

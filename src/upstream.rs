@@ -92,7 +92,7 @@ pub enum UpstreamError {
     #[error("the upstream model server timed out: {0}")]
     Timeout(String),
     #[error("the upstream model server answered HTTP {status}: {message}")]
-    Status { status: u16, message: String, body: Option<Value> },
+    Status { status: u16, message: String, body: Option<Value>, retry_after: Option<Duration> },
     #[error("the upstream model server sent an invalid stream: {0}")]
     Protocol(String),
     #[error("the upstream model stream ended early: {0}")]
@@ -109,6 +109,8 @@ pub enum UpstreamApi {
 
 #[derive(Debug, Clone)]
 pub struct Timeouts {
+    /// Retries of a request that failed before its first byte (429, 5xx, connect failure).
+    pub retries: u32,
     pub connect: Duration,
     /// Until the response headers arrive.
     pub first_byte: Duration,
@@ -159,16 +161,37 @@ impl Upstream {
         })
     }
 
+    /// Sends a turn, retrying (with backoff, honouring `Retry-After` up to a bound) while the
+    /// upstream refuses before any byte of an answer: 429, 5xx, or no connection. Never retries
+    /// once an answer started.
     async fn post(&self, path: &str, body: &Value, client_bearer: Option<&str>) -> Result<reqwest::Response, UpstreamError> {
-        let mut rb = self.http.post(format!("{}{path}", self.base)).json(body).header("accept", "text/event-stream");
-        if let Some(k) = self.bearer(client_bearer) {
-            rb = rb.bearer_auth(k);
+        let mut attempt = 0;
+        loop {
+            let mut rb = self.http.post(format!("{}{path}", self.base)).json(body).header("accept", "text/event-stream");
+            if let Some(k) = self.bearer(client_bearer) {
+                rb = rb.bearer_auth(k);
+            }
+            let result = match tokio::time::timeout(self.timeouts.first_byte, rb.send()).await {
+                Err(_) => Err(UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte))),
+                Ok(sent) => match sent {
+                    Ok(resp) => check_status(resp).await,
+                    Err(e) => Err(transport_error(e)),
+                },
+            };
+            let wait = match &result {
+                Err(UpstreamError::Status { status, retry_after, .. }) if *status == 429 || *status >= 500 => {
+                    retry_after.unwrap_or_else(|| backoff(attempt))
+                }
+                Err(UpstreamError::Connect(_)) => backoff(attempt),
+                _ => return result,
+            };
+            if attempt >= self.timeouts.retries || wait > MAX_RETRY_WAIT {
+                return result;
+            }
+            attempt += 1;
+            tracing::warn!(attempt, wait_ms = wait.as_millis() as u64, "retrying the upstream request");
+            tokio::time::sleep(wait).await;
         }
-        let resp = tokio::time::timeout(self.timeouts.first_byte, rb.send())
-            .await
-            .map_err(|_| UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte)))?
-            .map_err(transport_error)?;
-        check_status(resp).await
     }
 
     /// `GET {base}/models`, passed through: status and body.
@@ -199,11 +222,25 @@ pub(crate) fn transport_error(e: reqwest::Error) -> UpstreamError {
     if e.is_timeout() { UpstreamError::Timeout(msg) } else if e.is_connect() { UpstreamError::Connect(msg) } else { UpstreamError::Protocol(msg) }
 }
 
+/// The longest `Retry-After` the relay waits out before giving up.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(10);
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(200 * 2u64.pow(attempt.min(6)))
+}
+
 async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, UpstreamError> {
     let status = resp.status();
     if status.is_success() {
         return Ok(resp);
     }
+    let retry_after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64);
     let bytes = resp.bytes().await.unwrap_or_default();
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
     let message = body
@@ -211,7 +248,7 @@ async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, Upst
         .and_then(|b| b.pointer("/error/message").or_else(|| b.get("message")).or_else(|| b.get("error")))
         .and_then(|m| m.as_str().map(str::to_string))
         .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).trim().to_string());
-    Err(UpstreamError::Status { status: status.as_u16(), message, body })
+    Err(UpstreamError::Status { status: status.as_u16(), message, body, retry_after })
 }
 
 /// Reads SSE events from an upstream answer, with an idle timeout between reads; `[DONE]` ends.

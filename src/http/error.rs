@@ -12,6 +12,8 @@ use crate::upstream::UpstreamError;
 pub struct ApiError {
     pub status: StatusCode,
     pub body: ErrorBody,
+    /// Seconds for a `Retry-After` header.
+    pub retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -24,7 +26,21 @@ impl ApiError {
                 param: param.map(str::to_string),
                 code: code.map(str::to_string),
             },
+            retry_after: None,
         }
+    }
+
+    /// The relay is running as many runs as it may.
+    pub fn busy() -> Self {
+        let mut e = Self::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "server_error",
+            "The relay is running as many responses as it is configured for; retry shortly.",
+            None,
+            Some("server_busy"),
+        );
+        e.retry_after = Some(1);
+        e
     }
 
     pub fn invalid(e: FieldError) -> Self {
@@ -57,7 +73,7 @@ impl ApiError {
 
     pub fn upstream(e: &UpstreamError) -> Self {
         match e {
-            UpstreamError::Status { status, message, body } if (400..500).contains(status) => {
+            UpstreamError::Status { status, message, body, retry_after } if (400..500).contains(status) => {
                 // The upstream's own 4xx, passed on with its envelope when it has one.
                 let inner = body.as_ref().and_then(|b| b.get("error")).filter(|e| e.is_object());
                 let field = |k: &str| inner.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(str::to_string);
@@ -70,6 +86,7 @@ impl ApiError {
                         param: field("param"),
                         code: field("code").or_else(|| Some("upstream_error".into())),
                     },
+                    retry_after: retry_after.map(|d| d.as_secs().max(1)),
                 }
             }
             UpstreamError::Timeout(_) => {
@@ -81,7 +98,11 @@ impl ApiError {
 
     pub fn into_response(self) -> Response<Body> {
         let body = serde_json::to_vec(&json!({"error": self.body})).expect("serializes");
-        json_response(self.status, body)
+        let mut resp = json_response(self.status, body);
+        if let Some(s) = self.retry_after {
+            resp.headers_mut().insert(hyper::header::RETRY_AFTER, s.into());
+        }
+        resp
     }
 }
 

@@ -35,8 +35,9 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
     let request = parse_create(&body)?;
     let stream = request.stream;
     let background = request.background;
+    let permit = app.run_permit().ok_or_else(ApiError::busy)?;
     let prepared = run::prepare(app, request, client_bearer).await?;
-    let handle = run::start(app, prepared);
+    let handle = run::start(app, prepared, permit);
     if stream {
         let guard = (!background).then(|| CancelOnDrop::new(handle.cancel.clone(), handle.log.clone()));
         return Ok(sse::stream(handle.log, 0, guard));

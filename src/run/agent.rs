@@ -25,10 +25,32 @@ enum Stop {
     Upstream(UpstreamError),
     Cancelled,
     Shutdown,
+    Deadline(std::time::Duration),
+}
+
+/// What stops a run early: its token (client gone, cancel, shutdown) or its time limit.
+pub struct StopSignal {
+    token: CancellationToken,
+    timed_out: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Runs the whole agent loop and ends the log with one terminal event.
 pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: CancellationToken) {
+    let stop = StopSignal { token: cancel.child_token(), timed_out: Arc::default() };
+    let timer = {
+        let (token, flag, limit) = (stop.token.clone(), stop.timed_out.clone(), app.config().limits.max_run_time);
+        tokio::spawn(async move {
+            tokio::time::sleep(limit).await;
+            flag.store(true, std::sync::atomic::Ordering::SeqCst);
+            token.cancel();
+        })
+    };
+    drive_run(&app, &mut p, log, &stop).await;
+    timer.abort();
+}
+
+async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopSignal) {
+    let app = app.clone();
     let mut em = Emitter::new(log, app.store().sink(&p), app.ids().clone(), app.clock());
     em.emit(Event::Created { response: Box::new(p.response.clone()) });
     if p.request.background {
@@ -55,7 +77,7 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
     let mut step = 0usize;
     let ending = 'run: {
         if !p.mcp.answers.is_empty() {
-            match answer_approvals(&app, &p.mcp, &mut em, &cancel).await {
+            match answer_approvals(&app, &p.mcp, &mut em, signal).await {
                 Ok((done, ran)) => {
                     calls_made += ran;
                     conversation.extend(done);
@@ -70,14 +92,14 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
                 let turn = turn_request_at(&p, &conversation, step, &found);
                 tokio::select! {
                     biased;
-                    stop = stopped(&app, &cancel) => Err(stop),
+                    stop = stopped(&app, signal) => Err(stop),
                     opened = app.upstream().open(&turn) => opened.map_err(Stop::Upstream),
                 }
             }
         };
         step += 1;
         let (outcome, stop) = match stream {
-            Ok(stream) => run_turn(&app, stream, &mut em, &tools, &cancel).await,
+            Ok(stream) => run_turn(&app, stream, &mut em, &tools, signal).await,
             Err(stop) => (TurnOutcome::default(), Some(stop)),
         };
         if let Some(u) = &outcome.usage {
@@ -106,7 +128,7 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
             let run_now: Vec<McpCallStarted> = run_now.into_iter().map(|(_, c)| c).collect();
             let over: Vec<McpCallStarted> = over.into_iter().map(|(_, c)| c).collect();
             calls_made += run_now.len() as u64;
-            match run_calls(&app, &p.mcp, &mut em, run_now, &cancel).await {
+            match run_calls(&app, &p.mcp, &mut em, run_now, signal).await {
                 Ok(done) => conversation.extend(done.iter().filter_map(output_as_input)),
                 Err(stop) => {
                     fail_open_calls(&mut em, &over, "The run stopped before this call ran.");
@@ -142,7 +164,7 @@ async fn answer_approvals(
     app: &App,
     mcp: &super::McpSetup,
     em: &mut Emitter,
-    cancel: &CancellationToken,
+    cancel: &StopSignal,
 ) -> Result<(Vec<InputItem>, u64), Stop> {
     use crate::api::request::InputMcpCall;
     use crate::api::response::McpCallItem;
@@ -304,7 +326,7 @@ async fn run_calls(
     mcp: &super::McpSetup,
     em: &mut Emitter,
     calls: Vec<McpCallStarted>,
-    cancel: &CancellationToken,
+    cancel: &StopSignal,
 ) -> Result<Vec<OutputItem>, Stop> {
     let cfg = &app.config().mcp;
     let mut results = futures::stream::iter(calls.clone().into_iter().map(|c| {
@@ -373,7 +395,7 @@ async fn run_turn(
     mut stream: ModelStream,
     em: &mut Emitter,
     tools: &ToolMap,
-    cancel: &CancellationToken,
+    cancel: &StopSignal,
 ) -> (TurnOutcome, Option<Stop>) {
     let mut tc = Transcoder::new();
     let stop = loop {
@@ -393,10 +415,17 @@ async fn run_turn(
     (tc.finish(em), stop)
 }
 
-/// Resolves when the run must stop: the relay is shutting down, or the run was cancelled.
-async fn stopped(app: &App, cancel: &CancellationToken) -> Stop {
-    cancel.cancelled().await;
-    if app.shutdown_token().is_cancelled() { Stop::Shutdown } else { Stop::Cancelled }
+/// Resolves when the run must stop: the relay is shutting down, the run was cancelled, or it ran
+/// out of time.
+async fn stopped(app: &App, stop: &StopSignal) -> Stop {
+    stop.token.cancelled().await;
+    if app.shutdown_token().is_cancelled() {
+        Stop::Shutdown
+    } else if stop.timed_out.load(std::sync::atomic::Ordering::SeqCst) {
+        Stop::Deadline(app.config().limits.max_run_time)
+    } else {
+        Stop::Cancelled
+    }
 }
 
 fn ending_for(stop: Stop) -> Ending {
@@ -405,6 +434,10 @@ fn ending_for(stop: Stop) -> Ending {
         Stop::Shutdown => Ending::Failed(ResponseError {
             code: "server_error".into(),
             message: "The relay shut down before the response finished.".into(),
+        }),
+        Stop::Deadline(limit) => Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: format!("The response took longer than the relay's limit of {} s.", limit.as_secs_f64()),
         }),
         Stop::Upstream(e) => Ending::Failed(ResponseError {
             code: match e {

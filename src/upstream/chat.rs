@@ -276,7 +276,7 @@ impl ChunkParser {
         if let Some(err) = chunk.error {
             let message = err.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| err.to_string());
             let status = err.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502) as u16;
-            return Err(UpstreamError::Status { status, message, body: Some(err) });
+            return Err(UpstreamError::Status { status, message, body: Some(err), retry_after: None });
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {

@@ -191,12 +191,12 @@ impl EventParser {
             "response.failed" => {
                 let e = &ev["response"]["error"];
                 let message = e.get("message").and_then(Value::as_str).unwrap_or("the upstream response failed").to_string();
-                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()) });
+                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()), retry_after: None });
             }
             "error" => {
                 let e = ev.get("error").unwrap_or(&ev);
                 let message = e.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_string();
-                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()) });
+                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()), retry_after: None });
             }
             _ => {}
         }

@@ -5,6 +5,7 @@ mod approvals;
 mod cli;
 mod core;
 mod errors;
+mod limits;
 mod support;
 mod upstream_fixtures;
 mod mcp_client;

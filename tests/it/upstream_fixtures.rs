@@ -503,7 +503,7 @@ fn a_recorded_mid_stream_error_fails_the_response() {
 }
 
 fn test_timeouts() -> Timeouts {
-    Timeouts { connect: Duration::from_secs(5), first_byte: Duration::from_secs(10), idle: Duration::from_secs(10) }
+    Timeouts { retries: 0, connect: Duration::from_secs(5), first_byte: Duration::from_secs(10), idle: Duration::from_secs(10) }
 }
 
 fn turn(model: &str) -> TurnRequest {

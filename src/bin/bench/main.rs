@@ -80,9 +80,9 @@ struct Opts {
     /// Measurement window per phase, seconds [default: 10, smoke 1.5].
     #[arg(long)]
     seconds: Option<f64>,
-    /// Text deltas per run in `stream`.
-    #[arg(long, default_value_t = 200)]
-    deltas: usize,
+    /// Text deltas per run in `stream` and `replay` [default: 200, smoke 20].
+    #[arg(long)]
+    deltas: Option<usize>,
     /// Text deltas after the tool call in `mcp`.
     #[arg(long, default_value_t = 50)]
     mcp_deltas: usize,
@@ -146,7 +146,7 @@ impl Plan {
             clients: o.clients.unwrap_or(if s { 8 } else { 256 }).clamp(1, 5000),
             window: secs(o.seconds, 10.0, 1.5),
             warmup: Duration::from_millis(if s { 500 } else { 1500 }),
-            deltas: o.deltas.clamp(1, 10_000),
+            deltas: o.deltas.unwrap_or(if s { 20 } else { 200 }).clamp(1, 10_000),
             mcp_deltas: o.mcp_deltas.clamp(1, 10_000),
             delay_ms: o.delay_ms.unwrap_or(10).min(1000),
             idle_streams: o.idle_streams.unwrap_or(if s { 200 } else { 10_000 }).clamp(1, 100_000),
