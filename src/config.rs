@@ -135,6 +135,10 @@ pub struct ServeArgs {
     /// Most tools one request may carry.
     #[arg(long, env = "RELAY_MAX_TOOLS", value_name = "N")]
     pub max_tools: Option<usize>,
+    /// The upstream model takes images: images returned by MCP tools are shown to it (otherwise
+    /// it gets a placeholder naming the image type).
+    #[arg(long, env = "RELAY_UPSTREAM_VISION")]
+    pub upstream_vision: bool,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "RELAY_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -181,6 +185,7 @@ struct FileConfig {
     max_run_seconds: Option<f64>,
     max_input_items: Option<usize>,
     max_tools: Option<usize>,
+    upstream_vision: Option<bool>,
     max_body_bytes: Option<usize>,
     mcp_discovery_failure: Option<DiscoveryFailure>,
     default_require_approval: Option<ApprovalArg>,
@@ -242,6 +247,7 @@ pub struct Config {
     pub api_keys: Vec<String>,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
+    pub upstream_vision: bool,
     pub limits: Limits,
     pub mcp: McpConfig,
     /// Sequential ids and a fixed clock, for golden tests.
@@ -265,6 +271,7 @@ impl Default for Config {
                 idle: Duration::from_secs(300),
             },
             max_body_bytes: 16 * 1024 * 1024,
+            upstream_vision: false,
             limits: Limits {
                 max_concurrent_runs: 1024,
                 max_run_time: Duration::from_secs(3600),
@@ -366,6 +373,7 @@ impl Config {
         c.limits.max_input_items = positive("--max-input-items", args.max_input_items.or(file.max_input_items), c.limits.max_input_items)?;
         c.limits.max_tools = positive("--max-tools", args.max_tools.or(file.max_tools), c.limits.max_tools)?;
         c.limits.max_run_time = secs("--max-run-seconds", args.max_run_seconds.or(file.max_run_seconds), c.limits.max_run_time)?;
+        c.upstream_vision = args.upstream_vision || file.upstream_vision.unwrap_or(false);
         let ttl = secs("--store-ttl", args.store_ttl.or(file.store_ttl), Duration::from_secs(30 * 24 * 3600))?;
         c.store_ttl = Some(ttl);
         if let Some(n) = args.max_body_bytes.or(file.max_body_bytes) {

@@ -128,8 +128,11 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             let run_now: Vec<McpCallStarted> = run_now.into_iter().map(|(_, c)| c).collect();
             let over: Vec<McpCallStarted> = over.into_iter().map(|(_, c)| c).collect();
             calls_made += run_now.len() as u64;
-            match run_calls(&app, &p.mcp, &mut em, run_now, signal).await {
-                Ok(done) => conversation.extend(done.iter().filter_map(output_as_input)),
+            match run_calls_with_images(&app, &p.mcp, &mut em, run_now, signal).await {
+                Ok((done, images)) => {
+                    conversation.extend(done.iter().filter_map(output_as_input));
+                    conversation.extend(images);
+                }
                 Err(stop) => {
                     fail_open_calls(&mut em, &over, "The run stopped before this call ran.");
                     break ending_for(stop);
@@ -328,6 +331,21 @@ async fn run_calls(
     calls: Vec<McpCallStarted>,
     cancel: &StopSignal,
 ) -> Result<Vec<OutputItem>, Stop> {
+    let (done, _) = run_calls_with_images(app, mcp, em, calls, cancel).await?;
+    Ok(done)
+}
+
+/// As [`run_calls`], also returning a user message with the images the tools returned, for
+/// upstreams that take images (`--upstream-vision`); otherwise the model gets the placeholders
+/// in the call's text output.
+async fn run_calls_with_images(
+    app: &App,
+    mcp: &super::McpSetup,
+    em: &mut Emitter,
+    calls: Vec<McpCallStarted>,
+    cancel: &StopSignal,
+) -> Result<(Vec<OutputItem>, Option<InputItem>), Stop> {
+    use crate::api::request::{InputMessage, InputPart, MessageContent, Role};
     let cfg = &app.config().mcp;
     let mut results = futures::stream::iter(calls.clone().into_iter().map(|c| {
         let spec = mcp.servers.iter().find(|s| s.label == c.item.server_label).cloned();
@@ -339,11 +357,12 @@ async fn run_calls(
             };
             pool.call_tool(&spec, &c.item.name, &c.item.arguments, timeout)
                 .await
-                .map(|result| crate::mcp::result_text(&result, cap))
+                .map(|result| (crate::mcp::result_text(&result, cap), crate::mcp::result_images(&result)))
         }
     }))
     .buffered(cfg.max_concurrent_calls.max(1));
     let mut done = Vec::with_capacity(calls.len());
+    let mut image_parts: Vec<InputPart> = Vec::new();
     for (i, call) in calls.iter().enumerate() {
         let result = tokio::select! {
             biased;
@@ -357,7 +376,17 @@ async fn run_calls(
         let mut item = call.item.clone();
         let (item_id, output_index) = (item.id.clone(), call.output_index);
         match result {
-            Ok(text) => {
+            Ok((text, images)) => {
+                if app.config().upstream_vision && !images.is_empty() {
+                    image_parts.push(InputPart::InputText {
+                        text: format!("Images returned by the call {} of '{}' on MCP server '{}':", item.id, item.name, item.server_label),
+                    });
+                    image_parts.extend(images.into_iter().map(|(mime, data)| InputPart::InputImage {
+                        image_url: Some(format!("data:{mime};base64,{data}")),
+                        file_id: None,
+                        detail: None,
+                    }));
+                }
                 item.status = ItemStatus::Completed;
                 item.output = Some(text);
                 em.emit(Event::McpCallCompleted { item_id, output_index });
@@ -372,7 +401,10 @@ async fn run_calls(
         em.emit(Event::OutputItemDone { output_index, item: item.clone() });
         done.push(item);
     }
-    Ok(done)
+    let images = (!image_parts.is_empty()).then(|| {
+        InputItem::Message(InputMessage { id: None, role: Role::User, content: MessageContent::Parts(image_parts), status: None })
+    });
+    Ok((done, images))
 }
 
 /// Closes MCP call items that will not run, as failed with `message`.

@@ -257,3 +257,57 @@ async fn echoed_tools_and_the_event_log_carry_no_secrets() {
     assert!(call["output"].as_str().unwrap().contains("authorized") || call["status"] == "completed", "{call}");
     assert!(server.requests_seen().iter().any(|r| r.headers.iter().any(|(k, _)| k == "x-api-key")));
 }
+
+#[tokio::test]
+async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    for vision in [false, true] {
+        let mut c = config(&up.base_url());
+        c.upstream_vision = vision;
+        let relay = relay(c).await;
+        let (status, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "CALL image {}", "tools": [mcp_tool("pics", &server.url())]}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let call = items_of(&r, "mcp_call")[0];
+        assert!(call["output"].as_str().unwrap().contains("[image: image/png"), "{call}");
+        let sent = up.requests().last().unwrap().body.clone();
+        let messages = sent["messages"].as_array().unwrap();
+        let image_urls: Vec<&str> = messages
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .filter_map(|p| p["image_url"]["url"].as_str())
+            .collect();
+        if vision {
+            assert_eq!(image_urls.len(), 1, "{sent}");
+            assert!(image_urls[0].starts_with("data:image/png;base64,"));
+        } else {
+            assert!(image_urls.is_empty());
+        }
+    }
+}
+
+#[tokio::test]
+async fn structured_and_oversized_results_become_bounded_text() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let mut c = config(&up.base_url());
+    c.mcp.max_output_bytes = 1000;
+    let relay = relay(c).await;
+    let (_, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL structured {}\nCALL big {\"bytes\":100000}", "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
+    let calls = items_of(&r, "mcp_call");
+    let structured: Value = serde_json::from_str(calls[0]["output"].as_str().unwrap()).unwrap();
+    assert_eq!(structured, json!({"temperature": 21.5, "unit": "C"}));
+    let big = calls[1]["output"].as_str().unwrap();
+    assert!(big.len() < 1100 && big.contains("truncated"), "{} bytes", big.len());
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(sent.len() < 20_000, "the whole output reached the model");
+}
