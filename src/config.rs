@@ -102,8 +102,9 @@ pub struct ServeArgs {
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
     pub upstream_api: Option<ApiArg>,
-    /// Where runs are stored: `sqlite:PATH` (default `sqlite:./relay-data/relay.sqlite3`) or `memory`.
-    #[arg(long, env = "RELAY_STORE", value_name = "URL")]
+    /// Where runs are stored: `sqlite:PATH` (default `sqlite:./relay-data/relay.sqlite3`), `memory`, or
+    /// `redis://[:PASSWORD@]HOST:PORT/DB` (`rediss://` for TLS) to share runs between relays.
+    #[arg(long, env = "RELAY_STORE", value_name = "URL", hide_env_values = true)]
     pub store: Option<String>,
     /// Seconds a stored run is kept; expired runs are removed in the background (default 30 days).
     #[arg(long, env = "RELAY_STORE_TTL", value_name = "SECS")]
@@ -135,6 +136,9 @@ pub struct ServeArgs {
     /// Most tools one request may carry.
     #[arg(long, env = "RELAY_MAX_TOOLS", value_name = "N")]
     pub max_tools: Option<usize>,
+    /// Seconds a streaming client may read nothing while events wait before its run is cancelled.
+    #[arg(long, env = "RELAY_CLIENT_STALL_TIMEOUT", value_name = "SECS")]
+    pub client_stall_timeout: Option<f64>,
     /// The upstream model takes images: images returned by MCP tools are shown to it (otherwise
     /// it gets a placeholder naming the image type).
     #[arg(long, env = "RELAY_UPSTREAM_VISION")]
@@ -161,6 +165,14 @@ pub struct ServeArgs {
     /// Largest tool output (bytes) sent to the model; longer outputs are truncated with a marker.
     #[arg(long, env = "RELAY_MCP_MAX_OUTPUT_BYTES", value_name = "BYTES")]
     pub mcp_max_output_bytes: Option<usize>,
+    /// Allow MCP server_urls that resolve to loopback, private, link-local or other non-public
+    /// addresses (off by default: the relay refuses them).
+    #[arg(long, env = "RELAY_MCP_ALLOW_PRIVATE_NETWORKS")]
+    pub mcp_allow_private_networks: bool,
+    /// Allow this MCP host (exact name, `*.suffix`, or an IP address) whatever it resolves to
+    /// (repeatable).
+    #[arg(long = "mcp-allow-host", env = "RELAY_MCP_ALLOW_HOSTS", value_name = "HOST", value_delimiter = ',')]
+    pub mcp_allow_hosts: Vec<String>,
     /// TOML file with the same keys (snake_case); flags and environment override it.
     #[arg(long, env = "RELAY_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -185,6 +197,7 @@ struct FileConfig {
     max_run_seconds: Option<f64>,
     max_input_items: Option<usize>,
     max_tools: Option<usize>,
+    client_stall_timeout: Option<f64>,
     upstream_vision: Option<bool>,
     max_body_bytes: Option<usize>,
     mcp_discovery_failure: Option<DiscoveryFailure>,
@@ -193,6 +206,8 @@ struct FileConfig {
     mcp_discovery_timeout: Option<f64>,
     mcp_call_timeout: Option<f64>,
     mcp_max_output_bytes: Option<usize>,
+    mcp_allow_private_networks: Option<bool>,
+    mcp_allow_hosts: Option<Vec<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,10 +221,35 @@ fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
     ConfigError { flag: flag.to_string(), message: message.into() }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub enum StoreKind {
     Memory,
     Sqlite(PathBuf),
+    /// `redis://` or `rediss://` URL (it may carry a password: show it only through
+    /// [`mask_url`]; `Debug` masks it).
+    Redis(String),
+}
+
+impl std::fmt::Debug for StoreKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreKind::Memory => f.write_str("Memory"),
+            StoreKind::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
+            StoreKind::Redis(u) => f.debug_tuple("Redis").field(&mask_url(u)).finish(),
+        }
+    }
+}
+
+/// A URL with its password (if any) replaced by `***`, for logs and error messages.
+pub fn mask_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<unparsable URL>".into(),
+    }
 }
 
 /// How the relay treats `mcp` tools.
@@ -223,6 +263,9 @@ pub struct McpConfig {
     pub max_output_bytes: usize,
     /// Calls of one model turn run at most this many at a time.
     pub max_concurrent_calls: usize,
+    /// Which MCP servers may be reached (`--mcp-allow-private-networks`, `--mcp-allow-host`);
+    /// strict by default.
+    pub ssrf: crate::ssrf::Policy,
 }
 
 /// Bounds on what one request or the whole relay may use.
@@ -232,6 +275,8 @@ pub struct Limits {
     pub max_run_time: Duration,
     pub max_input_items: usize,
     pub max_tools: usize,
+    /// A streaming client that reads nothing for this long while events wait cancels its run.
+    pub client_stall: Duration,
 }
 
 /// The validated configuration.
@@ -277,6 +322,7 @@ impl Default for Config {
                 max_run_time: Duration::from_secs(3600),
                 max_input_items: 4096,
                 max_tools: 512,
+                client_stall: Duration::from_secs(300),
             },
             mcp: McpConfig {
                 discovery_failure: DiscoveryFailure::Continue,
@@ -286,6 +332,7 @@ impl Default for Config {
                 call_timeout: Duration::from_secs(60),
                 max_output_bytes: 64 * 1024,
                 max_concurrent_calls: 8,
+                ssrf: crate::ssrf::Policy::strict(),
             },
             deterministic: false,
         }
@@ -334,10 +381,17 @@ impl Config {
         c.store = match store.as_str() {
             "memory" => StoreKind::Memory,
             s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..])),
+            s if s.starts_with("redis://") || s.starts_with("rediss://") => {
+                if let Err(e) = redis::Client::open(s) {
+                    return Err(bad("--store", format!("'{}': {e}", mask_url(s))));
+                }
+                StoreKind::Redis(s.to_string())
+            }
             other => {
+                let shown = if other.contains("://") { mask_url(other) } else { other.to_string() };
                 return Err(bad(
                     "--store",
-                    format!("'{other}': expected 'sqlite:PATH' or 'memory' (the Redis store is not built yet)"),
+                    format!("'{shown}': expected 'sqlite:PATH', 'memory' or 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS)"),
                 ));
             }
         };
@@ -372,6 +426,8 @@ impl Config {
             positive("--max-concurrent-runs", args.max_concurrent_runs.or(file.max_concurrent_runs), c.limits.max_concurrent_runs)?;
         c.limits.max_input_items = positive("--max-input-items", args.max_input_items.or(file.max_input_items), c.limits.max_input_items)?;
         c.limits.max_tools = positive("--max-tools", args.max_tools.or(file.max_tools), c.limits.max_tools)?;
+        c.limits.client_stall =
+            secs("--client-stall-timeout", args.client_stall_timeout.or(file.client_stall_timeout), c.limits.client_stall)?;
         c.limits.max_run_time = secs("--max-run-seconds", args.max_run_seconds.or(file.max_run_seconds), c.limits.max_run_time)?;
         c.upstream_vision = args.upstream_vision || file.upstream_vision.unwrap_or(false);
         let ttl = secs("--store-ttl", args.store_ttl.or(file.store_ttl), Duration::from_secs(30 * 24 * 3600))?;
@@ -400,6 +456,9 @@ impl Config {
         c.mcp.discovery_timeout =
             secs("--mcp-discovery-timeout", args.mcp_discovery_timeout.or(file.mcp_discovery_timeout), c.mcp.discovery_timeout)?;
         c.mcp.call_timeout = secs("--mcp-call-timeout", args.mcp_call_timeout.or(file.mcp_call_timeout), c.mcp.call_timeout)?;
+        let allow_private = args.mcp_allow_private_networks || file.mcp_allow_private_networks.unwrap_or(false);
+        let allow_hosts = if args.mcp_allow_hosts.is_empty() { file.mcp_allow_hosts.unwrap_or_default() } else { args.mcp_allow_hosts };
+        c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts).map_err(|e| bad("--mcp-allow-host", e))?;
         if let Some(n) = args.mcp_max_output_bytes.or(file.mcp_max_output_bytes) {
             if n < 64 {
                 return Err(bad("--mcp-max-output-bytes", format!("'{n}': at least 64")));

@@ -7,7 +7,7 @@
 //! - [`store`]: where runs live.
 //! - [`http`] and [`server`]: routes, SSE, status codes; the accept loop and graceful shutdown.
 //! - [`logs`]: export, timeline and replay of recorded runs.
-//! - [`config`]: the command line and configuration file.
+//! - [`config`]: the command line and configuration file; [`telemetry`]: redacted logging.
 
 pub mod api;
 pub mod app;
@@ -20,6 +20,7 @@ pub mod run;
 pub mod server;
 pub mod ssrf;
 pub mod store;
+pub mod telemetry;
 pub mod upstream;
 
 pub use app::App;

@@ -16,12 +16,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info,rmcp=warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    responses_relay::telemetry::init();
     responses_relay::install_tls();
     match cli.command {
         Command::Logs(cmd) => logs(cmd),

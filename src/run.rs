@@ -91,6 +91,10 @@ pub struct RunHandle {
 /// model turn, so that every failure up to here is an HTTP error and none comes later as one.
 pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<String>) -> Result<Prepared, StartError> {
     let limits = &app.config().limits;
+    if request.store {
+        // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
+        app.store().available().await.map_err(|e| StartError::Store(e.to_string()))?;
+    }
     if request.input.len() > limits.max_input_items {
         return Err(StartError::Invalid(FieldError::invalid_value(
             "input",
@@ -200,10 +204,15 @@ async fn approval_answers(
 async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], functions: &[FunctionDef]) -> Result<McpSetup, StartError> {
     use crate::config::DiscoveryFailure;
     let cfg = &app.config().mcp;
-    let servers: Vec<_> = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?
-        .into_iter()
-        .map(|(_, s)| s)
-        .collect();
+    let specs = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?;
+    // The SSRF guard's check of IP-literal hosts (names are checked address by address when
+    // connecting): refused before the run, naming the tool.
+    for (i, spec) in &specs {
+        cfg.ssrf
+            .check_url(&spec.url)
+            .map_err(|r| FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string()))?;
+    }
+    let servers: Vec<_> = specs.into_iter().map(|(_, s)| s).collect();
     if servers.is_empty() {
         return Ok(McpSetup::default());
     }

@@ -1,5 +1,6 @@
 //! Where runs live: live runs in memory (their log, cancel token), and every stored run's
-//! Response, input items and event log in a backend: `memory`, or embedded SQLite.
+//! Response, input items and event log in a backend: `memory`, embedded SQLite, or Redis (shared
+//! by several relays: see [`redis`](self::redis)).
 //!
 //! Invariants: a reader only sees an event once the backend has kept it (the backend's sink
 //! publishes it on the run's log after its commit), so a replay is exactly what live clients got;
@@ -8,6 +9,7 @@
 //! terminal event, so no reader waits forever.
 
 pub mod memory;
+pub mod redis;
 pub mod sqlite;
 
 use std::collections::HashMap;
@@ -33,6 +35,10 @@ impl From<rusqlite::Error> for StoreError {
     }
 }
 
+/// Starts the message of a [`StoreError`] that says the store cannot be reached now (the HTTP
+/// layer answers 503 for it, not 500).
+pub const UNAVAILABLE: &str = "the store is unavailable";
+
 /// A stored run's own data (its log aside).
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -53,6 +59,7 @@ pub struct LiveRun {
 enum Backend {
     Memory(memory::Memory),
     Sqlite(sqlite::Sqlite),
+    Redis(self::redis::Redis),
 }
 
 /// The store. Cheap to clone.
@@ -61,11 +68,13 @@ pub struct Store {
     live: Arc<Mutex<HashMap<String, LiveRun>>>,
     backend: Backend,
     ttl: Option<Duration>,
+    /// Why the store ended a live run (its events could not be kept), for the agent's ending.
+    failures: Arc<Mutex<HashMap<String, String>>>,
 }
 
 impl Store {
     pub fn memory() -> Self {
-        Store { live: Arc::default(), backend: Backend::Memory(memory::Memory::default()), ttl: None }
+        Store { live: Arc::default(), backend: Backend::Memory(memory::Memory::default()), ttl: None, failures: Arc::default() }
     }
 
     /// Opens the configured store; for SQLite, finishes runs a previous process left unfinished.
@@ -73,15 +82,52 @@ impl Store {
         let backend = match kind {
             StoreKind::Memory => Backend::Memory(memory::Memory::default()),
             StoreKind::Sqlite(path) => Backend::Sqlite(sqlite::Sqlite::open(path)?),
+            StoreKind::Redis(url) => Backend::Redis(self::redis::Redis::open(url, ttl)?),
         };
-        Ok(Store { live: Arc::default(), backend, ttl })
+        Ok(Store { live: Arc::default(), backend, ttl, failures: Arc::default() })
     }
 
     /// The sink the run's emitter appends through.
     pub fn sink(&self, p: &Prepared) -> Arc<dyn LogSink> {
         match (&self.backend, p.request.store) {
             (Backend::Sqlite(s), true) => Arc::new(s.sink(&p.response.id)),
+            (Backend::Redis(r), true) => Arc::new(r.sink(&p.response.id, Some(self.fail_hook(&p.response.id)))),
             _ => Arc::new(Immediate),
+        }
+    }
+
+    /// Ends a live run as failed with `reason` (the backend could not keep its events): records
+    /// the reason for the agent ([`Store::failure`]) and cancels the run.
+    fn fail_hook(&self, id: &str) -> self::redis::FailHook {
+        let (live, failures, id) = (self.live.clone(), self.failures.clone(), id.to_string());
+        Arc::new(move |reason: String| {
+            let run = live.lock().expect("store poisoned").get(&id).cloned();
+            if let Some(run) = run {
+                failures.lock().expect("store poisoned").insert(id.clone(), reason);
+                run.cancel.cancel();
+            }
+        })
+    }
+
+    /// Why the store ended this live run, if it did (the agent then ends it `failed`).
+    pub fn failure(&self, id: &str) -> Option<String> {
+        self.failures.lock().expect("store poisoned").get(id).cloned()
+    }
+
+    /// Fails fast (before a stored run starts) when the backend cannot keep it now.
+    pub async fn available(&self) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Redis(r) => r.available().await,
+            _ => Ok(()),
+        }
+    }
+
+    /// Cancels a background run live on another relay (Redis) and waits for its end; does
+    /// nothing for other runs or backends.
+    pub async fn cancel_elsewhere(&self, id: &str) -> Result<(), StoreError> {
+        match &self.backend {
+            Backend::Redis(r) => r.cancel_elsewhere(id).await,
+            _ => Ok(()),
         }
     }
 
@@ -95,6 +141,7 @@ impl Store {
         match &self.backend {
             Backend::Memory(m) => m.insert(record, h.log.clone(), expires_at),
             Backend::Sqlite(s) => s.insert(&record, expires_at),
+            Backend::Redis(r) => r.insert(&record, expires_at, h.cancel.clone(), self.fail_hook(&h.id)),
         }
         self.live.lock().expect("store poisoned").insert(
             h.id.clone(),
@@ -109,6 +156,7 @@ impl Store {
             m.finish(&r);
         }
         self.live.lock().expect("store poisoned").remove(id);
+        self.failures.lock().expect("store poisoned").remove(id);
     }
 
     /// A live run, if `id` is one.
@@ -134,6 +182,7 @@ impl Store {
         match &self.backend {
             Backend::Memory(m) => Ok(m.record(id)),
             Backend::Sqlite(s) => s.record(id).await,
+            Backend::Redis(r) => r.record(id).await,
         }
     }
 
@@ -145,6 +194,7 @@ impl Store {
         match &self.backend {
             Backend::Memory(m) => Ok(m.log(id)),
             Backend::Sqlite(s) => s.log(id).await,
+            Backend::Redis(r) => r.log(id).await,
         }
     }
 
@@ -190,6 +240,7 @@ impl Store {
         match &self.backend {
             Backend::Memory(m) => Ok(m.find_item(id)),
             Backend::Sqlite(s) => s.find_item(id).await,
+            Backend::Redis(r) => r.find_item(id).await,
         }
     }
 
@@ -202,6 +253,7 @@ impl Store {
         let kept = match &self.backend {
             Backend::Memory(m) => m.delete(id),
             Backend::Sqlite(s) => s.delete(id).await?,
+            Backend::Redis(r) => r.delete(id).await?,
         };
         Ok(kept || live.is_some())
     }
@@ -212,13 +264,16 @@ impl Store {
         match &self.backend {
             Backend::Memory(m) => Ok(m.expire(now, &live)),
             Backend::Sqlite(s) => s.expire(now, live).await,
+            Backend::Redis(r) => r.expire(now, live).await,
         }
     }
 
     /// Waits until everything appended so far is kept (SQLite); at once for memory.
     pub async fn flush(&self) {
-        if let Backend::Sqlite(s) = &self.backend {
-            s.flush().await;
+        match &self.backend {
+            Backend::Sqlite(s) => s.flush().await,
+            Backend::Redis(r) => r.flush().await,
+            Backend::Memory(_) => {}
         }
     }
 }

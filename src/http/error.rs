@@ -58,6 +58,17 @@ impl ApiError {
 
     pub fn store(message: &str) -> Self {
         tracing::error!(error = %message, "store failure");
+        if message.contains(crate::store::UNAVAILABLE) {
+            let mut e = Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "The relay's store is unavailable; try again shortly.",
+                None,
+                Some("store_unavailable"),
+            );
+            e.retry_after = Some(1);
+            return e;
+        }
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "The relay's store failed; try again.", None, Some("store_error"))
     }
 

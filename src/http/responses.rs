@@ -40,7 +40,7 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
     let handle = run::start(app, prepared, permit);
     if stream {
         let guard = (!background).then(|| CancelOnDrop::new(handle.cancel.clone(), handle.log.clone()));
-        return Ok(sse::stream(handle.log, 0, guard));
+        return Ok(sse::stream(handle.log, 0, guard, app.config().limits.client_stall));
     }
     if background {
         // Answered at once with the run as created (`queued`); the run goes on without a client.
@@ -73,7 +73,7 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
                 .map_err(|_| bad_query("starting_after", format!("Invalid value for 'starting_after': '{n}' (expected a non-negative integer).")))?,
         };
         let log = app.store().log(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
-        return Ok(sse::stream(log, from, None));
+        return Ok(sse::stream(log, from, None, app.config().limits.client_stall));
     }
     let response = app.store().response(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
     Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
@@ -105,6 +105,9 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
         }
         live.cancel.cancel();
         live.log.wait_finished().await;
+    } else {
+        // Live on another relay sharing the store (Redis): its owner cancels it.
+        app.store().cancel_elsewhere(id).await?;
     }
     let response = app.store().response(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
     if !response.background {

@@ -37,12 +37,43 @@ impl Drop for CancelOnDrop {
     }
 }
 
-/// Streams `log` from entry `from` on; `guard` lives as long as the body does.
-pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>) -> Response<Body> {
+/// Streams `log` from entry `from` on; `guard` lives as long as the body does. With a guard
+/// (a run this client owns), a client that stops reading for `stall` while events wait for it
+/// cancels the run: the relay never waits on a reader forever (and never buffers for one: readers
+/// are cursors over the run's one log).
+pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>, stall: Duration) -> Response<Body> {
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    let started = tokio::time::Instant::now();
+    let progress = Arc::new((AtomicU64::new(0), AtomicUsize::new(from)));
+    if let Some(g) = &guard {
+        let (token, log, progress) = (g.token.clone(), log.clone(), Arc::downgrade(&progress));
+        tokio::spawn(async move {
+            let tick = (stall / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+            loop {
+                tokio::time::sleep(tick).await;
+                let Some(p) = progress.upgrade() else { return };
+                if log.is_finished() && p.1.load(Ordering::Relaxed) >= log.len() {
+                    return;
+                }
+                let idle = started.elapsed().saturating_sub(Duration::from_millis(p.0.load(Ordering::Relaxed)));
+                if log.len() > p.1.load(Ordering::Relaxed) && idle > stall {
+                    tracing::warn!(stalled_ms = idle.as_millis() as u64, "the client stopped reading; cancelling its run");
+                    token.cancel();
+                    return;
+                }
+            }
+        });
+    }
     let body = async_stream::stream! {
         let _guard = guard;
         let mut cursor = from;
+        // One subscription and one keepalive timer per reader, not one per wait.
+        let mut changes = log.subscribe();
+        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
+            progress.0.store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+            progress.1.store(cursor, Ordering::Relaxed);
             let batch = log.read(cursor, BATCH);
             if !batch.entries.is_empty() {
                 cursor += batch.entries.len();
@@ -63,7 +94,11 @@ pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>) -> Res
                 yield Ok(Frame::data(Bytes::from_static(b"data: [DONE]\n\n")));
                 break;
             }
-            if tokio::time::timeout(KEEPALIVE, log.wait_past(cursor)).await.is_err() {
+            let idle = tokio::select! {
+                _ = log.wait_past_with(&mut changes, cursor) => false,
+                _ = keepalive.tick() => true,
+            };
+            if idle {
                 yield Ok(Frame::data(Bytes::from_static(b": keepalive\n\n")));
             }
         }

@@ -26,17 +26,21 @@ enum Stop {
     Cancelled,
     Shutdown,
     Deadline(std::time::Duration),
+    /// The store could not keep the run's events (it cancelled the run saying why).
+    Store(String),
 }
 
 /// What stops a run early: its token (client gone, cancel, shutdown) or its time limit.
 pub struct StopSignal {
     token: CancellationToken,
     timed_out: Arc<std::sync::atomic::AtomicBool>,
+    /// The run's id, to ask the store whether it is the one that stopped the run.
+    run: String,
 }
 
 /// Runs the whole agent loop and ends the log with one terminal event.
 pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: CancellationToken) {
-    let stop = StopSignal { token: cancel.child_token(), timed_out: Arc::default() };
+    let stop = StopSignal { token: cancel.child_token(), timed_out: Arc::default(), run: p.response.id.clone() };
     let timer = {
         let (token, flag, limit) = (stop.token.clone(), stop.timed_out.clone(), app.config().limits.max_run_time);
         tokio::spawn(async move {
@@ -451,7 +455,9 @@ async fn run_turn(
 /// out of time.
 async fn stopped(app: &App, stop: &StopSignal) -> Stop {
     stop.token.cancelled().await;
-    if app.shutdown_token().is_cancelled() {
+    if let Some(reason) = app.store().failure(&stop.run) {
+        Stop::Store(reason)
+    } else if app.shutdown_token().is_cancelled() {
         Stop::Shutdown
     } else if stop.timed_out.load(std::sync::atomic::Ordering::SeqCst) {
         Stop::Deadline(app.config().limits.max_run_time)
@@ -467,6 +473,7 @@ fn ending_for(stop: Stop) -> Ending {
             code: "server_error".into(),
             message: "The relay shut down before the response finished.".into(),
         }),
+        Stop::Store(message) => Ending::Failed(ResponseError { code: "server_error".into(), message }),
         Stop::Deadline(limit) => Ending::Failed(ResponseError {
             code: "server_error".into(),
             message: format!("The response took longer than the relay's limit of {} s.", limit.as_secs_f64()),

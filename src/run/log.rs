@@ -120,6 +120,27 @@ impl RunLog {
         Some(entry)
     }
 
+    /// Appends an entry another relay already kept (read back from the store), applies its
+    /// event to the fold and makes it visible at once. Refuses an entry out of sequence or one
+    /// that breaks the log.
+    pub(crate) fn append_kept(&self, entry: LogEntry, event: &crate::api::Event) -> Result<(), String> {
+        let mut inner = self.inner.lock().expect("run log poisoned");
+        if inner.finished || inner.fold.is_terminal() {
+            return Err("the log is already finished".into());
+        }
+        if entry.seq != inner.entries.len() as u64 {
+            return Err(format!("expected event {}, got {}", inner.entries.len(), entry.seq));
+        }
+        inner.fold.apply(event).map_err(|e| e.to_string())?;
+        inner.entries.push(entry);
+        inner.visible = inner.entries.len();
+        inner.finished = inner.fold.is_terminal();
+        let v = inner.visible;
+        drop(inner);
+        self.changed.send_replace(v);
+        Ok(())
+    }
+
     /// Makes entries up to `upto` (exclusive) visible to readers; `finished` once the terminal one is.
     pub fn publish(&self, upto: usize, finished: bool) {
         let mut inner = self.inner.lock().expect("run log poisoned");
@@ -175,6 +196,16 @@ impl RunLog {
     /// Waits until more entries are visible than `seen`, or the log finishes.
     pub async fn wait_past(&self, seen: usize) {
         let mut rx = self.changed.subscribe();
+        self.wait_past_with(&mut rx, seen).await;
+    }
+
+    /// A receiver for [`RunLog::wait_past_with`], so a long-lived reader subscribes once.
+    pub fn subscribe(&self) -> watch::Receiver<usize> {
+        self.changed.subscribe()
+    }
+
+    /// As [`RunLog::wait_past`], with the reader's own receiver.
+    pub async fn wait_past_with(&self, rx: &mut watch::Receiver<usize>, seen: usize) {
         loop {
             if *rx.borrow_and_update() > seen || self.is_finished() {
                 return;

@@ -91,3 +91,30 @@ async fn too_many_input_items_or_tools_are_rejected() {
     let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "m", "input": "x", "tools": tools})).await;
     assert_eq!((status, err["error"]["param"].as_str()), (400, Some("tools")));
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_has_its_run_cancelled() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.limits.client_stall = Duration::from_millis(300);
+    let relay = relay(c).await;
+    // A run that would stream for a minute (60,000 deltas 1 ms apart) to an HTTP/2 client that
+    // never reads its body: it grants no flow-control window, the relay's writes stop after 64 KiB,
+    // and the watchdog cancels the run long before the upstream would finish.
+    let h2 = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .http2_initial_stream_window_size(65_535)
+        .http2_initial_connection_window_size(65_535)
+        .build()
+        .unwrap();
+    let resp = h2
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=60000&delay_ms=1", "input": "flood", "stream": true, "store": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    eventually("the upstream stream is open", || up.open_streams() == 1).await;
+    eventually("the stalled client's run was cancelled long before the upstream finished", || up.open_streams() == 0).await;
+    drop(resp);
+}

@@ -11,6 +11,8 @@ mod upstream_fixtures;
 mod mcp_client;
 mod mcp_loop;
 mod process;
+mod redis;
 mod stored;
 mod tool_search;
+mod safety;
 mod ssrf;

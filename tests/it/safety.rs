@@ -236,7 +236,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
-        .with_writer(move || sink.clone())
+        .with_writer(responses_relay::telemetry::RedactingMakeWriter(move || sink.clone()))
         .finish();
     let guard = subscriber.set_default();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();

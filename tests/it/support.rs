@@ -54,9 +54,12 @@ impl Drop for Relay {
     }
 }
 
-/// A deterministic config (sequential ids, fixed clock) pointing at `upstream_base`.
+/// A deterministic config (sequential ids, fixed clock) pointing at `upstream_base`, with MCP
+/// servers on loopback allowed (`--mcp-allow-private-networks`).
 pub fn config(upstream_base: &str) -> Config {
-    Config { upstream_url: upstream_base.to_string(), deterministic: true, ..Config::default() }
+    let mut c = Config { upstream_url: upstream_base.to_string(), deterministic: true, ..Config::default() };
+    c.mcp.ssrf = responses_relay::ssrf::Policy::allow_private_networks();
+    c
 }
 
 pub async fn relay(config: Config) -> Relay {
@@ -85,12 +88,96 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-/// The two store backends every storage test runs against.
+/// The store backends every storage test runs against (Redis: a fresh database of the test
+/// binary's shared `redis-server`).
 pub fn stores() -> Vec<(&'static str, responses_relay::config::StoreKind)> {
     vec![
         ("memory", responses_relay::config::StoreKind::Memory),
         ("sqlite", responses_relay::config::StoreKind::Sqlite(scratch("store").join("relay.sqlite3"))),
+        ("redis", responses_relay::config::StoreKind::Redis(redis_db())),
     ]
+}
+
+/// A `redis-server` on a free loopback port, without persistence. It stops when dropped, and in
+/// any case when the test process exits (a shell holding its stdin kills it on EOF).
+pub struct RedisServer {
+    pub port: u16,
+    child: Option<std::process::Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        Self::start_on(port)
+    }
+
+    /// Starts (or restarts) a server on `port`.
+    pub fn start_on(port: u16) -> Self {
+        let bin = std::process::Command::new("sh").args(["-c", "command -v redis-server"]).output().unwrap();
+        assert!(
+            bin.status.success(),
+            "redis-server is not installed: run `bash scripts/test.sh --install-only` (or `apt-get install -y redis-server`)"
+        );
+        let script = format!(
+            "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --databases 4096 --loglevel warning >/dev/null 2>&1 & pid=$!; read _; kill $pid; wait $pid"
+        );
+        let child = std::process::Command::new("sh")
+            .args(["-c", &script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..500 {
+            if let Ok(mut c) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                use std::io::{Read, Write};
+                let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+                let mut buf = [0u8; 64];
+                if c.write_all(b"PING\r\n").is_ok() && c.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG")) {
+                    return RedisServer { port, child: Some(child) };
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("redis-server did not start on port {port}");
+    }
+
+    pub fn url(&self, db: u32) -> String {
+        format!("redis://127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Stops the server and waits until its port refuses connections.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+            for _ in 0..500 {
+                if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The test binary's shared `redis-server`, started on first use.
+pub fn shared_redis() -> &'static RedisServer {
+    static SERVER: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(RedisServer::start)
+}
+
+/// A Redis store URL no other test uses (its own database number on the shared server).
+pub fn redis_db() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static DB: AtomicU32 = AtomicU32::new(1);
+    shared_redis().url(DB.fetch_add(1, Ordering::Relaxed))
 }
 
 pub fn client() -> reqwest::Client {

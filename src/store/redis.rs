@@ -1,0 +1,781 @@
+//! The Redis backend: several relays share one Redis, so any of them serves, resumes and cancels
+//! any run.
+//!
+//! Keys of a run (all under the run's time to live):
+//! - `relay:resp:{id}`: a hash with the Response JSON, the input JSON, `status`, `background`, and,
+//!   while the run goes on, `owner` (the relay instance running it) and `lease` (unix ms until
+//!   which that owner holds it), `cancel` when another relay asked to cancel it;
+//! - `relay:log:{id}`: a Stream, one entry per event (`seq`, `offset_ms`, `kind`, `data`), whose
+//!   entry id is `0-{seq+1}`, so a duplicate or a gap is refused by Redis itself;
+//! - `relay:item:{item_id}`: a hash with the item JSON and its run's id.
+//!
+//! Two sorted sets index runs: `relay:leases` (unfinished runs by lease expiry) and
+//! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]).
+//!
+//! Every write is one Lua script (atomic), sent by one writer task per process in pipelined
+//! batches, in the order the emitter appended: an event is made visible on the run's log only
+//! once Redis acknowledged it. Appends are fenced: a script refuses an event of a run this relay
+//! no longer owns, of a finished run, or of a deleted one. A relay that owns runs renews their
+//! leases every 250 ms and acts on cancel flags in the same call; any relay finishes a run whose
+//! lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
+//! (`XREAD BLOCK`, to tail a run live on another relay) use a dedicated connection without a
+//! response timeout. Redis Cluster is not supported (scripts touch keys of several slots).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use ::redis::aio::MultiplexedConnection;
+use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::{Record, StoreError};
+use crate::api::request::InputItem;
+use crate::api::response::ResponseError;
+use crate::api::{Response, Sequenced};
+use crate::config::mask_url;
+use crate::run::emitter::{Clock, Emitter, Ending, LogSink};
+use crate::run::fold::Fold;
+use crate::run::log::{LogEntry, RunLog};
+use crate::run::output_as_input;
+
+const RESP: &str = "relay:resp:";
+const LOG: &str = "relay:log:";
+const ITEM: &str = "relay:item:";
+/// How long an owner's lease lasts; it renews it every [`RENEW_EVERY`].
+const LEASE_MS: u64 = 3000;
+const RENEW_EVERY: Duration = Duration::from_millis(250);
+/// How often a relay looks for runs whose owner died (every this many renewals).
+const SWEEP_TICKS: u32 = 4;
+/// A relay that claimed a dead owner's run holds it this long to finish it.
+const CLAIM_MS: u64 = 30_000;
+/// Largest number of writes sent in one pipeline.
+const BATCH: usize = 512;
+/// How long a blocking read waits before checking on the run.
+const BLOCK_MS: u64 = 1000;
+
+/// Called when the store cannot keep a run's events: ends the run as failed with this message.
+pub type FailHook = Arc<dyn Fn(String) + Send + Sync>;
+
+const INSERT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = string.format('%d', now + tonumber(ARGV[3]))
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'response', ARGV[5], 'input', ARGV[6], 'status', ARGV[7], 'background', ARGV[8], 'owner', ARGV[2], 'lease', lease)
+local deadline = nil
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then
+  deadline = string.format('%d', tonumber(t[1]) + ttl)
+  redis.call('HSET', KEYS[1], 'deadline', deadline)
+  redis.call('EXPIREAT', KEYS[1], deadline)
+  redis.call('ZADD', 'relay:expiry', ARGV[9], ARGV[1])
+end
+redis.call('ZADD', 'relay:leases', lease, ARGV[1])
+for i = 11, #ARGV, 2 do
+  local k = ARGV[10] .. ARGV[i]
+  redis.call('HSET', k, 'item', ARGV[i + 1], 'run', ARGV[1])
+  if deadline then redis.call('EXPIREAT', k, deadline) end
+end
+return 1
+"#;
+
+const APPEND: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'status', 'owner', 'deadline')
+if not h[1] then return 0 end
+if h[1] ~= 'queued' and h[1] ~= 'in_progress' then return -1 end
+if h[2] ~= ARGV[2] then return -2 end
+redis.call('XADD', KEYS[2], ARGV[3], 'seq', ARGV[4], 'offset_ms', ARGV[5], 'kind', ARGV[6], 'data', ARGV[7])
+if h[3] then redis.call('EXPIREAT', KEYS[2], h[3]) end
+if ARGV[8] == '1' then
+  redis.call('HSET', KEYS[1], 'status', ARGV[9], 'response', ARGV[10])
+  redis.call('HDEL', KEYS[1], 'owner', 'lease', 'cancel')
+  redis.call('ZREM', 'relay:leases', ARGV[1])
+  for i = 12, #ARGV, 2 do
+    local k = ARGV[11] .. ARGV[i]
+    redis.call('HSET', k, 'item', ARGV[i + 1], 'run', ARGV[1])
+    if h[3] then redis.call('EXPIREAT', k, h[3]) end
+  end
+end
+return 1
+"#;
+
+const RENEW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local lease = string.format('%d', now + tonumber(ARGV[2]))
+local out = {}
+for i = 4, #ARGV do
+  local id = ARGV[i]
+  local k = ARGV[3] .. id
+  local h = redis.call('HMGET', k, 'status', 'owner', 'cancel')
+  if not h[1] then
+    table.insert(out, 'gone:' .. id)
+  elseif (h[1] ~= 'queued' and h[1] ~= 'in_progress') or h[2] ~= ARGV[1] then
+    table.insert(out, 'lost:' .. id)
+  else
+    redis.call('HSET', k, 'lease', lease)
+    redis.call('ZADD', 'relay:leases', lease, id)
+    if h[3] then table.insert(out, 'cancel:' .. id) end
+  end
+end
+return out
+"#;
+
+const CLAIM: &str = r#"
+local h = redis.call('HMGET', KEYS[1], 'status', 'lease')
+if (not h[1]) or (h[1] ~= 'queued' and h[1] ~= 'in_progress') then
+  redis.call('ZREM', 'relay:leases', ARGV[3])
+  return 0
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if h[2] and tonumber(h[2]) > now then return 0 end
+local lease = string.format('%d', now + tonumber(ARGV[2]))
+redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', lease)
+redis.call('ZADD', 'relay:leases', lease, ARGV[3])
+return 1
+"#;
+
+const LAPSED: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return redis.call('ZRANGEBYSCORE', 'relay:leases', '-inf', string.format('%d', now), 'LIMIT', 0, 100)
+"#;
+
+const CANCEL: &str = r#"
+local s = redis.call('HGET', KEYS[1], 'status')
+if s == 'queued' or s == 'in_progress' then
+  redis.call('HSET', KEYS[1], 'cancel', '1')
+  return 1
+end
+return 0
+"#;
+
+const DELETE: &str = r#"
+local existed = redis.call('EXISTS', KEYS[1])
+for i = 3, #ARGV do
+  local k = ARGV[2] .. ARGV[i]
+  if redis.call('HGET', k, 'run') == ARGV[1] then redis.call('DEL', k) end
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+redis.call('ZREM', 'relay:leases', ARGV[1])
+redis.call('ZREM', 'relay:expiry', ARGV[1])
+return existed
+"#;
+
+fn script(body: &str, keys: &[String]) -> ::redis::Cmd {
+    let mut c = ::redis::cmd("EVAL");
+    c.arg(body).arg(keys.len()).arg(keys);
+    c
+}
+
+fn unavailable(e: RedisError) -> StoreError {
+    StoreError(format!("{}: Redis: {e}", super::UNAVAILABLE))
+}
+
+fn unfinished(status: &str) -> bool {
+    matches!(status, "queued" | "in_progress")
+}
+
+fn status_of(r: &Response) -> String {
+    serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// One lazily (re)connected multiplexed connection: dropped after any error that is not a
+/// server's reply, so the next use reconnects (Redis restarted, network blip).
+struct Conn {
+    client: Client,
+    config: AsyncConnectionConfig,
+    cur: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+}
+
+impl Conn {
+    fn new(client: Client, config: AsyncConnectionConfig) -> Self {
+        Conn { client, config, cur: tokio::sync::Mutex::new(None) }
+    }
+
+    async fn get(&self) -> Result<MultiplexedConnection, RedisError> {
+        let mut cur = self.cur.lock().await;
+        if let Some(c) = &*cur {
+            return Ok(c.clone());
+        }
+        let c = self.client.get_multiplexed_async_connection_with_config(&self.config).await?;
+        *cur = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn failed(&self, e: &RedisError) {
+        if e.code().is_none() {
+            *self.cur.lock().await = None;
+        }
+    }
+
+    async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, StoreError> {
+        let mut c = self.get().await.map_err(unavailable)?;
+        match cmd.query_async(&mut c).await {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                self.failed(&e).await;
+                Err(unavailable(e))
+            }
+        }
+    }
+}
+
+/// A run this relay runs and holds the lease of.
+struct Owned {
+    cancel: CancellationToken,
+    fail: FailHook,
+}
+
+enum Cmd {
+    Insert { id: String, cmd: ::redis::Cmd, owned: Option<Owned> },
+    Append { id: String, log: Arc<RunLog>, entry: LogEntry, terminal: bool, cmd: ::redis::Cmd, fail: Option<FailHook> },
+    Flush { reply: oneshot::Sender<()> },
+}
+
+struct Inner {
+    client: Client,
+    conn: Arc<Conn>,
+    tx: mpsc::UnboundedSender<Cmd>,
+    /// This process's name as an owner.
+    instance: String,
+    ttl: Option<Duration>,
+    owned: Arc<Mutex<HashMap<String, Owned>>>,
+    /// Logs of runs live on other relays, tailed from Redis (shared by this relay's readers).
+    tails: Mutex<HashMap<String, Weak<RunLog>>>,
+}
+
+#[derive(Clone)]
+pub struct Redis {
+    inner: Arc<Inner>,
+}
+
+/// Appends one run's events through the writer.
+pub struct Sink {
+    id: String,
+    instance: String,
+    tx: mpsc::UnboundedSender<Cmd>,
+    fail: Option<FailHook>,
+}
+
+impl LogSink for Sink {
+    fn append(&self, log: &Arc<RunLog>, entry: &LogEntry, terminal: Option<&Response>) {
+        let mut args: Vec<String> = vec![
+            self.id.clone(),
+            self.instance.clone(),
+            format!("0-{}", entry.seq + 1),
+            entry.seq.to_string(),
+            entry.offset_ms.to_string(),
+            entry.kind().to_string(),
+            String::from_utf8_lossy(&entry.json()).into_owned(),
+        ];
+        match terminal {
+            Some(r) => {
+                args.push("1".into());
+                args.push(status_of(r));
+                args.push(serde_json::to_string(r).expect("serializes"));
+                args.push(ITEM.into());
+                for o in &r.output {
+                    if let Some(i) = output_as_input(o) {
+                        args.push(o.id().to_string());
+                        args.push(serde_json::to_string(&i).expect("serializes"));
+                    }
+                }
+            }
+            None => args.extend(["0".into(), String::new(), String::new(), ITEM.into()]),
+        }
+        let mut cmd = script(APPEND, &[format!("{RESP}{}", self.id), format!("{LOG}{}", self.id)]);
+        cmd.arg(args);
+        let c = Cmd::Append { id: self.id.clone(), log: log.clone(), entry: entry.clone(), terminal: terminal.is_some(), cmd, fail: self.fail.clone() };
+        if self.tx.send(c).is_err() {
+            tracing::error!("the Redis writer is gone; an event could not be kept");
+        }
+    }
+}
+
+impl Redis {
+    /// Connects (failing at once if Redis cannot be reached) and starts the writer and the
+    /// lease keeper. Needs a tokio runtime.
+    pub fn open(url: &str, ttl: Option<Duration>) -> Result<Self, StoreError> {
+        crate::install_tls();
+        let shown = mask_url(url);
+        let client = Client::open(url).map_err(|e| StoreError(format!("{shown}: {e}")))?;
+        let rt = tokio::runtime::Handle::try_current().map_err(|_| StoreError("the Redis store needs a tokio runtime".into()))?;
+        // Fail fast on a wrong address or password (one short blocking round trip at start-up).
+        let mut probe = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(|e| StoreError(format!("cannot reach Redis at {shown}: {e}")))?;
+        ::redis::cmd("PING").query::<String>(&mut probe).map_err(|e| StoreError(format!("Redis at {shown}: {e}")))?;
+        drop(probe);
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(Duration::from_secs(1)))
+            .set_response_timeout(Some(Duration::from_secs(5)));
+        let conn = Arc::new(Conn::new(client.clone(), config));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let owned: Arc<Mutex<HashMap<String, Owned>>> = Arc::default();
+        let instance = format!("relay-{:016x}", rand::random::<u64>());
+        let inner = Arc::new(Inner { client, conn: conn.clone(), tx, instance, ttl, owned: owned.clone(), tails: Mutex::default() });
+        rt.spawn(write_loop(conn, rx, owned));
+        rt.spawn(keep_leases(Arc::downgrade(&inner)));
+        tracing::info!(redis = %shown, instance = %inner.instance, "Redis store ready");
+        Ok(Redis { inner })
+    }
+
+    fn resp_key(id: &str) -> String {
+        format!("{RESP}{id}")
+    }
+
+    fn log_key(id: &str) -> String {
+        format!("{LOG}{id}")
+    }
+
+    /// The sink a run's emitter appends through; `fail` ends the run if its events cannot be kept.
+    pub fn sink(&self, id: &str, fail: Option<FailHook>) -> Sink {
+        Sink { id: id.to_string(), instance: self.inner.instance.clone(), tx: self.inner.tx.clone(), fail }
+    }
+
+    /// Keeps a starting run (queued behind nothing: before its first event) and takes its lease.
+    pub fn insert(&self, record: &Record, expires_at: Option<i64>, cancel: CancellationToken, fail: FailHook) {
+        let r = &record.response;
+        let mut args: Vec<String> = vec![
+            r.id.clone(),
+            self.inner.instance.clone(),
+            LEASE_MS.to_string(),
+            self.inner.ttl.map(|t| t.as_secs().max(1)).unwrap_or(0).to_string(),
+            serde_json::to_string(r).expect("serializes"),
+            serde_json::to_string(&record.input).expect("serializes"),
+            status_of(r),
+            if r.background { "1".into() } else { "0".into() },
+            expires_at.unwrap_or(0).to_string(),
+            ITEM.into(),
+        ];
+        for i in &record.input {
+            if let (Some(item_id), Ok(json)) = (i.id(), serde_json::to_string(i)) {
+                args.push(item_id.to_string());
+                args.push(json);
+            }
+        }
+        let mut cmd = script(INSERT, &[Self::resp_key(&r.id)]);
+        cmd.arg(args);
+        let _ = self.inner.tx.send(Cmd::Insert { id: r.id.clone(), cmd, owned: Some(Owned { cancel, fail }) });
+    }
+
+    async fn fields(&self, id: &str, names: &[&str]) -> Result<Vec<Option<String>>, StoreError> {
+        let mut cmd = ::redis::cmd("HMGET");
+        cmd.arg(Self::resp_key(id)).arg(names);
+        self.inner.conn.query(&cmd).await
+    }
+
+    /// Claims the run if its owner's lease lapsed and finishes it as failed. True if it did.
+    async fn recover(&self, id: &str) -> Result<bool, StoreError> {
+        if self.inner.owned.lock().expect("owned poisoned").contains_key(id) {
+            return Ok(false);
+        }
+        let mut claim = script(CLAIM, &[Self::resp_key(id)]);
+        claim.arg(&self.inner.instance).arg(CLAIM_MS).arg(id);
+        let claimed: i64 = self.inner.conn.query(&claim).await?;
+        if claimed != 1 {
+            return Ok(false);
+        }
+        let entries = self.entries(id).await?;
+        let fold = fold_entries(&entries)?;
+        if fold.response().is_none() {
+            // Not even `response.created` was kept: nothing was ever visible; drop it.
+            self.delete(id).await?;
+            return Ok(true);
+        }
+        let log = Arc::new(RunLog::from_entries(entries, fold, false));
+        let mut em = Emitter::new(log.clone(), Arc::new(self.sink(id, None)), crate::api::id::IdSource::Random, Clock::System);
+        em.finish(
+            Ending::Failed(ResponseError {
+                code: "server_error".into(),
+                message: "The relay running this response stopped before it finished.".into(),
+            }),
+            log.snapshot().and_then(|r| r.usage),
+        );
+        if tokio::time::timeout(Duration::from_secs(10), log.wait_finished()).await.is_err() {
+            return Err(StoreError(format!("could not finish the abandoned run {id}")));
+        }
+        tracing::warn!(response_id = %id, "finished a run whose relay stopped (its lease lapsed)");
+        Ok(true)
+    }
+
+    /// The kept events of a run, in order.
+    async fn entries(&self, id: &str) -> Result<Vec<LogEntry>, StoreError> {
+        let mut cmd = ::redis::cmd("XRANGE");
+        cmd.arg(Self::log_key(id)).arg("-").arg("+");
+        let raw: Vec<(String, HashMap<String, String>)> = self.inner.conn.query(&cmd).await?;
+        raw.into_iter().map(|(_, f)| entry_of(&f)).collect()
+    }
+
+    pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
+        let Some((record, status)) = self.raw_record(id).await? else { return Ok(None) };
+        if !unfinished(&status) {
+            return Ok(Some(record));
+        }
+        if self.recover(id).await? {
+            return Ok(self.raw_record(id).await?.map(|(r, _)| r));
+        }
+        // Live on another relay: its Response as the kept events describe it now.
+        let mut record = record;
+        let tailed = self.inner.tails.lock().expect("tails poisoned").get(id).and_then(Weak::upgrade);
+        let now = match tailed {
+            Some(log) => log.snapshot(),
+            None => fold_entries(&self.entries(id).await?)?.response().cloned(),
+        };
+        if let Some(r) = now {
+            record.response = r;
+        }
+        Ok(Some(record))
+    }
+
+    async fn raw_record(&self, id: &str) -> Result<Option<(Record, String)>, StoreError> {
+        let f = self.fields(id, &["response", "input", "status"]).await?;
+        let (Some(response), Some(input), Some(status)) = (f[0].clone(), f[1].clone(), f[2].clone()) else {
+            return Ok(None);
+        };
+        let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+        let record = Record { response: serde_json::from_str(&response).map_err(bad)?, input: serde_json::from_str(&input).map_err(bad)? };
+        Ok(Some((record, status)))
+    }
+
+    /// A run's log: complete for a finished run; for a run live on another relay, the kept
+    /// events then, appended as that relay keeps them, the rest (tailed with `XREAD BLOCK`).
+    pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+        if let Some(log) = self.inner.tails.lock().expect("tails poisoned").get(id).and_then(Weak::upgrade) {
+            return Ok(Some(log));
+        }
+        let f = self.fields(id, &["status"]).await?;
+        let Some(status) = f[0].clone() else { return Ok(None) };
+        if unfinished(&status) {
+            self.recover(id).await?;
+        }
+        let entries = self.entries(id).await?;
+        let fold = fold_entries(&entries)?;
+        if fold.is_terminal() {
+            return Ok(Some(Arc::new(RunLog::from_entries(entries, fold, true))));
+        }
+        let next = entries.len() as u64;
+        let log = Arc::new(RunLog::from_entries(entries, fold, false));
+        let mut tails = self.inner.tails.lock().expect("tails poisoned");
+        tails.retain(|_, w| w.strong_count() > 0);
+        if let Some(existing) = tails.get(id).and_then(Weak::upgrade) {
+            return Ok(Some(existing));
+        }
+        tails.insert(id.to_string(), Arc::downgrade(&log));
+        drop(tails);
+        tokio::spawn(tail(self.clone(), id.to_string(), log.clone(), next));
+        Ok(Some(log))
+    }
+
+    pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
+        let mut cmd = ::redis::cmd("HGET");
+        cmd.arg(format!("{ITEM}{id}")).arg("item");
+        let item: Option<String> = self.inner.conn.query(&cmd).await?;
+        item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string()))).transpose()
+    }
+
+    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+        let mut items: Vec<String> = Vec::new();
+        if let Some((record, _)) = self.raw_record(id).await? {
+            items.extend(record.input.iter().filter_map(|i| i.id().map(str::to_string)));
+            items.extend(record.response.output.iter().filter(|o| output_as_input(o).is_some()).map(|o| o.id().to_string()));
+        }
+        let mut cmd = script(DELETE, &[Self::resp_key(id), Self::log_key(id)]);
+        cmd.arg(id).arg(ITEM).arg(items);
+        let existed: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(existed == 1)
+    }
+
+    pub async fn expire(&self, now: i64, live: Vec<String>) -> Result<usize, StoreError> {
+        let mut cmd = ::redis::cmd("ZRANGEBYSCORE");
+        cmd.arg("relay:expiry").arg("-inf").arg(now);
+        let ids: Vec<String> = self.inner.conn.query(&cmd).await?;
+        let mut n = 0;
+        for id in ids.iter().filter(|i| !live.contains(i)) {
+            if self.delete(id).await? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    pub async fn flush(&self) {
+        let (reply, rx) = oneshot::channel();
+        if self.inner.tx.send(Cmd::Flush { reply }).is_ok() {
+            let _ = rx.await;
+        }
+    }
+
+    /// Cancels a background run live on another relay: flags it (its owner acts within a
+    /// renewal) and waits for its terminal event. Does nothing for other runs.
+    pub async fn cancel_elsewhere(&self, id: &str) -> Result<(), StoreError> {
+        let f = self.fields(id, &["status", "background"]).await?;
+        let (Some(status), Some(background)) = (f[0].clone(), f[1].clone()) else { return Ok(()) };
+        if !unfinished(&status) || background != "1" {
+            return Ok(());
+        }
+        let _: i64 = self.inner.conn.query(&script(CANCEL, &[Self::resp_key(id)])).await?;
+        if let Some(log) = self.log(id).await? {
+            let _ = tokio::time::timeout(Duration::from_secs(10), log.wait_finished()).await;
+        }
+        Ok(())
+    }
+
+    /// Whether Redis answers now (for new stored requests while it is away).
+    pub async fn available(&self) -> Result<(), StoreError> {
+        let _: String = self.inner.conn.query(&::redis::cmd("PING")).await?;
+        Ok(())
+    }
+}
+
+fn entry_of(f: &HashMap<String, String>) -> Result<LogEntry, StoreError> {
+    let field = |k: &str| f.get(k).ok_or_else(|| StoreError(format!("a kept event has no '{k}'")));
+    let seq = field("seq")?.parse().map_err(|_| StoreError("a kept event has a bad 'seq'".into()))?;
+    let offset_ms = field("offset_ms")?.parse().unwrap_or(0);
+    Ok(LogEntry { seq, offset_ms, frame: LogEntry::frame_for(field("kind")?, field("data")?.as_bytes()) })
+}
+
+fn event_of(e: &LogEntry) -> Result<crate::api::Event, StoreError> {
+    let s: Sequenced = serde_json::from_slice(&e.json()).map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
+    Ok(s.event)
+}
+
+fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
+    let mut fold = Fold::new();
+    for e in entries {
+        fold.apply(&event_of(e)?).map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
+    }
+    Ok(fold)
+}
+
+/// Feeds `log` with the events another relay appends to the run's stream, from `next` on,
+/// until the terminal event (or until no reader holds the log any more).
+async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
+    let config = AsyncConnectionConfig::new().set_connection_timeout(Some(Duration::from_secs(1))).set_response_timeout(None);
+    let mut conn: Option<MultiplexedConnection> = None;
+    let key = Redis::log_key(&id);
+    while !log.is_finished() && Arc::strong_count(&log) > 1 {
+        let c = match &mut conn {
+            Some(c) => c,
+            None => match store.inner.client.get_multiplexed_async_connection_with_config(&config).await {
+                Ok(c) => conn.insert(c),
+                Err(e) => {
+                    tracing::warn!(response_id = %id, error = %e, "cannot tail a run: Redis is unavailable; retrying");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    continue;
+                }
+            },
+        };
+        let mut cmd = ::redis::cmd("XREAD");
+        cmd.arg("COUNT").arg(256).arg("BLOCK").arg(BLOCK_MS).arg("STREAMS").arg(&key).arg(format!("0-{next}"));
+        let read: Result<Option<Vec<(String, Vec<(String, HashMap<String, String>)>)>>, RedisError> = cmd.query_async(c).await;
+        match read {
+            Ok(Some(streams)) => {
+                for (_, entries) in streams {
+                    for (_, fields) in entries {
+                        let appended = entry_of(&fields).and_then(|e| {
+                            let ev = event_of(&e)?;
+                            log.append_kept(e, &ev).map_err(StoreError)
+                        });
+                        match appended {
+                            Ok(()) => next += 1,
+                            Err(e) => {
+                                tracing::error!(response_id = %id, error = %e, "a tailed event does not continue the log");
+                                log.publish(log.len(), true);
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(None) => {
+                // Nothing new for a while: is the run still there, and its owner alive?
+                match store.fields(&id, &["status"]).await {
+                    Ok(f) if f[0].is_none() => {
+                        // Deleted (or expired) while tailed: end the readers' streams.
+                        log.publish(log.len(), true);
+                        return;
+                    }
+                    Ok(f) if f[0].as_deref().is_some_and(unfinished) => {
+                        if let Err(e) = store.recover(&id).await {
+                            tracing::warn!(response_id = %id, error = %e, "could not finish an abandoned run");
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(response_id = %id, error = %e, "tailing a run failed; reconnecting");
+                conn = None;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+    store.inner.tails.lock().expect("tails poisoned").retain(|_, w| w.strong_count() > 0);
+}
+
+/// The writer: takes every write from the channel in order, sends them as pipelined scripts,
+/// then makes each kept event visible. A run whose write fails is failed through its hook; its
+/// later events are shown to its live clients without being kept (so they get their terminal
+/// event) and the run is left unfinished in Redis, where a relay finishes it as `failed`.
+async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned: Arc<Mutex<HashMap<String, Owned>>>) {
+    let mut broken: HashSet<String> = HashSet::new();
+    let mut batch = Vec::with_capacity(BATCH);
+    while let Some(first) = rx.recv().await {
+        batch.push(first);
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let mut pipe = ::redis::pipe();
+        pipe.ignore_errors();
+        let mut sent = Vec::with_capacity(batch.len());
+        for c in &batch {
+            match c {
+                Cmd::Insert { cmd, .. } => {
+                    pipe.add_command(cmd.clone());
+                    sent.push(true);
+                }
+                Cmd::Append { id, cmd, .. } if !broken.contains(id) => {
+                    pipe.add_command(cmd.clone());
+                    sent.push(true);
+                }
+                _ => sent.push(false),
+            }
+        }
+        let n = sent.iter().filter(|s| **s).count();
+        let mut results: std::vec::IntoIter<Result<i64, String>> = if n == 0 {
+            Vec::new().into_iter()
+        } else {
+            let outcome = match conn.get().await {
+                Ok(mut c) => match pipe.query_async::<Vec<::redis::RedisResult<i64>>>(&mut c).await {
+                    Ok(v) => v.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+                    Err(e) => {
+                        conn.failed(&e).await;
+                        vec![Err(e.to_string()); n]
+                    }
+                },
+                Err(e) => vec![Err(e.to_string()); n],
+            };
+            outcome.into_iter()
+        };
+        for (c, was_sent) in batch.drain(..).zip(sent) {
+            let result = if was_sent { Some(results.next().unwrap_or_else(|| Err("no reply".into()))) } else { None };
+            match c {
+                Cmd::Insert { id, owned: o, .. } => match result {
+                    Some(Ok(_)) => {
+                        if let Some(o) = o
+                            && !broken.contains(&id)
+                        {
+                            owned.lock().expect("owned poisoned").insert(id, o);
+                        }
+                    }
+                    _ => {
+                        tracing::error!(response_id = %id, "Redis could not keep a new run");
+                        broken.insert(id.clone());
+                        if let Some(o) = o {
+                            (o.fail)("The relay's store (Redis) is unavailable; this response was not kept.".into());
+                        }
+                    }
+                },
+                Cmd::Append { id, log, entry, terminal, fail, .. } => {
+                    let kept = matches!(result, Some(Ok(1)));
+                    if kept {
+                        log.publish(entry.seq as usize + 1, terminal);
+                        if terminal {
+                            owned.lock().expect("owned poisoned").remove(&id);
+                        }
+                        continue;
+                    }
+                    let skipped = result.is_none();
+                    if let Some(r) = result {
+                        let message = match r {
+                            Ok(0) => "This response was deleted while it ran.".to_string(),
+                            Ok(-1) | Ok(-2) => "Another relay took this response over (this relay lost its lease).".to_string(),
+                            Ok(_) => "unexpected reply".to_string(),
+                            Err(e) => {
+                                tracing::error!(response_id = %id, error = %e, "Redis could not keep an event");
+                                "The relay's store (Redis) became unavailable; this response was not kept.".to_string()
+                            }
+                        };
+                        if broken.insert(id.clone()) {
+                            owned.lock().expect("owned poisoned").remove(&id);
+                            if let Some(f) = &fail {
+                                f(message);
+                            }
+                        }
+                    }
+                    if terminal {
+                        // Not kept, but the live clients still need their end.
+                        log.publish(entry.seq as usize + 1, true);
+                        broken.remove(&id);
+                    } else if skipped {
+                        log.publish(entry.seq as usize + 1, false);
+                    }
+                }
+                Cmd::Flush { reply } => {
+                    let _ = reply.send(());
+                }
+            }
+        }
+    }
+}
+
+/// Renews the leases of the runs this relay owns (acting on cancel flags and deletions), and
+/// finishes runs whose owner died.
+async fn keep_leases(inner: Weak<Inner>) {
+    let mut tick = tokio::time::interval(RENEW_EVERY);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u32 = 0;
+    loop {
+        tick.tick().await;
+        let Some(inner) = inner.upgrade() else { return };
+        let store = Redis { inner };
+        n = n.wrapping_add(1);
+        let ids: Vec<String> = store.inner.owned.lock().expect("owned poisoned").keys().cloned().collect();
+        if !ids.is_empty() {
+            let mut cmd = script(RENEW, &[]);
+            cmd.arg(&store.inner.instance).arg(LEASE_MS).arg(RESP).arg(&ids);
+            match store.inner.conn.query::<Vec<String>>(&cmd).await {
+                Ok(stops) => {
+                    for s in stops {
+                        let Some((what, id)) = s.split_once(':') else { continue };
+                        let mut owned = store.inner.owned.lock().expect("owned poisoned");
+                        match what {
+                            "cancel" => {
+                                if let Some(o) = owned.get(id) {
+                                    o.cancel.cancel();
+                                }
+                            }
+                            "gone" => {
+                                if let Some(o) = owned.remove(id) {
+                                    o.cancel.cancel();
+                                }
+                            }
+                            _ => {
+                                if let Some(o) = owned.remove(id) {
+                                    (o.fail)("Another relay took this response over (this relay lost its lease).".into());
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not renew run leases"),
+            }
+        }
+        if n % SWEEP_TICKS == 0 {
+            let lapsed: Result<Vec<String>, _> = store.inner.conn.query(&script(LAPSED, &[])).await;
+            for id in lapsed.unwrap_or_default() {
+                if let Err(e) = store.recover(&id).await {
+                    tracing::warn!(response_id = %id, error = %e, "could not finish an abandoned run");
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! Logging: the subscriber the binary installs, writing through [`Redacting`], which masks every
+//! URL's query string, fragment and userinfo in each log line — whatever crate logged it (rmcp
+//! and reqwest print whole URLs in their errors), at any level.
+
+use std::borrow::Cow;
+use std::io::{self, Write};
+
+use tracing_subscriber::fmt::MakeWriter;
+
+/// `line` with every `http(s)://` URL's secrets masked (see [`crate::redact::mask_url`]).
+pub fn redact_line(line: &str) -> Cow<'_, str> {
+    let lower = line.to_ascii_lowercase();
+    if !lower.contains("://") {
+        return Cow::Borrowed(line);
+    }
+    let mut out = String::with_capacity(line.len());
+    let mut rest = 0;
+    let mut search = 0;
+    while let Some(found) = lower[search..].find("://").map(|i| i + search) {
+        // The scheme: letters, digits, `+ - .` right before `://`.
+        let start = lower[..found]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "+-.".contains(c)))
+            .map(|i| i + 1)
+            .unwrap_or(0);
+        let end = line[found..]
+            .find(|c: char| c.is_whitespace() || "\"'<>()[]{},\\`".contains(c))
+            .map(|i| i + found)
+            .unwrap_or(line.len());
+        if start < found && start >= rest {
+            out.push_str(&line[rest..start]);
+            out.push_str(&crate::redact::mask_url(&line[start..end]));
+            rest = end;
+        }
+        search = end.max(found + 3);
+    }
+    out.push_str(&line[rest..]);
+    Cow::Owned(out)
+}
+
+/// A writer that redacts each write (the fmt layer writes one whole event per write).
+pub struct Redacting<W>(pub W);
+
+impl<W: Write> Write for Redacting<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(redact_line(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// Wraps a [`MakeWriter`] so everything written through it is redacted.
+pub struct RedactingMakeWriter<M>(pub M);
+
+impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for RedactingMakeWriter<M> {
+    type Writer = Redacting<M::Writer>;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        Redacting(self.0.make_writer())
+    }
+}
+
+/// Installs the binary's subscriber: `RELAY_LOG` filter (default `info,rmcp=warn`), to stderr,
+/// redacted.
+pub fn init() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG").unwrap_or_else(|_| "info,rmcp=warn".into());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(RedactingMakeWriter(io::stderr)).init();
+}

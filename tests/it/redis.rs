@@ -1,0 +1,237 @@
+//! The Redis store across relays: two relays sharing one Redis serve, resume, read and cancel
+//! each other's runs; a relay killed with `kill -9` has its runs finished as failed by another;
+//! Redis going away mid-run fails the run for its live clients, and the relay recovers with it.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::*;
+use responses_relay::config::StoreKind;
+
+const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
+
+/// An in-process relay over the Redis store at `url`, with random ids (so that two relays never
+/// mint the same id).
+async fn relay_over(up: &fake_upstream::FakeUpstream, url: &str) -> Relay {
+    let mut c = config(&up.base_url());
+    c.deterministic = false;
+    c.store = StoreKind::Redis(url.to_string());
+    relay(c).await
+}
+
+async fn get_text(url: &str) -> (u16, String) {
+    let r = client().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+/// Reads a streaming response until it holds at least `n` whole events; returns the text read.
+async fn read_events(resp: &mut reqwest::Response, n: usize) -> String {
+    let mut seen = String::new();
+    while parse_sse(&seen[..seen.rfind("\n\n").map(|i| i + 2).unwrap_or(0)]).events.len() < n {
+        let chunk = resp.chunk().await.unwrap().expect("the stream went on");
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    seen[..seen.rfind("\n\n").unwrap() + 2].to_string()
+}
+
+#[tokio::test]
+async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let mut live = client()
+        .post(a.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true}))
+        .send()
+        .await
+        .unwrap();
+    let first = parse_sse(&read_events(&mut live, 6).await);
+    let id = first.events[0]["response"]["id"].as_str().unwrap().to_string();
+    let last_seq = first.events.last().unwrap()["sequence_number"].as_u64().unwrap();
+    // While A still runs it, B streams the rest: the kept events, then the live ones.
+    let (_, mid) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(mid["status"], "in_progress", "{mid}");
+    let (status, rest) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true&starting_after={last_seq}"))).await;
+    assert_eq!(status, 200);
+    let rest = parse_sse(&rest);
+    assert!(rest.done);
+    let mut all = first.events.clone();
+    all.extend(rest.events);
+    let folded = check_events(&all);
+    assert_eq!(folded["status"], "completed");
+    // Every relay replays the same log, byte for byte, and answers the same Response.
+    let (_, on_a) = get_text(&a.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, on_b) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    assert_eq!(on_a, on_b);
+    assert_eq!(parse_sse(&on_b).events, all);
+    let (_, ra) = get(&a.url(&format!("/v1/responses/{id}"))).await;
+    let (_, rb) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(ra, rb);
+    assert_eq!(rb, folded);
+    let (status, items) = get(&b.url(&format!("/v1/responses/{id}/input_items"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(items["data"][0]["content"], "long", "{items}");
+}
+
+#[tokio::test]
+async fn previous_response_id_and_item_references_work_across_relays() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let (status, first) = post(&a.url("/v1/responses"), &json!({"model": "fake-model", "input": "turn 0"})).await;
+    assert_eq!(status, 200, "{first}");
+    let (status, second) =
+        post(&b.url("/v1/responses"), &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]})).await;
+    assert_eq!(status, 200, "{second}");
+    let sent = up.requests().last().unwrap().body.clone();
+    let roles: Vec<&str> = sent["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "user"]);
+    assert_eq!(sent["messages"][0]["content"], "turn 0");
+    // An output item kept by B, referenced through A.
+    let msg_id = second["output"][0]["id"].as_str().unwrap();
+    let (status, _) =
+        post(&a.url("/v1/responses"), &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]}))
+            .await;
+    assert_eq!(status, 200);
+    let sent = up.requests().last().unwrap().body.clone();
+    assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 1");
+    // Deleted through B: gone for A too.
+    let r = client().delete(b.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let (status, _) = get(&a.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let (_, created) = post(&a.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let id = created["id"].as_str().unwrap().to_string();
+    eventually("the upstream stream is open", || up.open_streams() >= 1).await;
+    let started = Instant::now();
+    let (status, cancelled) = post(&b.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+    let took = started.elapsed();
+    assert_eq!(status, 200, "{cancelled}");
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(took < Duration::from_millis(1500), "cancel took {took:?}");
+    let (_, on_a) = get(&a.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(on_a, cancelled);
+    let (status, again) = post(&a.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+    assert_eq!((status, &again), (200, &cancelled));
+    let (_, log) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let body = parse_sse(&log);
+    check_events(&body.events);
+    assert_eq!(body.events.last().unwrap()["response"]["status"], "cancelled");
+}
+
+struct Proc {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn relay_process(upstream: &str, store: &str) -> Proc {
+    let mut child = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-url", upstream, "--store", store])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("no listening line: {line:?}")).to_string();
+    Proc { child, base: addr }
+}
+
+#[tokio::test]
+async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_process(&up.base_url(), &url);
+    let b = relay_over(&up, &url).await;
+    let (_, running) = post(&format!("{}/v1/responses", a.base), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let id = running["id"].as_str().unwrap().to_string();
+    eventually("the run is streaming", || up.open_streams() == 1).await;
+    for _ in 0..500 {
+        let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    // A reader on B tails the run live when A dies.
+    let mut tail = client().get(b.url(&format!("/v1/responses/{id}?stream=true"))).send().await.unwrap();
+    let seen = read_events(&mut tail, 3).await;
+    let mut a = a;
+    let pid = a.child.id().to_string();
+    assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    let _ = a.child.wait();
+    let killed = Instant::now();
+    let rest = tokio::time::timeout(Duration::from_secs(20), tail.text()).await.expect("B finished the run").unwrap();
+    assert!(killed.elapsed() < Duration::from_secs(10), "took {:?}", killed.elapsed());
+    let body = parse_sse(&(seen + &rest));
+    assert!(body.done);
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert!(folded["error"]["message"].as_str().unwrap().contains("stopped"), "{folded}");
+    assert_eq!(folded["output"][0]["status"], "incomplete", "the open message was closed");
+    let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(r, folded);
+}
+
+#[tokio::test]
+async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it() {
+    let up = upstream().await;
+    let mut server = RedisServer::start();
+    let port = server.port;
+    let relay = relay_over(&up, &server.url(0)).await;
+    let mut live = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=400&delay_ms=10", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let seen = read_events(&mut live, 6).await;
+    server.stop();
+    let rest = tokio::time::timeout(Duration::from_secs(20), live.text()).await.expect("the run ended").unwrap();
+    let body = parse_sse(&(seen + &rest));
+    assert!(body.done);
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert!(folded["error"]["message"].as_str().unwrap().contains("store"), "{folded}");
+    // While Redis is away, a new stored run is refused clearly; an unstored one still runs.
+    let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+    assert_eq!(status, 503, "{err}");
+    assert_eq!(err["error"]["code"], "store_unavailable");
+    let (status, unstored) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "store": false})).await;
+    assert_eq!((status, unstored["status"].as_str()), (200, Some("completed")));
+    // Redis is back (empty: it kept nothing on disk): new runs are kept again.
+    let _server = RedisServer::start_on(port);
+    let mut ok: Option<Value> = None;
+    for _ in 0..100 {
+        let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "again"})).await;
+        if status == 200 {
+            ok = Some(r);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let r = ok.expect("the relay recovered with Redis");
+    assert_eq!(r["status"], "completed");
+    let (status, kept) = get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
+    assert_eq!((status, &kept), (200, &r));
+}
