@@ -141,9 +141,14 @@ else
   FAILURES+=("conformance suites (not run)")
 fi
 
+section "benchmark smoke (release build; a few seconds per scenario, so the benchmark cannot rot)"
+if ! bash scripts/bench.sh --smoke; then
+  FAILURES+=("benchmark smoke")
+fi
+
 section "summary"
 if [ ${#FAILURES[@]} -eq 0 ]; then
-  echo "all green: cargo test, cargo build --bins, conformance suites"
+  echo "all green: cargo test, cargo build --bins, conformance suites, benchmark smoke"
 else
   printf 'FAILED: %s\n' "${FAILURES[@]}"
 fi
