@@ -85,6 +85,22 @@ pub struct TurnRequest {
     pub client_bearer: Option<String>,
 }
 
+impl TurnRequest {
+    /// Puts the sampling fields both wire formats share (same names in both) into `body`, and
+    /// `max_output_tokens` under the format's own name for it.
+    pub(crate) fn insert_sampling(&self, body: &mut serde_json::Map<String, Value>, max_tokens_key: &str) {
+        let mut put = |k: &str, v: Option<Value>| {
+            if let Some(v) = v {
+                body.insert(k.to_string(), v);
+            }
+        };
+        put(max_tokens_key, self.max_output_tokens.map(Value::from));
+        put("temperature", self.temperature.map(Value::from));
+        put("top_p", self.top_p.map(Value::from));
+        put("user", self.user.clone().map(Value::from));
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum UpstreamError {
     #[error("could not connect to the upstream model server: {0}")]

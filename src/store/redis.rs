@@ -55,6 +55,9 @@ const BATCH: usize = 512;
 /// How long a blocking read waits before checking on the run.
 const BLOCK_MS: u64 = 1000;
 
+/// `XREAD`'s reply: per stream, its entries as (id, fields).
+type StreamReply = Vec<(String, Vec<(String, HashMap<String, String>)>)>;
+
 /// Called when the store cannot keep a run's events: ends the run as failed with this message.
 pub type FailHook = Arc<dyn Fn(String) + Send + Sync>;
 
@@ -572,7 +575,7 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
         };
         let mut cmd = ::redis::cmd("XREAD");
         cmd.arg("COUNT").arg(256).arg("BLOCK").arg(BLOCK_MS).arg("STREAMS").arg(&key).arg(format!("0-{next}"));
-        let read: Result<Option<Vec<(String, Vec<(String, HashMap<String, String>)>)>>, RedisError> = cmd.query_async(c).await;
+        let read: Result<Option<StreamReply>, RedisError> = cmd.query_async(c).await;
         match read {
             Ok(Some(streams)) => {
                 for (_, entries) in streams {

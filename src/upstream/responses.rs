@@ -40,18 +40,7 @@ pub fn request_body(req: &TurnRequest) -> Value {
         };
         body.insert("tool_choice".into(), choice);
     }
-    if let Some(n) = req.max_output_tokens {
-        body.insert("max_output_tokens".into(), json!(n));
-    }
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    if let Some(u) = &req.user {
-        body.insert("user".into(), json!(u));
-    }
+    req.insert_sampling(&mut body, "max_output_tokens");
     if let Some(e) = &req.reasoning_effort {
         body.insert("reasoning".into(), json!({"effort": e}));
     }

@@ -235,3 +235,18 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let (status, kept) = get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
     assert_eq!((status, &kept), (200, &r));
 }
+
+#[test]
+fn a_redis_url_is_never_shown_with_its_password() {
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let store = format!("redis://:hunter2@127.0.0.1:{dead}/0");
+    let out = Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0", "--store", &store]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--store") && err.contains("***"), "{err}");
+    assert!(!err.contains("hunter2"), "the password was shown: {err}");
+    let kind = StoreKind::Redis(store);
+    assert!(!format!("{kind:?}").contains("hunter2"));
+    let out = Command::new(BIN).args(["serve", "--store", "redis-not-a-url"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
