@@ -96,8 +96,6 @@ impl Emitter {
             Clock::System => self.started.elapsed().as_millis() as u64,
             Clock::Fixed(_) => 0,
         };
-        let sink = self.sink.clone();
-        let log = self.log.clone();
         let appended = self.log.append_with(|fold: &mut Fold, seq| {
             if let Err(e) = fold.apply(&event) {
                 debug_assert!(false, "relay emitted an invalid event: {e}");
@@ -107,8 +105,8 @@ impl Emitter {
             Some(LogEntry { seq, offset_ms, frame: encode(&event, seq) })
         });
         if let Some(entry) = appended {
-            let terminal = event.is_terminal().then(|| event.response().cloned()).flatten();
-            sink.append(&log, &entry, terminal.as_ref());
+            let terminal = if event.is_terminal() { event.response() } else { None };
+            self.sink.append(&self.log, &entry, terminal);
         }
     }
 
@@ -174,13 +172,18 @@ impl Emitter {
     }
 }
 
-/// Serializes `event` with its `sequence_number` and frames it as one SSE event.
+/// Serializes `event` with its `sequence_number` and frames it as one SSE event, in one buffer:
+/// `event: T\ndata: {...,"sequence_number":N}\n\n`.
 pub fn encode(event: &Event, seq: u64) -> bytes::Bytes {
-    let mut json = serde_json::to_vec(event).expect("events always serialize");
-    debug_assert_eq!(json.last(), Some(&b'}'));
-    json.pop();
-    json.extend_from_slice(b",\"sequence_number\":");
-    json.extend_from_slice(seq.to_string().as_bytes());
-    json.push(b'}');
-    LogEntry::frame_for(event.kind(), &json)
+    use std::io::Write;
+    let kind = event.kind();
+    let mut buf = Vec::with_capacity(160 + kind.len());
+    buf.extend_from_slice(b"event: ");
+    buf.extend_from_slice(kind.as_bytes());
+    buf.extend_from_slice(b"\ndata: ");
+    serde_json::to_writer(&mut buf, event).expect("events always serialize");
+    debug_assert_eq!(buf.last(), Some(&b'}'));
+    buf.pop();
+    let _ = write!(buf, ",\"sequence_number\":{seq}}}\n\n");
+    bytes::Bytes::from(buf)
 }

@@ -5,16 +5,17 @@ server (`mcp-test-server`) as the MCP server. The fake model calls tools on `CAL
 lines and, after tool results, answers `Tool results: ...`.
 
 The SDK answers the relay's `mcp_approval_request` item itself: it calls the callback, then sends
-the whole conversation so far (the request item included) plus an `mcp_approval_response` item back
-in a second request, statelessly (no `previous_response_id`). Every request body the SDK sends is
-recorded, so a failure shows what went over the wire."""
+an `mcp_approval_response` item back in a second request. By default that request is stateless
+(the whole conversation so far, the request item included, in `input`); with
+`auto_previous_response_id=True` ("chained") it carries `previous_response_id` and only the new
+items. Every request body the SDK sends is recorded, so a failure shows what went over the wire."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 
-import httpx
+import httpx2 as httpx
 import pytest
 from openai import AsyncOpenAI
 
@@ -118,13 +119,22 @@ def check_request_seen(approver: Approver) -> dict:
     return seen
 
 
-def check_wire(wire: Wire, request_id: str, approve: bool, reason: str | None = None) -> None:
+def check_wire(wire: Wire, result, chained: bool, request_id: str, approve: bool, reason: str | None = None) -> None:
     """Two model requests: the question, then the answer to the approval request."""
     assert not wire.errors, wire.dump()
     assert len(wire.requests) == 2, wire.dump()
     first, second = wire.requests
     assert [t["type"] for t in first["tools"]] == ["mcp"], first
-    # The second request answers the approval request (statelessly or by previous_response_id).
+    assert "previous_response_id" not in first or first["previous_response_id"] is None, first
+    second_types = [i.get("type") for i in second["input"] if isinstance(i, dict)]
+    if chained:
+        assert second.get("previous_response_id") == result.raw_responses[0].response_id, wire.dump()
+        assert second.get("previous_response_id", "").startswith("resp_"), wire.dump()
+        assert "mcp_approval_request" not in second_types, wire.dump()
+    else:
+        assert second.get("previous_response_id") is None, wire.dump()
+        assert "mcp_approval_request" in second_types, wire.dump()
+    # The second request answers the approval request.
     answers = [i for i in second["input"] if isinstance(i, dict) and i.get("type") == "mcp_approval_response"]
     assert len(answers) == 1, wire.dump()
     assert answers[0]["approval_request_id"] == request_id
@@ -161,13 +171,17 @@ def check_final_approved(final_output) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_agents_sdk_approve(relay, mcp_servers):
+CHAIN = pytest.mark.parametrize("chained", [False, True], ids=["stateless", "chained"])
+
+
+@CHAIN
+def test_agents_sdk_approve(relay, mcp_servers, chained):
     async def go():
         wire = Wire()
         approver = Approver({"approve": True})
         agent, client = make_agent(relay, mcp_servers.rust, approver, wire)
         try:
-            result = await Runner.run(agent, ADD_INPUT)
+            result = await Runner.run(agent, ADD_INPUT, auto_previous_response_id=chained)
         except Exception as e:
             pytest.fail(f"{type(e).__name__}: {e}\n{wire.dump()}")
         finally:
@@ -176,12 +190,13 @@ def test_agents_sdk_approve(relay, mcp_servers):
 
     result, wire, approver = asyncio.run(go())
     seen = check_request_seen(approver)
-    check_wire(wire, seen["id"], approve=True)
+    check_wire(wire, result, chained, seen["id"], approve=True)
     check_final_approved(result.final_output)
     check_approved_items(result.new_items, seen["id"])
 
 
-def test_agents_sdk_deny_with_reason(relay, mcp_servers):
+@CHAIN
+def test_agents_sdk_deny_with_reason(relay, mcp_servers, chained):
     reason = "adding is not allowed today"
 
     async def go():
@@ -189,7 +204,7 @@ def test_agents_sdk_deny_with_reason(relay, mcp_servers):
         approver = Approver({"approve": False, "reason": reason})
         agent, client = make_agent(relay, mcp_servers.rust, approver, wire)
         try:
-            result = await Runner.run(agent, ADD_INPUT)
+            result = await Runner.run(agent, ADD_INPUT, auto_previous_response_id=chained)
         except Exception as e:
             pytest.fail(f"{type(e).__name__}: {e}\n{wire.dump()}")
         finally:
@@ -198,7 +213,7 @@ def test_agents_sdk_deny_with_reason(relay, mcp_servers):
 
     result, wire, approver = asyncio.run(go())
     seen = check_request_seen(approver)
-    check_wire(wire, seen["id"], approve=False, reason=reason)
+    check_wire(wire, result, chained, seen["id"], approve=False, reason=reason)
     items = result.new_items
     by_type = [type(i).__name__ for i in items]
     # no tool call ran
@@ -212,14 +227,15 @@ def test_agents_sdk_deny_with_reason(relay, mcp_servers):
     assert "5" not in out.replace(reason, ""), out
 
 
-def test_agents_sdk_approve_streamed(relay, mcp_servers):
+@CHAIN
+def test_agents_sdk_approve_streamed(relay, mcp_servers, chained):
     async def go():
         wire = Wire()
         approver = Approver({"approve": True})
         agent, client = make_agent(relay, mcp_servers.rust, approver, wire)
         events = []
         try:
-            result = Runner.run_streamed(agent, ADD_INPUT)
+            result = Runner.run_streamed(agent, ADD_INPUT, auto_previous_response_id=chained)
             async for ev in result.stream_events():
                 events.append(ev)
         except Exception as e:
@@ -231,7 +247,7 @@ def test_agents_sdk_approve_streamed(relay, mcp_servers):
     result, events, wire, approver = asyncio.run(go())
     assert result.is_complete
     seen = check_request_seen(approver)
-    check_wire(wire, seen["id"], approve=True)
+    check_wire(wire, result, chained, seen["id"], approve=True)
     assert all(r.get("stream") is True for r in wire.requests), wire.dump()
     check_final_approved(result.final_output)
     check_approved_items(result.new_items, seen["id"])

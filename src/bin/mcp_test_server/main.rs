@@ -1,6 +1,6 @@
 //! `mcp-test-server`: the test MCP server as a process, for manual runs and out-of-process tests.
 //!
-//! `mcp-test-server --listen 127.0.0.1:0 [--require-bearer TOKEN] [--catalog N] [--fail-http STATUS]`
+//! `mcp-test-server --listen 127.0.0.1:0 [--require-bearer TOKEN] [--catalog N] [--fail-http STATUS] [--bad-json]`
 //! prints `listening on http://ADDR/mcp` and serves until interrupted.
 
 mod server;
@@ -24,12 +24,21 @@ struct Args {
     /// Answer every POST with this HTTP status.
     #[arg(long)]
     fail_http: Option<u16>,
+    /// Answer every POST with `200 application/json` and an invalid JSON body.
+    #[arg(long)]
+    bad_json: bool,
 }
 
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let options = server::Options { require_bearer: args.require_bearer, catalog: args.catalog, fail_http: args.fail_http, catalog_seed: 0 };
+    let options = server::Options {
+        require_bearer: args.require_bearer,
+        catalog: args.catalog,
+        fail_http: args.fail_http,
+        catalog_seed: 0,
+        bad_json: args.bad_json,
+    };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());
     let _ = tokio::signal::ctrl_c().await;

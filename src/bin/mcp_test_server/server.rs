@@ -1,5 +1,6 @@
 //! A real MCP server (rmcp's Streamable HTTP server under plain hyper) for tests: known tools, an
-//! optional bearer check, a paginated catalog, injected HTTP failures, and a log of what arrived.
+//! optional bearer check, a paginated catalog, injected HTTP failures and invalid JSON answers,
+//! sessions that can be expired on demand, and a log of what arrived.
 //!
 //! Uses external crates only, so tests can include it with `#[path = ...] mod ...;`.
 
@@ -62,7 +63,13 @@ pub struct Options {
     pub fail_http: Option<u16>,
     /// Shifts which topic each catalog tool gets, so several servers have different catalogs.
     pub catalog_seed: usize,
+    /// Answer every POST with `200 application/json` and the body `{not json` (can also be
+    /// switched on and off while running: [`McpTestServer::set_bad_json`]).
+    pub bad_json: bool,
 }
+
+/// The body of a `bad_json` answer.
+pub const BAD_JSON_BODY: &str = "{not json";
 
 const CATALOG_VERBS: &[&str] = &["get", "create", "delete", "list", "update", "search", "send", "convert"];
 const CATALOG_TOPICS: &[&str] = &[
@@ -99,12 +106,14 @@ struct State {
     seen: Mutex<Vec<SeenRequest>>,
     cancelled: AtomicUsize,
     slow_started: AtomicUsize,
+    bad_json: std::sync::atomic::AtomicBool,
 }
 
 /// A running test server.
 pub struct McpTestServer {
     pub addr: SocketAddr,
     state: Arc<State>,
+    sessions: Arc<LocalSessionManager>,
     ct: CancellationToken,
     task: Option<tokio::task::JoinHandle<()>>,
 }
@@ -133,6 +142,23 @@ impl McpTestServer {
     /// How many `slow` calls started.
     pub fn slow_started(&self) -> usize {
         self.state.slow_started.load(Ordering::SeqCst)
+    }
+
+    /// From now on, answers every POST with invalid JSON (`true`) or serves normally (`false`).
+    pub fn set_bad_json(&self, on: bool) {
+        self.state.bad_json.store(on, Ordering::SeqCst);
+    }
+
+    /// Forgets every MCP session, as a server that restarted or expired them would: requests
+    /// carrying an old `Mcp-Session-Id` get 404 until the client initializes again.
+    pub async fn expire_sessions(&self) {
+        let gone: Vec<_> = self.sessions.sessions.write().await.drain().collect();
+        drop(gone);
+    }
+
+    /// How many MCP sessions the server holds.
+    pub async fn session_count(&self) -> usize {
+        self.sessions.sessions.read().await.len()
     }
 
     /// Stops accepting, closes every connection and waits for the accept loop to end.
@@ -386,17 +412,16 @@ fn rpc_method(body: &[u8]) -> String {
 pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServer> {
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
+    let bad_json = options.bad_json;
     let state = Arc::new(State { opts: options, ..State::default() });
+    state.bad_json.store(bad_json, Ordering::SeqCst);
     let ct = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
         .with_cancellation_token(ct.child_token())
         .with_sse_keep_alive(None);
     let st = state.clone();
-    let mcp = StreamableHttpService::new(
-        move || Ok(TestServer::new(st.clone())),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
+    let sessions = Arc::new(LocalSessionManager::default());
+    let mcp = StreamableHttpService::new(move || Ok(TestServer::new(st.clone())), sessions.clone(), config);
     let accept_ct = ct.clone();
     let accept_state = state.clone();
     let task = tokio::spawn(async move {
@@ -431,7 +456,7 @@ pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServ
         conns.abort_all();
         while conns.join_next().await.is_some() {}
     });
-    Ok(McpTestServer { addr, state, ct, task: Some(task) })
+    Ok(McpTestServer { addr, state, sessions, ct, task: Some(task) })
 }
 
 async fn handle(
@@ -471,6 +496,13 @@ async fn handle(
             .header("content-type", "text/plain")
             .body(Full::new(Bytes::from_static(b"injected failure")).boxed())
             .unwrap_or_else(|_| text_resp(500, "bad status"));
+    }
+    if state.bad_json.load(Ordering::SeqCst) && parts.method == hyper::Method::POST {
+        return Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from_static(BAD_JSON_BODY.as_bytes())).boxed())
+            .unwrap_or_else(|_| text_resp(500, "bad response"));
     }
     if parts.uri.path() != "/mcp" {
         return text_resp(404, "not found");
