@@ -1,0 +1,581 @@
+//! Fault injection, MCP side: MCP servers that refuse, hang, fail, answer garbage, return huge
+//! results, die or forget sessions, and clients that leave at each MCP stage. Each case checks the
+//! exact items and events the client gets and that the stored (SQLite) log replays exactly what
+//! was streamed, ending with a terminal event and `[DONE]`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use responses_relay::Config;
+use responses_relay::config::{DiscoveryFailure, StoreKind};
+use serde_json::{Value, json};
+
+use crate::mcp_loop::mcp_test_server::{self, McpTestServer, Options};
+use crate::support::*;
+
+async fn mcp_server(options: Options) -> McpTestServer {
+    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options).await.expect("the MCP test server starts")
+}
+
+fn tool(label: &str, url: &str) -> Value {
+    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
+}
+
+/// The test config with a SQLite store of its own.
+fn sqlite_config(up: &fake_upstream::FakeUpstream) -> Config {
+    let mut c = config(&up.base_url());
+    c.store = StoreKind::Sqlite(scratch("faults").join("relay.sqlite3"));
+    c
+}
+
+/// A port nothing listens on (bound, then released).
+fn closed_port() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// A loopback listener that accepts connections and never answers: an MCP server hanging on
+/// `initialize`. Counts the connections it accepted and those the other side closed.
+struct BlackHole {
+    addr: std::net::SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    closed: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    async fn start() -> BlackHole {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, c) = (accepted.clone(), closed.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut buf = [0u8; 4096];
+                    // Reads (and ignores) what arrives until the other side closes.
+                    while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {}
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        BlackHole { addr, accepted, closed, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The event types of a stream, with each run of one `*.delta` type written once as `T*`.
+fn shape(events: &[Value]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for k in kinds(events) {
+        if k.ends_with(".delta") {
+            let starred = format!("{k}*");
+            if out.last() == Some(&starred) {
+                continue;
+            }
+            out.push(starred);
+        } else {
+            out.push(k);
+        }
+    }
+    out
+}
+
+const START: &[&str] = &["response.created", "response.in_progress"];
+
+fn list_events(ok: bool) -> Vec<&'static str> {
+    vec![
+        "response.output_item.added",
+        "response.mcp_list_tools.in_progress",
+        if ok { "response.mcp_list_tools.completed" } else { "response.mcp_list_tools.failed" },
+        "response.output_item.done",
+    ]
+}
+
+/// An MCP call streamed by the model, then its result (`ok`) or failure.
+fn call_events(ok: bool) -> Vec<&'static str> {
+    vec![
+        "response.output_item.added",
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta*",
+        "response.mcp_call_arguments.done",
+        if ok { "response.mcp_call.completed" } else { "response.mcp_call.failed" },
+        "response.output_item.done",
+    ]
+}
+
+const MESSAGE: &[&str] = &[
+    "response.output_item.added",
+    "response.content_part.added",
+    "response.output_text.delta*",
+    "response.output_text.done",
+    "response.content_part.done",
+    "response.output_item.done",
+];
+
+fn expected(parts: &[&[&str]], terminal: &str) -> Vec<String> {
+    let mut all: Vec<String> = START.iter().map(|s| s.to_string()).collect();
+    for p in parts {
+        all.extend(p.iter().map(|s| s.to_string()));
+    }
+    all.push(terminal.to_string());
+    all
+}
+
+fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
+    response["output"].as_array().unwrap().iter().filter(|i| i["type"] == kind).collect()
+}
+
+fn item_types(response: &Value) -> Vec<String> {
+    response["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap().to_string()).collect()
+}
+
+fn message_text(response: &Value) -> String {
+    items_of(response, "message")[0]["content"][0]["text"].as_str().unwrap().to_string()
+}
+
+fn id_of(body: &SseBody) -> String {
+    body.events[0]["response"]["id"].as_str().unwrap().to_string()
+}
+
+/// Streams a request; checks the events (framing, order, one terminal event last, `[DONE]`) and
+/// that the stored log replays exactly the same events. Returns the body and the folded Response.
+async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value) {
+    let body = stream(&relay.url("/v1/responses"), request).await;
+    assert!(body.done, "the stream did not end with [DONE]");
+    let folded = check_events(&body.events);
+    assert_stored(relay, &id_of(&body), &body.raw).await;
+    (body, folded)
+}
+
+/// The stored log of `id` (read once the run has ended): complete, well-ordered, ending with
+/// `[DONE]`, and starting with exactly the events `live` (what a client saw, maybe cut short).
+/// Returns the folded stored Response.
+async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
+    let text = client().get(relay.url(&format!("/v1/responses/{id}?stream=true"))).send().await.unwrap().text().await.unwrap();
+    let stored = parse_sse(&text);
+    assert!(stored.done, "the stored log of {id} does not end with [DONE]: {text}");
+    let folded = check_events(&stored.events);
+    assert!(stored.raw.len() >= live.len(), "the stored log of {id} lacks events the client saw");
+    assert_eq!(&stored.raw[..live.len()], live, "the stored log of {id} differs from what was streamed");
+    let (status, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(got, stored.events.last().unwrap()["response"], "GET {id} differs from the log's terminal event");
+    folded
+}
+
+/// Polls `GET /v1/responses/{id}` until the run has ended; returns it.
+async fn ended(relay: &Relay, id: &str) -> Value {
+    for _ in 0..1000 {
+        let (status, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        if status == 200 && !matches!(r["status"].as_str(), Some("queued" | "in_progress")) {
+            return r;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("response {id} never ended");
+}
+
+/// Reads SSE from `resp` into `seen` until `until` holds for the events received so far.
+async fn read_until(resp: &mut reqwest::Response, seen: &mut Vec<u8>, until: impl Fn(&[Value]) -> bool) -> SseBody {
+    loop {
+        let end = seen.windows(2).rposition(|w| w == b"\n\n").map_or(0, |i| i + 2);
+        let body = parse_sse(std::str::from_utf8(&seen[..end]).unwrap());
+        if until(&body.events) {
+            return body;
+        }
+        let chunk = resp.chunk().await.unwrap().expect("the stream ended before the awaited event");
+        seen.extend_from_slice(&chunk);
+    }
+}
+
+async fn open_stream(relay: &Relay, request: &Value) -> reqwest::Response {
+    let resp = client().post(relay.url("/v1/responses")).json(request).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    resp
+}
+
+// ------------------------------------------------------------------ discovery faults
+
+#[tokio::test]
+async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answers() {
+    let up = upstream().await;
+    let dead = format!("http://{}/mcp", closed_port());
+    let relay = relay(sqlite_config(&up)).await;
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("gone", &dead)]});
+    let (body, folded) = streamed_and_stored(&relay, &request).await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(folded["status"], "completed");
+    assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
+    let list = &folded["output"][0];
+    assert_eq!(list["tools"], json!([]));
+    let error = list["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("Error retrieving tool list from MCP server: 'gone'. Could not connect to the MCP server"),
+        "{error}"
+    );
+
+    let mut c = sqlite_config(&up);
+    c.mcp.discovery_failure = DiscoveryFailure::Fail;
+    let strict = crate::support::relay(c).await;
+    let before = up.requests().len();
+    let (status, err) = post(&strict.url("/v1/responses"), &request).await;
+    assert_eq!(status, 424, "{err}");
+    assert_eq!(err["error"]["type"], "external_connector_error");
+    assert_eq!(err["error"]["message"], error);
+    assert_eq!(up.requests().len(), before, "a refused request reached the model");
+}
+
+#[tokio::test]
+async fn a_server_hanging_on_initialize_times_discovery_out() {
+    let up = upstream().await;
+    let hole = BlackHole::start().await;
+    let mut c = sqlite_config(&up);
+    c.mcp.discovery_timeout = std::time::Duration::from_millis(300);
+    let relay = relay(c.clone()).await;
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
+    let (body, folded) = streamed_and_stored(&relay, &request).await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
+    let expected_error = "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.";
+    assert_eq!(folded["output"][0]["error"], expected_error);
+    assert!(hole.accepted.load(Ordering::SeqCst) >= 1, "the relay never connected");
+
+    c.mcp.discovery_failure = DiscoveryFailure::Fail;
+    let strict = crate::support::relay(c).await;
+    let (status, err) = post(&strict.url("/v1/responses"), &request).await;
+    assert_eq!(status, 424, "{err}");
+    assert_eq!(err["error"]["message"], expected_error);
+    assert_eq!(err["error"]["param"], "tools");
+}
+
+#[tokio::test]
+async fn a_server_answering_500_fails_the_list_naming_the_status() {
+    let up = upstream().await;
+    let server = mcp_server(Options { fail_http: Some(500), ..Options::default() }).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("broken", &server.url())]});
+    let (body, folded) = streamed_and_stored(&relay, &request).await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        folded["output"][0]["error"],
+        "Error retrieving tool list from MCP server: 'broken'. Http status code: 500 (Internal Server Error)"
+    );
+    assert_eq!(folded["status"], "completed");
+}
+
+#[tokio::test]
+async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_completes() {
+    let up = upstream().await;
+    // At discovery.
+    let garbage = mcp_server(Options { bad_json: true, ..Options::default() }).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let (body, folded) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("junk", &garbage.url())]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    let error = folded["output"][0]["error"].as_str().unwrap();
+    assert!(error.starts_with("Error retrieving tool list from MCP server: 'junk'. "), "{error}");
+    assert!(error.len() > "Error retrieving tool list from MCP server: 'junk'. ".len() + 5, "{error}");
+
+    // At call time: listed fine in turn 1, garbage for the call in turn 2.
+    let server = mcp_server(Options::default()).await;
+    let tools = json!([tool("s", &server.url())]);
+    let (_, first) = streamed_and_stored(&relay, &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools})).await;
+    server.set_bad_json(true);
+    let (body, second) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "stream": true, "tools": tools,
+                "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&call_events(false), MESSAGE], "response.completed"));
+    let call = items_of(&second, "mcp_call")[0];
+    assert_eq!(call["status"], "failed");
+    assert_eq!(call["output"], Value::Null);
+    let kind = call["error"]["type"].as_str().unwrap();
+    assert!(matches!(kind, "http_error" | "mcp_protocol_error"), "{call}");
+    assert!(call["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{call}");
+    assert!(message_text(&second).starts_with("Tool results: Error"), "{second}");
+
+    // The server recovers: the next call on it works.
+    server.set_bad_json(false);
+    let (_, third) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"back\"}", "stream": true, "tools": tools,
+                "previous_response_id": second["id"]}),
+    )
+    .await;
+    let call = items_of(&third, "mcp_call")[0];
+    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("back")), "{call}");
+}
+
+// ------------------------------------------------------------------ call faults
+
+#[tokio::test]
+async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let tools = json!([tool("s", &server.url())]);
+    let (_, first) = streamed_and_stored(&relay, &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools})).await;
+    assert_eq!(item_types(&first), ["mcp_list_tools", "message"]);
+    server.shutdown().await;
+    let (body, second) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "stream": true, "tools": tools,
+                "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&call_events(false), MESSAGE], "response.completed"));
+    assert_eq!(item_types(&second), ["mcp_call", "message"]);
+    let call = &second["output"][0];
+    assert_eq!(call["status"], "failed");
+    assert_eq!(call["error"]["type"], "http_error", "{call}");
+    assert_eq!(call["error"]["code"], 0, "{call}");
+    assert!(call["error"]["message"].as_str().unwrap().contains("connect"), "{call}");
+    assert!(message_text(&second).starts_with("Tool results: Error"), "{second}");
+}
+
+#[tokio::test]
+async fn a_hanging_call_times_out_and_the_server_sees_it_cancelled() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let mut c = sqlite_config(&up);
+    c.mcp.call_timeout = std::time::Duration::from_millis(500);
+    let relay = relay(c).await;
+    let (body, folded) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(false), MESSAGE], "response.completed"));
+    let call = items_of(&folded, "mcp_call")[0];
+    assert_eq!(call["error"], json!({"type": "mcp_protocol_error", "code": -32001, "message": "Request timed out after 500ms"}));
+    assert_eq!(folded["status"], "completed");
+    assert_eq!(server.slow_started(), 1);
+    eventually("the server sees the timed-out call cancelled", || server.cancelled_calls() == 1).await;
+}
+
+#[tokio::test]
+async fn a_json_rpc_error_is_an_mcp_protocol_error() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let (body, folded) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL boom {}", "stream": true, "tools": [tool("s", &server.url())]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(false), MESSAGE], "response.completed"));
+    let call = items_of(&folded, "mcp_call")[0];
+    assert_eq!(call["error"], json!({"type": "mcp_protocol_error", "code": -32042, "message": "boom"}));
+    assert_eq!(call["output"], Value::Null);
+    assert_eq!(message_text(&folded), "Tool results: Error: MCP error -32042: boom");
+}
+
+#[tokio::test]
+async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let (body, folded) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL big {\"bytes\":10000000}", "stream": true, "tools": [tool("s", &server.url())]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(true), MESSAGE], "response.completed"));
+    let cap = 64 * 1024;
+    let call = items_of(&folded, "mcp_call")[0];
+    let output = call["output"].as_str().unwrap();
+    assert_eq!(output, format!("{}… [truncated: {} bytes omitted]", "x".repeat(cap), 10_000_000 - cap));
+    let streamed: usize = body.raw.iter().map(String::len).sum();
+    assert!(streamed < 1_000_000, "the client got {streamed} bytes");
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(sent.len() < 2 * cap, "the model's request has {} bytes", sent.len());
+}
+
+#[tokio::test]
+async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let mut c = sqlite_config(&up);
+    c.mcp.call_timeout = std::time::Duration::from_secs(30);
+    let relay = relay(c).await;
+    let request = json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]});
+    let url = relay.url("/v1/responses");
+    let reading = tokio::spawn(async move { stream(&url, &request).await });
+    eventually("the slow call is running", || server.slow_started() == 1).await;
+    server.shutdown().await;
+    let body = reading.await.unwrap();
+    assert!(body.done);
+    let folded = check_events(&body.events);
+    assert_stored(&relay, &id_of(&body), &body.raw).await;
+    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(false), MESSAGE], "response.completed"));
+    let call = items_of(&folded, "mcp_call")[0];
+    let error = &call["error"];
+    match error["type"].as_str() {
+        Some("http_error") => assert_eq!(error["code"], 0, "{call}"),
+        Some("mcp_protocol_error") => assert_ne!(error["code"], -32001, "the relay waited for the call timeout: {call}"),
+        _ => panic!("unexpected error shape: {call}"),
+    }
+    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{call}");
+    assert_eq!(folded["status"], "completed");
+}
+
+#[tokio::test]
+async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let tools = json!([tool("s", &server.url())]);
+    let (_, first) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"one\"}", "stream": true, "tools": tools}),
+    )
+    .await;
+    assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
+    assert_eq!(server.count("initialize"), 1);
+    server.expire_sessions().await;
+    assert_eq!(server.session_count().await, 0);
+    let (body, second) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"two\"}", "stream": true, "tools": tools,
+                "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&call_events(true), MESSAGE], "response.completed"));
+    let call = items_of(&second, "mcp_call")[0];
+    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("two")), "{call}");
+    assert_eq!(server.count("initialize"), 2, "the pool did not start a new session");
+    assert_eq!(server.count("tools/call"), 3, "one call before, and the expired one retried once");
+}
+
+#[tokio::test]
+async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let addr = server.addr;
+    let relay = relay(sqlite_config(&up)).await;
+    let tools = json!([tool("s", &server.url())]);
+    let (_, first) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"one\"}", "stream": true, "tools": tools}),
+    )
+    .await;
+    assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
+    server.shutdown().await;
+    let server = mcp_test_server::start(addr, Options::default()).await.expect("restart on the same port");
+    let (body, second) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"two\"}", "stream": true, "tools": tools,
+                "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(shape(&body.events), expected(&[&call_events(true), MESSAGE], "response.completed"));
+    let call = items_of(&second, "mcp_call")[0];
+    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("two")), "{call}");
+    assert_eq!(server.count("initialize"), 1, "no new session on the restarted server");
+}
+
+// ------------------------------------------------------------------ clients that leave
+
+#[tokio::test]
+async fn a_client_leaving_during_discovery_stops_the_listing_and_never_reaches_the_model() {
+    let up = upstream().await;
+    let hole = BlackHole::start().await;
+    let mut c = sqlite_config(&up);
+    c.mcp.discovery_timeout = std::time::Duration::from_secs(120);
+    c.limits.max_concurrent_runs = 1;
+    let relay = relay(c).await;
+    let url = relay.url("/v1/responses");
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
+    let leaving = tokio::spawn(async move { client().post(url).json(&request).send().await });
+    eventually("the relay connects to the MCP server", || hole.accepted.load(Ordering::SeqCst) == 1).await;
+    leaving.abort();
+    let _ = leaving.await;
+    eventually("the relay drops its connection to the MCP server", || hole.closed.load(Ordering::SeqCst) == 1).await;
+    assert!(up.requests().is_empty(), "the model was asked for a client that is gone");
+    // The abandoned request no longer holds the relay's one run slot.
+    let (body, folded) = streamed_and_stored(&relay, &json!({"model": "fake-model", "input": "next", "stream": true})).await;
+    assert_eq!(shape(&body.events), expected(&[MESSAGE], "response.completed"));
+    assert_eq!(folded["status"], "completed");
+}
+
+#[tokio::test]
+async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    let mut resp = open_stream(
+        &relay,
+        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    let live = read_until(&mut resp, &mut seen, |events| {
+        events.iter().any(|e| e["type"] == "response.mcp_call_arguments.done")
+    })
+    .await;
+    eventually("the slow call is running", || server.slow_started() == 1).await;
+    drop(resp);
+    eventually("the server sees the call cancelled", || server.cancelled_calls() == 1).await;
+    let id = id_of(&live);
+    let r = ended(&relay, &id).await;
+    assert_eq!(r["status"], "cancelled", "{r}");
+    let stored = assert_stored(&relay, &id, &live.raw).await;
+    assert_eq!(stored["status"], "cancelled");
+    assert_eq!(item_types(&stored), ["mcp_list_tools", "mcp_call"]);
+    let call = &stored["output"][1];
+    assert_eq!(call["status"], "failed");
+    assert_eq!(call["error"]["type"], "mcp_tool_execution_error");
+    assert_eq!(call["error"]["content"][0]["text"], "The run stopped before this call finished.");
+    assert_eq!(up.requests().len(), 1, "the model was asked again for a client that is gone");
+}
+
+#[tokio::test]
+async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    // A slow model: the answer after the call streams for seconds.
+    let mut resp = open_stream(
+        &relay,
+        &json!({"model": "fake-model?deltas=200&delay_ms=50", "input": "CALL echo {\"text\":\"done\"}", "stream": true,
+                "tools": [tool("s", &server.url())]}),
+    )
+    .await;
+    let mut seen = Vec::new();
+    let live = read_until(&mut resp, &mut seen, |events| {
+        events.iter().any(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "mcp_call")
+    })
+    .await;
+    drop(resp);
+    let id = id_of(&live);
+    let r = ended(&relay, &id).await;
+    assert_eq!(r["status"], "cancelled", "{r}");
+    let stored = assert_stored(&relay, &id, &live.raw).await;
+    assert_eq!(stored["status"], "cancelled");
+    let types = item_types(&stored);
+    assert!(types == ["mcp_list_tools", "mcp_call"] || types == ["mcp_list_tools", "mcp_call", "message"], "{types:?}");
+    let call = &stored["output"][1];
+    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("done")), "{call}");
+    if let Some(message) = stored["output"].get(2) {
+        assert_eq!(message["status"], "incomplete", "{message}");
+    }
+    assert_eq!(server.count("tools/call"), 1);
+    eventually("the model's stream is closed after the client left", || up.open_streams() == 0).await;
+}
