@@ -8,6 +8,7 @@
 //! - [`result_text`], [`result_images`] and [`error_text`] turn results into what the model sees.
 
 mod errors;
+mod http;
 mod names;
 mod pool;
 mod result;

@@ -137,6 +137,8 @@ struct Slot {
 struct Session {
     client: Client,
     broken: AtomicBool,
+    /// Stops every HTTP request of the session when the session is dropped.
+    _alive: tokio_util::sync::DropGuard,
 }
 
 impl Session {
@@ -375,7 +377,18 @@ impl Pool {
         if let Some(token) = &spec.authorization {
             config = config.auth_header(token.clone());
         }
-        let transport = StreamableHttpClientTransport::with_client(self.inner.http.clone(), config);
+        // Reconnects of the session's event stream are few and quick: a server that went away is
+        // reported, not waited for until the call times out.
+        let mut retry = rmcp::transport::common::client_side_sse::ExponentialBackoff::default();
+        retry.max_times = Some(2);
+        retry.base_duration = Duration::from_millis(100);
+        retry.max_delay = Some(Duration::from_secs(1));
+        config.retry_config = Arc::new(retry);
+        // Dropping `alive` (this attempt timing out, or the session going away) stops its requests.
+        let alive = tokio_util::sync::CancellationToken::new();
+        let guard = alive.clone().drop_guard();
+        let http = super::http::SessionClient::new(self.inner.http.clone(), alive);
+        let transport = StreamableHttpClientTransport::with_client(http, config);
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("responses-relay", env!("CARGO_PKG_VERSION")),
@@ -388,7 +401,7 @@ impl Pool {
         };
         client.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
         tracing::debug!(server_label = %spec.label, "MCP session initialized");
-        Ok(Session { client, broken: AtomicBool::new(false) })
+        Ok(Session { client, broken: AtomicBool::new(false), _alive: guard })
     }
 }
 

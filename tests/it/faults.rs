@@ -175,6 +175,12 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
     folded
 }
 
+/// The stored log of `id` as events.
+async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
+    let text = client().get(relay.url(&format!("/v1/responses/{id}?stream=true"))).send().await.unwrap().text().await.unwrap();
+    parse_sse(&text).events
+}
+
 /// Polls `GET /v1/responses/{id}` until the run has ended; returns it.
 async fn ended(relay: &Relay, id: &str) -> Value {
     for _ in 0..1000 {
@@ -413,7 +419,7 @@ async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
     let up = upstream().await;
     let server = mcp_server(Options::default()).await;
     let mut c = sqlite_config(&up);
-    c.mcp.call_timeout = std::time::Duration::from_secs(30);
+    c.mcp.call_timeout = std::time::Duration::from_secs(10);
     let relay = relay(c).await;
     let request = json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]});
     let url = relay.url("/v1/responses");
@@ -494,7 +500,7 @@ async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
 // ------------------------------------------------------------------ clients that leave
 
 #[tokio::test]
-async fn a_client_leaving_during_discovery_stops_the_listing_and_never_reaches_the_model() {
+async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_connection() {
     let up = upstream().await;
     let hole = BlackHole::start().await;
     let mut c = sqlite_config(&up);
@@ -507,12 +513,46 @@ async fn a_client_leaving_during_discovery_stops_the_listing_and_never_reaches_t
     eventually("the relay connects to the MCP server", || hole.accepted.load(Ordering::SeqCst) == 1).await;
     leaving.abort();
     let _ = leaving.await;
+    // The abandoned request gives back the relay's one run slot (so it can never reach the
+    // model): the next request runs.
+    let next = json!({"model": "fake-model", "input": "next", "stream": true});
+    let mut admitted = false;
+    for _ in 0..1000 {
+        let r = client().post(relay.url("/v1/responses")).json(&next).send().await.unwrap();
+        if r.status() != 503 {
+            assert_eq!(r.status(), 200);
+            let body = parse_sse(&r.text().await.unwrap());
+            assert_eq!(shape(&body.events), expected(&[MESSAGE], "response.completed"));
+            check_events(&body.events);
+            assert_stored(&relay, &id_of(&body), &body.raw).await;
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(admitted, "the request of the client that left still holds the run slot");
+    let asked: Vec<String> = up.requests().iter().map(|r| r.body["messages"].to_string()).collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains("next") && !asked[0].contains("hello"), "{asked:?}");
     eventually("the relay drops its connection to the MCP server", || hole.closed.load(Ordering::SeqCst) == 1).await;
-    assert!(up.requests().is_empty(), "the model was asked for a client that is gone");
-    // The abandoned request no longer holds the relay's one run slot.
-    let (body, folded) = streamed_and_stored(&relay, &json!({"model": "fake-model", "input": "next", "stream": true})).await;
-    assert_eq!(shape(&body.events), expected(&[MESSAGE], "response.completed"));
-    assert_eq!(folded["status"], "completed");
+}
+
+#[tokio::test]
+async fn a_timed_out_discovery_keeps_no_connection_to_the_server() {
+    let up = upstream().await;
+    let hole = BlackHole::start().await;
+    let mut c = config(&up.base_url());
+    c.mcp.discovery_timeout = std::time::Duration::from_millis(300);
+    let relay = relay(c).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hello", "tools": [tool("hang", &hole.url())]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["output"][0]["error"], "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.");
+    assert_eq!(hole.accepted.load(Ordering::SeqCst), 1);
+    eventually("the relay closes its connection to the server it gave up on", || hole.closed.load(Ordering::SeqCst) == 1).await;
 }
 
 #[tokio::test]
@@ -538,6 +578,7 @@ async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
     assert_eq!(r["status"], "cancelled", "{r}");
     let stored = assert_stored(&relay, &id, &live.raw).await;
     assert_eq!(stored["status"], "cancelled");
+    assert_eq!(shape(&stored_events(&relay, &id).await), expected(&[&list_events(true), &call_events(false)], "response.failed"));
     assert_eq!(item_types(&stored), ["mcp_list_tools", "mcp_call"]);
     let call = &stored["output"][1];
     assert_eq!(call["status"], "failed");
@@ -569,6 +610,10 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
     assert_eq!(r["status"], "cancelled", "{r}");
     let stored = assert_stored(&relay, &id, &live.raw).await;
     assert_eq!(stored["status"], "cancelled");
+    let events = shape(&stored_events(&relay, &id).await);
+    let through_call = expected(&[&list_events(true), &call_events(true)], "response.failed");
+    assert_eq!(events[..through_call.len() - 1], through_call[..through_call.len() - 1], "{events:?}");
+    assert_eq!(events.last().unwrap(), "response.failed");
     let types = item_types(&stored);
     assert!(types == ["mcp_list_tools", "mcp_call"] || types == ["mcp_list_tools", "mcp_call", "message"], "{types:?}");
     let call = &stored["output"][1];
@@ -579,3 +624,4 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
     assert_eq!(server.count("tools/call"), 1);
     eventually("the model's stream is closed after the client left", || up.open_streams() == 0).await;
 }
+

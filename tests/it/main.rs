@@ -5,6 +5,7 @@ mod approvals;
 mod cli;
 mod core;
 mod errors;
+mod faults;
 mod limits;
 mod support;
 mod upstream_fixtures;

@@ -1,0 +1,134 @@
+//! The HTTP client rmcp sends through: reqwest, with two guarantees added. Every request of a
+//! session stops when the session (or an abandoned connect attempt) is dropped — rmcp's own
+//! workers do not stop an in-flight `initialize` — and errors never carry the URL (its query
+//! string may hold a user's secret).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::stream::BoxStream;
+use reqwest::header::{HeaderName, HeaderValue};
+use rmcp::model::ClientJsonRpcMessage;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
+};
+use rmcp::transport::streamable_http_client::SseError;
+use sse_stream::Sse;
+use tokio_util::sync::CancellationToken;
+
+type Error = StreamableHttpError<reqwest::Error>;
+
+/// reqwest for one MCP session, stopped by `alive`.
+#[derive(Clone)]
+pub struct SessionClient {
+    inner: reqwest::Client,
+    alive: CancellationToken,
+}
+
+impl SessionClient {
+    /// A client whose requests all stop once `alive` is cancelled.
+    pub fn new(inner: reqwest::Client, alive: CancellationToken) -> Self {
+        SessionClient { inner, alive }
+    }
+
+    async fn guarded<T>(&self, request: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+        tokio::select! {
+            r = request => r.map_err(without_url),
+            _ = self.alive.cancelled() => Err(StreamableHttpError::TransportChannelClosed),
+        }
+    }
+}
+
+fn without_url(e: Error) -> Error {
+    match e {
+        StreamableHttpError::Client(re) => StreamableHttpError::Client(re.without_url()),
+        other => other,
+    }
+}
+
+impl StreamableHttpClient for SessionClient {
+    type Error = reqwest::Error;
+
+    fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
+        self.guarded(self.inner.post_message(uri, message, session_id, auth_header, custom_headers))
+    }
+
+    fn post_message_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
+        self.guarded(self.inner.post_message_with_max_sse_event_size(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        ))
+    }
+
+    fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
+        self.guarded(self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits))
+    }
+
+    fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
+        // Not guarded: ending the session politely happens after it was dropped.
+        async move { self.inner.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url) }
+    }
+
+    fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, Error>> + Send + '_ {
+        self.guarded(self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers))
+    }
+
+    fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, Error>> + Send + '_ {
+        self.guarded(self.inner.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        ))
+    }
+}
