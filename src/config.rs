@@ -136,6 +136,9 @@ pub struct ServeArgs {
     /// Most tools one request may carry.
     #[arg(long, env = "RELAY_MAX_TOOLS", value_name = "N")]
     pub max_tools: Option<usize>,
+    /// Most model turns one run may take; then it ends `incomplete` (a request's `max_steps` can lower it).
+    #[arg(long, env = "RELAY_MAX_STEPS", value_name = "N")]
+    pub max_steps: Option<u64>,
     /// Seconds a streaming client may read nothing while events wait before its run is cancelled.
     #[arg(long, env = "RELAY_CLIENT_STALL_TIMEOUT", value_name = "SECS")]
     pub client_stall_timeout: Option<f64>,
@@ -198,6 +201,7 @@ struct FileConfig {
     max_input_items: Option<usize>,
     max_tools: Option<usize>,
     client_stall_timeout: Option<f64>,
+    max_steps: Option<u64>,
     upstream_vision: Option<bool>,
     max_body_bytes: Option<usize>,
     mcp_discovery_failure: Option<DiscoveryFailure>,
@@ -277,6 +281,8 @@ pub struct Limits {
     pub max_tools: usize,
     /// A streaming client that reads nothing for this long while events wait cancels its run.
     pub client_stall: Duration,
+    /// Most model turns one run may take (a request's `max_steps` can only lower it).
+    pub max_steps: u64,
 }
 
 /// The validated configuration.
@@ -323,6 +329,7 @@ impl Default for Config {
                 max_input_items: 4096,
                 max_tools: 512,
                 client_stall: Duration::from_secs(300),
+                max_steps: 64,
             },
             mcp: McpConfig {
                 discovery_failure: DiscoveryFailure::Continue,
@@ -426,6 +433,7 @@ impl Config {
             positive("--max-concurrent-runs", args.max_concurrent_runs.or(file.max_concurrent_runs), c.limits.max_concurrent_runs)?;
         c.limits.max_input_items = positive("--max-input-items", args.max_input_items.or(file.max_input_items), c.limits.max_input_items)?;
         c.limits.max_tools = positive("--max-tools", args.max_tools.or(file.max_tools), c.limits.max_tools)?;
+        c.limits.max_steps = positive("--max-steps", args.max_steps.or(file.max_steps).map(|n| n as usize), c.limits.max_steps as usize)? as u64;
         c.limits.client_stall =
             secs("--client-stall-timeout", args.client_stall_timeout.or(file.client_stall_timeout), c.limits.client_stall)?;
         c.limits.max_run_time = secs("--max-run-seconds", args.max_run_seconds.or(file.max_run_seconds), c.limits.max_run_time)?;

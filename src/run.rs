@@ -530,7 +530,7 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
 
 /// The conversation as the model sees it: MCP calls the relay ran become a function call (under
 /// the model-facing name) and its output; approval items are the relay's business, not the model's.
-fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec<InputItem> {
+pub(crate) fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec<InputItem> {
     use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     let mut out = Vec::with_capacity(items.len());
     // Consecutive MCP calls become one assistant turn: all the calls, then all their results.

@@ -83,6 +83,18 @@ fn main() {
             println!("{api} {name}: {} bytes, {} ops bytes, {} turns", text.len(), ops.len(), parsed.len());
         }
     }
+
+    // The request seeds are hand-written: say which parse, so the valid ones stay valid.
+    let mut requests: Vec<PathBuf> =
+        std::fs::read_dir(seeds.join("parse_request")).unwrap().map(|e| e.unwrap().path()).collect();
+    requests.sort();
+    for path in requests {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        match responses_relay::api::request::parse_create(&std::fs::read(&path).unwrap()) {
+            Ok(r) => println!("request {name}: ok, {} input items, {} tools", r.input.len(), r.tools.len()),
+            Err(e) => println!("request {name}: rejected at '{}': {}", e.param, e.message),
+        }
+    }
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {

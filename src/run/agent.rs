@@ -84,7 +84,8 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             match answer_approvals(&app, &p.mcp, &mut em, signal).await {
                 Ok((done, ran)) => {
                     calls_made += ran;
-                    conversation.extend(done);
+                    // One model turn: all the answered calls, then all their results.
+                    conversation.extend(super::model_view(&done, &p.mcp.tools));
                 }
                 Err(stop) => break 'run ending_for(stop),
             }
@@ -134,7 +135,10 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             calls_made += run_now.len() as u64;
             match run_calls_with_images(&app, &p.mcp, &mut em, run_now, signal).await {
                 Ok((done, images)) => {
-                    conversation.extend(done.iter().filter_map(output_as_input));
+                    // This turn's calls and results as the model made them: one turn, so that
+                    // consecutive tool-only turns stay separate turns for the model.
+                    let done: Vec<InputItem> = done.iter().filter_map(output_as_input).collect();
+                    conversation.extend(super::model_view(&done, &p.mcp.tools));
                     conversation.extend(images);
                 }
                 Err(stop) => {
@@ -155,7 +159,8 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
         if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || !acted {
             break Ending::Completed;
         }
-        if p.request.max_steps.is_some_and(|m| step as u64 >= m) {
+        let max_steps = p.request.max_steps.unwrap_or(u64::MAX).min(app.config().limits.max_steps);
+        if step as u64 >= max_steps {
             break Ending::Incomplete("max_steps".into());
         }
         }

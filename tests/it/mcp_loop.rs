@@ -311,3 +311,88 @@ async fn structured_and_oversized_results_become_bounded_text() {
     let sent = up.requests().last().unwrap().body.to_string();
     assert!(sent.len() < 20_000, "the whole output reached the model");
 }
+
+#[tokio::test]
+async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let script = "CALL echo {\"text\":\"1\"}\nTHEN\nCALL echo {\"text\":\"2\"}\nTHEN\nCALL echo {\"text\":\"3\"}";
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "incomplete");
+    assert_eq!(folded["incomplete_details"]["reason"], "max_steps");
+    assert_eq!(items_of(&folded, "mcp_call").len(), 2, "two steps, two calls");
+    assert_eq!(server.count("tools/call"), 2);
+    let turns = up.requests().iter().filter(|r| r.body["messages"][0]["content"] == script).count();
+    assert_eq!(turns, 2, "the model was sampled exactly max_steps times");
+}
+
+#[tokio::test]
+async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_model_answer() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
+                "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let reqs = up.requests();
+    let first = &reqs[reqs.len() - 2].body;
+    assert_eq!(first["tool_choice"]["type"], "function");
+    let forced = first["tool_choice"]["function"]["name"].as_str().unwrap();
+    assert!(forced.ends_with("echo"), "{forced}");
+    assert_eq!(reqs[reqs.len() - 1].body["tool_choice"], "auto", "the force applies to the first turn only");
+    let calls = items_of(&r, "mcp_call");
+    assert_eq!((calls.len(), calls[0]["name"].as_str()), (1, Some("echo")));
+    assert_eq!(r["status"], "completed");
+    let (status, err) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "x", "tools": [mcp_tool("s", &server.url())], "tool_choice": {"type": "mcp", "server_label": "other"}}),
+    )
+    .await;
+    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("tool_choice.server_label")));
+}
+
+#[tokio::test]
+async fn usage_is_summed_over_every_model_turn() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (_, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
+    let reqs = up.requests();
+    let turns = &reqs[reqs.len() - 3..];
+    // The fake model reports 10 prompt tokens per message it was sent.
+    let prompt: u64 = turns.iter().map(|t| t.body["messages"].as_array().unwrap().len() as u64 * 10).sum();
+    assert_eq!(r["usage"]["input_tokens"], prompt, "{}", r["usage"]);
+    assert_eq!(
+        r["usage"]["total_tokens"].as_u64().unwrap(),
+        r["usage"]["input_tokens"].as_u64().unwrap() + r["usage"]["output_tokens"].as_u64().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let mut c = config(&up.base_url());
+    c.limits.max_steps = 5;
+    let relay = relay(c).await;
+    // A model that keeps calling tools (here a 20-round script): the relay's cap ends the run.
+    let script = (0..20).map(|i| format!("CALL echo {{\"text\":\"{i}\"}}")).collect::<Vec<_>>().join("\nTHEN\n");
+    let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]})).await;
+    assert_eq!(r["status"], "incomplete");
+    assert_eq!(r["incomplete_details"]["reason"], "max_steps");
+    assert_eq!(server.count("tools/call"), 5);
+}

@@ -104,3 +104,84 @@ pub fn clock_ticks_per_sec() -> f64 {
         .filter(|t| *t > 0.0)
         .unwrap_or(100.0)
 }
+
+/// A `redis-server` child on a loopback port, no persistence; killed when dropped.
+pub struct Redis {
+    pub port: u16,
+    child: Child,
+}
+
+/// Where `redis-server` is on `PATH`, if anywhere.
+pub fn find_redis_server() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path).map(|d| d.join("redis-server")).find(|p| p.is_file())
+}
+
+impl Redis {
+    /// Starts `program` on a free loopback port (a few attempts: the port is picked before the
+    /// server binds it) and waits until it answers `PING`.
+    pub fn spawn(program: &Path, log: &Path) -> Result<Redis, String> {
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| format!("redis-server: no free port: {e}"))?
+                .port();
+            let stdout = std::fs::File::create(log).map_err(|e| format!("redis-server: cannot create {}: {e}", log.display()))?;
+            let stderr = stdout.try_clone().map_err(|e| e.to_string())?;
+            let p = port.to_string();
+            let args = ["--port", &p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes"];
+            let child = Command::new(program)
+                .args(args)
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(stdout))
+                .stderr(Stdio::from(stderr))
+                .spawn()
+                .map_err(|e| format!("redis-server: cannot start {}: {e}", program.display()))?;
+            let mut r = Redis { port, child };
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(status)) = r.child.try_wait() {
+                    last = format!("redis-server exited with {status} (see {})", log.display());
+                    break;
+                }
+                if r.command("PING").is_ok_and(|a| a.starts_with("+PONG")) {
+                    return Ok(r);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            if last.is_empty() {
+                last = format!("redis-server did not answer PING within 10 s (see {})", log.display());
+            }
+        }
+        Err(last)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `redis://127.0.0.1:PORT/DB`.
+    pub fn url(&self, db: u32) -> String {
+        format!("redis://127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// One inline command (`PING`, `FLUSHALL`); the first line of the answer.
+    pub fn command(&self, cmd: &str) -> Result<String, String> {
+        use std::io::Write;
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
+        s.write_all(format!("{cmd}\r\n").as_bytes()).map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).map_err(|e| e.to_string())?;
+        Ok(line)
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
