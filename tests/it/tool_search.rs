@@ -67,6 +67,11 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     assert!(turns[2].contains(&format!("b__{target}")));
     assert_eq!(b.count("tools/call"), 1);
     assert_eq!(a.count("tools/call"), 0);
+    golden_at(
+        "tool_search_catalog_250",
+        &body,
+        &[(&a.url(), "http://mcp-a/mcp"), (&b.url(), "http://mcp-b/mcp"), (&plain.url(), "http://mcp-plain/mcp")],
+    );
 }
 
 #[tokio::test]
