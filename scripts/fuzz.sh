@@ -66,7 +66,9 @@ for t in "${targets[@]}"; do
     start=$(date +%s)
     status=0
     cargo fuzz run -s "$sanitizer" "$t" "$root/fuzz/corpus/$t" "${seeds[@]}" -- "${args[@]}" >"$log" 2>&1 || status=$?
-    elapsed=$(( $(date +%s) - start ))
+    # libFuzzer's own fuzzing time (the build before it is not counted), else the wall clock.
+    elapsed=$(grep -Eo 'Done [0-9]+ runs in [0-9]+ second' "$log" | tail -n 1 | grep -Eo '[0-9]+ second' | grep -Eo '[0-9]+' || true)
+    if [ -z "$elapsed" ]; then elapsed=$(( $(date +%s) - start )); fi
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$' || true)
     rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -n 1 | grep -o '[0-9]*$' || true)
     cov=$(grep -Eo 'cov: [0-9]+ ft: [0-9]+ corp: [0-9]+' "$log" | tail -n 1 || true)

@@ -117,6 +117,10 @@ struct Opts {
     /// Do not run `cargo build` for the sibling binaries (responses-relay, mcp-test-server, fake-upstream).
     #[arg(long)]
     no_build: bool,
+    /// An environment variable for every relay child, `KEY=VALUE` (repeatable), for experiments
+    /// such as `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2`.
+    #[arg(long = "relay-env", value_name = "KEY=VALUE")]
+    relay_env: Vec<String>,
     /// Directory for the children's stderr logs [default: $TMPDIR/relay-bench].
     #[arg(long)]
     log_dir: Option<PathBuf>,
@@ -214,6 +218,8 @@ struct Env {
     serial: std::sync::atomic::AtomicU64,
     /// `--store` as given; `None`: SQLite and Redis side by side.
     explicit_store: Option<String>,
+    /// `--relay-env` pairs.
+    relay_env: Vec<(String, String)>,
     /// A fresh temp dir for the SQLite files, removed when the benchmark ends.
     store_dir: TempDir,
     redis: RedisState,
@@ -323,20 +329,27 @@ impl Env {
                 let _ = std::fs::remove_file(format!("{}{suffix}", f.display()));
             }
         }
-        if s.redis_pid.is_some() {
-            if let RedisState::Up(r) = &self.redis {
-                let _ = r.command("FLUSHALL");
-            }
+        if s.redis_pid.is_some()
+            && let RedisState::Up(r) = &self.redis
+        {
+            let _ = r.command("FLUSHALL");
         }
     }
 
     fn relay(&self, store: &str) -> Result<Proc, String> {
+        self.relay_with(store, &[])
+    }
+
+    /// A relay with `extra` flags after the usual ones.
+    fn relay_with(&self, store: &str, extra: &[String]) -> Result<Proc, String> {
         // The MCP test server is on loopback, which the relay refuses unless allowed.
         let args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--upstream-url", &self.upstream_v1, "--store", store, "--mcp-allow-host", "127.0.0.1"]
             .iter()
             .map(|s| s.to_string())
+            .chain(extra.iter().cloned())
             .collect();
-        let p = Proc::spawn("relay", &self.bin_dir.join("responses-relay"), &args, &[], &self.log("relay"))?;
+        let envs: Vec<(&str, &str)> = self.relay_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let p = Proc::spawn("relay", &self.bin_dir.join("responses-relay"), &args, &envs, &self.log("relay"))?;
         eprintln!("  relay pid {} at {} (--store {store})", p.pid(), p.url);
         Ok(p)
     }
@@ -433,10 +446,10 @@ async fn bench(o: Opts) -> ExitCode {
     let mut failures: Vec<String> = Vec::new();
     let want = |s: Scenario| o.scenario == s || o.scenario == Scenario::All;
     let started = Instant::now();
-    if want(Scenario::Stream) {
-        if let Err(e) = scenario_stream(&env, &plan, &mut rows, &mut failures).await {
-            failures.push(format!("stream: {e}"));
-        }
+    if want(Scenario::Stream)
+        && let Err(e) = scenario_stream(&env, &plan, &mut rows, &mut failures).await
+    {
+        failures.push(format!("stream: {e}"));
     }
     if want(Scenario::Mcp) {
         match scenario_mcp(&env, &plan).await {
@@ -523,6 +536,11 @@ async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env, Str
         mcp,
         serial,
         explicit_store: o.store.clone(),
+        relay_env: o
+            .relay_env
+            .iter()
+            .map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or(format!("--relay-env {kv:?}: expected KEY=VALUE")))
+            .collect::<Result<_, _>>()?,
         store_dir,
         redis,
     })
@@ -729,7 +747,8 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
     let transport = if per_conn > 0 { format!("h2c, {per_conn} streams per connection") } else { "HTTP/1.1".into() };
     eprintln!("idle: {n} streams ({transport}), upstream sends one delta a second");
     let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
-    let relay = env.relay(&su.url)?;
+    // Every idle stream is a run: room for all of them (the relay's default is 1,024).
+    let relay = env.relay_with(&su.url, &["--max-concurrent-runs".into(), (n + 64).to_string()])?;
     let pid = relay.pid();
     let url = format!("{}/v1/responses", relay.origin());
     // Warm the relay (runtime threads, pools, allocator arenas) before the baseline.
@@ -1039,10 +1058,10 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
     if !env.stamps {
         println!("(upstream without send stamps: latency not measured)");
     }
-    if let Some(url) = &env.explicit_store {
-        if store_label(url) != "sqlite" {
-            println!("(the store targets name SQLite; this run used --store {})", store_label(url));
-        }
+    if let Some(url) = &env.explicit_store
+        && store_label(url) != "sqlite"
+    {
+        println!("(the store targets name SQLite; this run used --store {})", store_label(url));
     }
     println!("Child logs: {}", env.logs.display());
     all
