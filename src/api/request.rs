@@ -412,7 +412,15 @@ pub fn from_value_at<T: serde::de::DeserializeOwned>(value: Value, base: &str) -
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let mut param = join_path(base, if path == "." { "" } else { &path });
-        let msg = e.inner().to_string();
+        let mut msg = e.inner().to_string();
+        // Errors from inside a message's parts say where: `content[N]: ...`.
+        if let Some((at, rest)) = msg.split_once(": ")
+            && at.starts_with("content[")
+            && at.ends_with(']')
+        {
+            param = join_path(&param, at);
+            msg = rest.to_string();
+        }
         if let Some(rest) = msg.strip_prefix("unknown field `") {
             // The path already ends in the unknown field's name, except inside buffered
             // (internally tagged) content, where it stops at the enclosing item.

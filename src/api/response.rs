@@ -65,14 +65,16 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Sums another model turn's usage into this one.
+    /// Sums another model turn's usage into this one (saturating: an upstream reporting absurd
+    /// counts must not overflow the relay).
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.input_tokens_details.cached_tokens += other.input_tokens_details.cached_tokens;
-        self.input_tokens_details.cache_write_tokens += other.input_tokens_details.cache_write_tokens;
-        self.output_tokens += other.output_tokens;
-        self.output_tokens_details.reasoning_tokens += other.output_tokens_details.reasoning_tokens;
-        self.total_tokens += other.total_tokens;
+        let sum = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        sum(&mut self.input_tokens, other.input_tokens);
+        sum(&mut self.input_tokens_details.cached_tokens, other.input_tokens_details.cached_tokens);
+        sum(&mut self.input_tokens_details.cache_write_tokens, other.input_tokens_details.cache_write_tokens);
+        sum(&mut self.output_tokens, other.output_tokens);
+        sum(&mut self.output_tokens_details.reasoning_tokens, other.output_tokens_details.reasoning_tokens);
+        sum(&mut self.total_tokens, other.total_tokens);
     }
 }
 

@@ -235,7 +235,7 @@ impl From<ChatUsage> for Usage {
             output_tokens_details: OutputTokensDetails {
                 reasoning_tokens: detail(&u.completion_tokens_details, "reasoning_tokens"),
             },
-            total_tokens: u.total_tokens.unwrap_or(u.prompt_tokens + u.completion_tokens),
+            total_tokens: u.total_tokens.unwrap_or(u.prompt_tokens.saturating_add(u.completion_tokens)),
         }
     }
 }
@@ -282,7 +282,7 @@ impl ChunkParser {
                     let index = match call.index {
                         Some(i) => i,
                         // No index: a new call when it carries an id, else the current one.
-                        None if call.id.is_some() => self.last_index.map(|i| i + 1).unwrap_or(pos as u32),
+                        None if call.id.is_some() => self.last_index.map(|i| i.saturating_add(1)).unwrap_or(pos as u32),
                         None => self.last_index.unwrap_or(0),
                     };
                     self.last_index = Some(index);

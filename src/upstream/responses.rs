@@ -96,6 +96,8 @@ pub struct EventParser {
     saw_call: bool,
     /// Upstream output_index → our call index and how many argument bytes were passed on.
     calls: HashMap<u64, (u32, usize)>,
+    /// The next call index (never reused, even if an upstream repeats an output_index).
+    next_call: u32,
 }
 
 impl EventParser {
@@ -122,7 +124,8 @@ impl EventParser {
                 let item = &ev["item"];
                 if item["type"] == "function_call" {
                     let at = ev["output_index"].as_u64().unwrap_or(0);
-                    let index = self.calls.len() as u32;
+                    let index = self.next_call;
+                    self.next_call = self.next_call.saturating_add(1);
                     let arguments = item["arguments"].as_str().unwrap_or_default().to_string();
                     self.calls.insert(at, (index, arguments.len()));
                     self.saw_call = true;
@@ -198,7 +201,7 @@ fn lenient_usage(u: &Value) -> Usage {
     let mut usage = Usage { input_tokens: n("/input_tokens"), output_tokens: n("/output_tokens"), ..Usage::default() };
     usage.input_tokens_details.cached_tokens = n("/input_tokens_details/cached_tokens");
     usage.output_tokens_details.reasoning_tokens = n("/output_tokens_details/reasoning_tokens");
-    usage.total_tokens = u.get("total_tokens").and_then(Value::as_u64).unwrap_or(usage.input_tokens + usage.output_tokens);
+    usage.total_tokens = u.get("total_tokens").and_then(Value::as_u64).unwrap_or(usage.input_tokens.saturating_add(usage.output_tokens));
     usage
 }
 

@@ -215,3 +215,16 @@ async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
     assert_eq!(folded["status"], "failed");
     assert!(folded["error"]["message"].as_str().unwrap().contains("shut down"));
 }
+
+#[tokio::test]
+async fn an_unknown_field_inside_a_content_part_is_named_exactly() {
+    let (_up, relay) = setup().await;
+    let (status, body) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "bogus": 1}]}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["param"], "input[0].content[0].bogus", "{body}");
+    assert_eq!(body["error"]["code"], "unknown_parameter");
+}

@@ -669,3 +669,33 @@ async fn a_client_that_goes_away_ends_the_fake_stream() {
     drop(stream);
     assert!(fake.wait_open_streams(0, Duration::from_secs(5)).await, "the stalled stream is still open");
 }
+
+/// Inputs the fuzzer found (fuzz/seeds/*/…overflow*): absurd counts and indices from an upstream
+/// must not overflow (a panic in debug builds, silent wrap-around in release builds).
+#[test]
+fn absurd_usage_and_indices_from_an_upstream_saturate_instead_of_overflowing() {
+    use responses_relay::api::Usage;
+    use responses_relay::upstream::ModelEvent;
+    let mut total = Usage { input_tokens: u64::MAX - 1, output_tokens: u64::MAX, total_tokens: u64::MAX, ..Usage::default() };
+    total.add(&Usage { input_tokens: 5, output_tokens: 5, total_tokens: 10, ..Usage::default() });
+    assert_eq!((total.input_tokens, total.output_tokens, total.total_tokens), (u64::MAX, u64::MAX, u64::MAX));
+
+    let mut parser = responses_relay::upstream::chat::ChunkParser::new();
+    let mut out = Vec::new();
+    let huge = format!(r#"{{"choices":[],"usage":{{"prompt_tokens":{},"completion_tokens":7}}}}"#, u64::MAX);
+    parser.parse(&huge, &mut out).unwrap();
+    assert!(matches!(&out[0], ModelEvent::Usage(u) if u.total_tokens == u64::MAX));
+    out.clear();
+    let max_index = format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{},"id":"a","function":{{"name":"f","arguments":""}}}}]}}}}]}}"#, u32::MAX);
+    parser.parse(&max_index, &mut out).unwrap();
+    parser.parse(r#"{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"g","arguments":""}}]}}]}"#, &mut out).unwrap();
+    assert_eq!(out.len(), 2);
+
+    let mut events = responses_relay::upstream::responses::EventParser::new();
+    let mut out = Vec::new();
+    let added = |name: &str| format!(r#"{{"type":"response.output_item.added","output_index":0,"item":{{"type":"function_call","call_id":"c","name":"{name}","arguments":""}}}}"#);
+    events.parse(&added("f"), &mut out).unwrap();
+    events.parse(&added("g"), &mut out).unwrap();
+    let indices: Vec<u32> = out.iter().filter_map(|e| match e { ModelEvent::ToolCall { index, .. } => Some(*index), _ => None }).collect();
+    assert_eq!(indices, [0, 1], "a repeated output_index must not merge two calls");
+}
