@@ -277,13 +277,11 @@ fn item_status(item: &OutputItem) -> Option<ItemStatus> {
 // ---------------------------------------------------------------------------------------------
 // The structured encoding of model events (target `model_events`)
 
-const USAGE_MASK: u64 = (1 << 48) - 1;
-
 /// Reads the structured encoding: a list of ops, each a tag byte then its operands. Strings are a
 /// length byte then that many bytes (invalid UTF-8 replaced). Tags (low 3 bits of the byte):
 /// 0 text, 1 refusal, 2 reasoning, 3 tool call (index byte, flags byte: bit 0 an id, bits 1..3
 /// the name: 0 none, 1..=4 [`NAMES`], 5..=7 a string operand; then the arguments string),
-/// 4 usage (three u64 operands, 8 bytes LE each, masked to 48 bits: input, output, total; bit 3
+/// 4 usage (three u64 operands, 8 bytes LE each, any value: input, output, total; bit 3
 /// of the tag: no total), 5 finish (reason byte: stop, length, tool_calls, content_filter), 6 end of the turn,
 /// 7 an upstream error that ends the turn. Input that runs out ends the last op early.
 pub fn decode_ops(data: &[u8]) -> Vec<Turn> {
@@ -308,13 +306,12 @@ pub fn decode_ops(data: &[u8]) -> Vec<Turn> {
                 turn.events.push(ModelEvent::ToolCall { index, id, name, arguments });
             }
             4 => {
-                // Counts stay below 2^48, so summing turns cannot overflow: the overflow on
-                // absurd counts is a known bug with its own inputs (fuzz/regressions/), and the
-                // chat and Responses targets still feed any u64 through the parsers.
-                let input_tokens = r.u64() & USAGE_MASK;
-                let output_tokens = r.u64() & USAGE_MASK;
-                let total = r.u64() & USAGE_MASK;
-                let total_tokens = if tag & 8 == 8 { input_tokens.wrapping_add(output_tokens) } else { total };
+                // Any counts, absurd ones included: summing them must saturate, not overflow
+                // (the overflow this target found is fixed; its input is a seed).
+                let input_tokens = r.u64();
+                let output_tokens = r.u64();
+                let total = r.u64();
+                let total_tokens = if tag & 8 == 8 { input_tokens.saturating_add(output_tokens) } else { total };
                 turn.events.push(ModelEvent::Usage(Usage {
                     input_tokens,
                     input_tokens_details: InputTokensDetails::default(),
