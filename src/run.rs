@@ -228,8 +228,10 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
         if let Some(l) = known.get(spec.label.as_str()) {
             return Ok(((*l).clone(), false));
         }
-        let listed = app.mcp().list_tools(spec, cfg.discovery_timeout).await;
+        // Minted before listing (futures start in request order), so ids follow the request,
+        // not whichever server answers first.
         let id = app.ids().mint("mcpl");
+        let listed = app.mcp().list_tools(spec, cfg.discovery_timeout).await;
         Ok::<_, StartError>(match listed {
             Ok(tools) => {
                 let total = tools.len();

@@ -94,17 +94,9 @@ pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
             InputItem::FunctionCallOutput(o) => {
                 out.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output.text()}));
             }
-            InputItem::McpCall(c) => {
-                // MCP calls the relay ran: shown to the model as the call and its result.
-                let name = crate::api::request::valid_name(&c.name).then(|| c.name.clone()).unwrap_or_else(|| sanitize(&c.name));
-                push_tool_call(&mut out, &c.id, &name, &c.arguments);
-                let text = c.output.clone().unwrap_or_else(|| match &c.error {
-                    Some(e) => format!("Error: {e}"),
-                    None => String::new(),
-                });
-                out.push(json!({"role": "tool", "tool_call_id": c.id, "content": text}));
-            }
-            InputItem::Reasoning(_)
+            // MCP calls reach the upstream as function calls and outputs (`run::model_view`).
+            InputItem::McpCall(_)
+            | InputItem::Reasoning(_)
             | InputItem::ItemReference(_)
             | InputItem::McpListTools(_)
             | InputItem::McpApprovalRequest(_)
@@ -114,11 +106,6 @@ pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
         }
     }
     out
-}
-
-fn sanitize(name: &str) -> String {
-    let s: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
-    s.chars().take(64).collect()
 }
 
 fn push_tool_call(out: &mut Vec<Value>, call_id: &str, name: &str, arguments: &str) {

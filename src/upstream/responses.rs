@@ -53,8 +53,7 @@ pub fn request_body(req: &TurnRequest) -> Value {
 }
 
 /// Conversation items in the upstream's input format. Item ids are dropped (the upstream stores
-/// nothing, so it could not resolve them); MCP calls the relay ran become function calls with
-/// their outputs; items only the relay understands are left out.
+/// nothing, so it could not resolve them); items only the relay understands are left out.
 pub fn input(items: &[InputItem]) -> Vec<Value> {
     let mut out = Vec::with_capacity(items.len());
     for item in items {
@@ -72,12 +71,9 @@ pub fn input(items: &[InputItem]) -> Vec<Value> {
                 "type": "function_call", "call_id": f.call_id, "name": f.name, "arguments": f.arguments})),
             InputItem::FunctionCallOutput(o) => out.push(json!({
                 "type": "function_call_output", "call_id": o.call_id, "output": o.output})),
-            InputItem::McpCall(c) => {
-                out.push(json!({"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}));
-                let text = c.output.clone().unwrap_or_else(|| c.error.as_ref().map(|e| format!("Error: {e}")).unwrap_or_default());
-                out.push(json!({"type": "function_call_output", "call_id": c.id, "output": text}));
-            }
-            InputItem::Reasoning(_)
+            // MCP calls reach the upstream as function calls and outputs (`run::model_view`).
+            InputItem::McpCall(_)
+            | InputItem::Reasoning(_)
             | InputItem::ItemReference(_)
             | InputItem::McpListTools(_)
             | InputItem::McpApprovalRequest(_)

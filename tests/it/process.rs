@@ -80,15 +80,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     let dir = scratch("export");
     let db = dir.join("relay.sqlite3");
     let relay = relay_process(&up.base_url(), &db);
-    let live = client()
-        .post(format!("{}/v1/responses", relay.base))
-        .json(&json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let live = post_text(&format!("{}/v1/responses", relay.base), &json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true})).await;
     let original = parse_sse(&live);
     let id = original.events[0]["response"]["id"].as_str().unwrap().to_string();
     drop(relay); // the tools read the store of a stopped relay
@@ -111,15 +103,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     }
 
     let replay = spawn(&["replay", file.to_str().unwrap(), "--listen", "127.0.0.1:0", "--speed", "50"]);
-    let replayed = client()
-        .post(format!("{}/v1/responses", replay.base))
-        .json(&json!({"model": "anything", "input": "ignored", "stream": true}))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let replayed = post_text(&format!("{}/v1/responses", replay.base), &json!({"model": "anything", "input": "ignored", "stream": true})).await;
     assert_eq!(replayed, live, "the replay differs from the original stream");
     let (status, final_response) = post(&format!("{}/v1/responses", replay.base), &json!({"model": "anything", "input": "x"})).await;
     assert_eq!(status, 200);

@@ -35,15 +35,7 @@ async fn a_stored_run_replays_exactly_what_was_streamed() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let live = client()
-            .post(relay.url("/v1/responses"))
-            .json(&json!({"model": "fake-model?reasoning=2", "input": "remember", "stream": true}))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let live = post_text(&relay.url("/v1/responses"), &json!({"model": "fake-model?reasoning=2", "input": "remember", "stream": true})).await;
         let body = parse_sse(&live);
         let id = body.events[0]["response"]["id"].as_str().unwrap().to_string();
         let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;

@@ -236,6 +236,11 @@ pub fn parse_sse(text: &str) -> SseBody {
     SseBody { events, raw, done }
 }
 
+/// POSTs a request and returns the raw body text (a whole SSE stream for `stream: true`).
+pub async fn post_text(url: &str, body: &Value) -> String {
+    client().post(url).json(body).send().await.unwrap().text().await.unwrap()
+}
+
 /// POSTs a streaming request and reads the whole SSE body.
 pub async fn stream(url: &str, body: &Value) -> SseBody {
     let r = client().post(url).json(body).send().await.unwrap();
