@@ -178,8 +178,12 @@ pub struct Expect {
     pub mcp_call: bool,
 }
 
-/// Runs one request after the other until `stop`, `deadline` or `max_runs`.
+/// Runs one request after the other until `stop`, `deadline` or `max_runs`, the first one after
+/// `start_after` (clients start spread over one run's length, so runs begin and end at a steady
+/// rate as they would with independent users, not all in the same millisecond).
+#[allow(clippy::too_many_arguments)]
 pub async fn loop_runs(
+    start_after: Duration,
     http: reqwest::Client,
     make: Arc<dyn Fn() -> Req + Send + Sync>,
     kind: Kind,
@@ -188,6 +192,7 @@ pub async fn loop_runs(
     deadline: Instant,
     max_runs: u64,
 ) {
+    tokio::time::sleep(start_after).await;
     let mut n = 0;
     while !st.stop.load(Ordering::Relaxed) && Instant::now() < deadline && n < max_runs {
         n += 1;

@@ -9,6 +9,12 @@ mod load;
 mod procs;
 mod upstream;
 
+/// The harness (load generator, model server, floor proxy) uses the same allocator as the relay,
+/// so the floor is a pass-through proxy built like the relay and the harness leaves the machine's
+/// two cores to what is measured.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -144,6 +150,11 @@ struct Plan {
 }
 
 impl Plan {
+    /// A text run's nominal length: `deltas` deltas `delay_ms` apart.
+    fn run_length(&self, deltas: usize) -> Duration {
+        Duration::from_millis(self.delay_ms.saturating_mul(deltas as u64))
+    }
+
     fn new(o: &Opts) -> Plan {
         let s = o.smoke;
         let secs = |v: Option<f64>, full: f64, smoke: f64| Duration::from_secs_f64(v.unwrap_or(if s { smoke } else { full }).clamp(0.2, 600.0));
@@ -367,11 +378,17 @@ impl Env {
     }
 }
 
+fn single_thread() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
     match cli.serve {
-        Some(Serve::ServeUpstream { listen }) => match rt.block_on(upstream::serve(listen)) {
+        // The model server runs on one thread: it only sleeps and writes, and one thread leaves
+        // more of the machine to what is measured.
+        Some(Serve::ServeUpstream { listen }) => match single_thread().block_on(upstream::serve(listen)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("serve-upstream: {e}");
@@ -554,11 +571,14 @@ fn responses_body(model: &str, input: &str, store: bool, tools: serde_json::Valu
     Bytes::from(b.to_string())
 }
 
-/// Runs `clients` looping clients against `make` and measures `pid` over the plan's window.
+/// Runs `clients` looping clients against `make` and measures `pid` over the plan's window. The
+/// clients' first runs are spread evenly over `spread` (one run's nominal length), and the warmup
+/// lasts that much longer, so the window sees a steady state rather than a synchronized herd.
 #[allow(clippy::too_many_arguments)]
 async fn measure_loop(
     env: &Env,
     plan: &Plan,
+    spread: Duration,
     pid: u32,
     scenario: &str,
     side: &str,
@@ -570,13 +590,15 @@ async fn measure_loop(
 ) -> Row {
     let st = Arc::new(Stats::default());
     let http = load::http1_client(clients);
-    let hard_deadline = Instant::now() + plan.warmup + plan.window + Duration::from_secs(60);
+    let warmup = plan.warmup + spread;
+    let hard_deadline = Instant::now() + warmup + plan.window + Duration::from_secs(60);
     let tasks: Vec<_> = (0..clients)
-        .map(|_| {
-            tokio::spawn(load::loop_runs(http.clone(), make.clone(), kind, expect, st.clone(), hard_deadline, 10_000_000))
+        .map(|i| {
+            let start_after = spread.mul_f64(i as f64 / clients as f64);
+            tokio::spawn(load::loop_runs(start_after, http.clone(), make.clone(), kind, expect, st.clone(), hard_deadline, 10_000_000))
         })
         .collect();
-    tokio::time::sleep(plan.warmup).await;
+    tokio::time::sleep(warmup).await;
     let (ev0, runs0, cpu0) = (st.events.load(Ordering::Relaxed), st.runs.load(Ordering::Relaxed), procs::cpu_ticks(pid));
     let also0 = also.and_then(procs::cpu_ticks);
     st.measuring.store(true, Ordering::Relaxed);
@@ -696,14 +718,14 @@ async fn scenario_stream(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: 
         let body = Bytes::from(json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true}).to_string());
         let req = Req { url: format!("{}/v1/chat/completions", floor.origin()), body: Some(body) };
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-        rows.push(measure_loop(env, plan, floor.pid(), "stream", "floor (pass-through)", Kind::Floor, Expect { mcp_call: false }, plan.clients, make, None).await);
+        rows.push(measure_loop(env, plan, plan.run_length(plan.deltas), floor.pid(), "stream", "floor (pass-through)", Kind::Floor, Expect { mcp_call: false }, plan.clients, make, None).await);
     }
     {
         let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
         let relay = env.relay(&su.url)?;
         let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(responses_body(&model, "hi", false, json!([]))) };
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-        let mut row = measure_loop(env, plan, relay.pid(), "stream", "relay store:false", Kind::Relay, Expect { mcp_call: false }, plan.clients, make, None).await;
+        let mut row = measure_loop(env, plan, plan.run_length(plan.deltas), relay.pid(), "stream", "relay store:false", Kind::Relay, Expect { mcp_call: false }, plan.clients, make, None).await;
         row.store = su.label.clone();
         drop(relay);
         env.release(&su);
@@ -716,7 +738,7 @@ async fn scenario_stream(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: 
         let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(responses_body(model, "hi", true, json!([]))) };
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
         let side = format!("relay store:true ({})", su.label);
-        let mut row = measure_loop(env, plan, relay.pid(), "stream", &side, Kind::Relay, Expect { mcp_call: false }, plan.clients, make, su.redis_pid).await;
+        let mut row = measure_loop(env, plan, plan.run_length(plan.deltas), relay.pid(), "stream", &side, Kind::Relay, Expect { mcp_call: false }, plan.clients, make, su.redis_pid).await;
         row.store = su.label.clone();
         drop(relay);
         env.release(&su);
@@ -734,7 +756,7 @@ async fn scenario_mcp(env: &Env, plan: &Plan) -> Result<Row, String> {
     let body = responses_body(&env.model(plan.mcp_deltas, plan.delay_ms), "CALL echo {\"text\":\"hi\"}", false, tools);
     let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(body) };
     let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-    let mut row = measure_loop(env, plan, relay.pid(), "mcp", "relay store:false", Kind::Relay, Expect { mcp_call: true }, plan.clients, make, None).await;
+    let mut row = measure_loop(env, plan, plan.run_length(plan.mcp_deltas), relay.pid(), "mcp", "relay store:false", Kind::Relay, Expect { mcp_call: true }, plan.clients, make, None).await;
     row.store = su.label.clone();
     drop(relay);
     env.release(&su);
@@ -884,7 +906,7 @@ async fn replay_one(env: &Env, plan: &Plan, relay: &Proc, su: &StoreUse) -> Resu
         Req { url: format!("{base}/v1/responses/{}?stream=true", ids[i]), body: None }
     });
     let side = format!("relay GET ?stream=true ({})", su.label);
-    let mut row = measure_loop(env, plan, relay.pid(), "replay", &side, Kind::Count, Expect { mcp_call: false }, plan.replay_clients, make, su.redis_pid).await;
+    let mut row = measure_loop(env, plan, Duration::ZERO, relay.pid(), "replay", &side, Kind::Count, Expect { mcp_call: false }, plan.replay_clients, make, su.redis_pid).await;
     row.store = su.label.clone();
     Ok(row)
 }

@@ -139,12 +139,17 @@ fn chat(body: &Value) -> Response<Body> {
             return sse(futures::stream::iter(frames));
         }
     }
-    // The text stream: each delta is stamped when it is handed to hyper.
+    // The text stream: each delta is stamped when it is handed to hyper. Delta `i` is due at
+    // `start + i × delay` on the stream's own schedule: a delta sent late does not push the next
+    // ones back, so streams that started at different moments do not drift into step with each
+    // other (relative sleeps did: after any hiccup, every late stream re-armed in the same
+    // millisecond, and the whole machine then saw all streams' deltas as one burst).
     let stream = async_stream::stream! {
+        let start = tokio::time::Instant::now();
         yield chunk(r#"{"role":"assistant","content":""}"#, "null");
         for i in 0..deltas {
             if i > 0 && !delay.is_zero() {
-                tokio::time::sleep(delay).await;
+                tokio::time::sleep_until(start + delay * i as u32).await;
             }
             yield chunk(&format!("{{\"content\":\"@T{} \"}}", now_micros()), "null");
         }
