@@ -429,7 +429,12 @@ pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServ
         loop {
             let stream = tokio::select! {
                 r = listener.accept() => match r {
-                    Ok((s, _)) => s,
+                    // No Nagle delay: an SSE answer is written in several small pieces, and the
+                    // client's delayed ACK would otherwise hold each later piece for ~40 ms.
+                    Ok((s, _)) => {
+                        let _ = s.set_nodelay(true);
+                        s
+                    }
                     Err(_) => continue,
                 },
                 _ = accept_ct.cancelled() => break,
