@@ -7,6 +7,7 @@
 
 pub mod chat;
 pub mod responses;
+pub mod sse;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -267,22 +268,40 @@ async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, Upst
     Err(UpstreamError::Status { status: status.as_u16(), message, body, retry_after })
 }
 
-/// Reads SSE events from an upstream answer, with an idle timeout between reads; `[DONE]` ends.
+/// Reads SSE events from an upstream answer, with an idle timeout between events; `[DONE]` ends.
 pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<Item = Result<SseData, UpstreamError>> + Send {
-    use eventsource_stream::Eventsource;
     use futures::StreamExt;
     async_stream::stream! {
-        let mut events = resp.bytes_stream().eventsource();
+        let mut body = resp.bytes_stream();
+        let mut decoder = sse::SseDecoder::new();
+        let mut ready: Vec<String> = Vec::new();
+        // One timer for the whole answer, pushed back whenever an event arrives.
+        let silence = tokio::time::sleep(idle);
+        tokio::pin!(silence);
         loop {
-            let next = match tokio::time::timeout(idle, events.next()).await {
-                Err(_) => { yield Err(UpstreamError::Timeout(format!("no data for {idle:?}"))); return; }
-                Ok(n) => n,
+            let chunk = tokio::select! {
+                biased;
+                c = body.next() => c,
+                _ = &mut silence => { yield Err(UpstreamError::Timeout(format!("no data for {idle:?}"))); return; }
             };
-            match next {
+            let chunk = match chunk {
                 None => { yield Ok(SseData::End); return; }
-                Some(Ok(ev)) if ev.data.trim() == "[DONE]" => { yield Ok(SseData::Done); return; }
-                Some(Ok(ev)) => yield Ok(SseData::Event { data: ev.data }),
                 Some(Err(e)) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
+                Some(Ok(c)) => c,
+            };
+            if let Err(e) = decoder.push(&chunk, &mut ready) {
+                yield Err(UpstreamError::Cut(e.to_string()));
+                return;
+            }
+            if !ready.is_empty() {
+                silence.as_mut().reset(tokio::time::Instant::now() + idle);
+            }
+            for data in ready.drain(..) {
+                if data.trim() == "[DONE]" {
+                    yield Ok(SseData::Done);
+                    return;
+                }
+                yield Ok(SseData::Event { data });
             }
         }
     }
