@@ -275,7 +275,7 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
         let mut body = resp.bytes_stream();
         let mut decoder = sse::SseDecoder::new();
         let mut ready: Vec<String> = Vec::new();
-        // One timer for the whole answer, pushed back whenever an event arrives.
+        // One timer for the whole answer, pushed back after each batch of events is taken.
         let silence = tokio::time::sleep(idle);
         tokio::pin!(silence);
         loop {
@@ -293,15 +293,18 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
                 yield Err(UpstreamError::Cut(e.to_string()));
                 return;
             }
-            if !ready.is_empty() {
-                silence.as_mut().reset(tokio::time::Instant::now() + idle);
-            }
+            let had_events = !ready.is_empty();
             for data in ready.drain(..) {
                 if data.trim() == "[DONE]" {
                     yield Ok(SseData::Done);
                     return;
                 }
                 yield Ok(SseData::Event { data });
+            }
+            if had_events {
+                // We run again only when the reader asks for more: the silence counts from now,
+                // not from when the events arrived (a reader busy with them is not a silent model).
+                silence.as_mut().reset(tokio::time::Instant::now() + idle);
             }
         }
     }
