@@ -316,9 +316,9 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
                 servers.join("\n")
             )
         });
-        let parameters = explicit.parameters.clone().unwrap_or_else(|| {
+        let parameters = Arc::new(explicit.parameters.clone().unwrap_or_else(|| {
             json!({"type": "object", "properties": {"query": {"type": "string", "description": "What the tool should do."}}, "required": ["query"]})
-        });
+        }));
         setup.tools.insert(
             name.clone(),
             transcode::McpTarget { server_label: String::new(), tool: String::new(), needs_approval: false, search: true },
@@ -354,10 +354,10 @@ fn mcp_function_defs_where(mcp: &McpSetup, keep: impl Fn(&str) -> bool) -> Vec<(
                 description.push_str(&format!(": {d}"));
             }
             description.push(')');
-            let mut parameters = info.input_schema.clone();
-            if !parameters.is_object() {
-                parameters = json!({"type": "object", "properties": {}});
-            }
+            let parameters = match info.input_schema.is_object() {
+                true => info.input_schema.clone(),
+                false => Arc::new(json!({"type": "object", "properties": {}})),
+            };
             Some((FunctionDef { name: model_name.clone(), description, parameters, strict: None }, t.server_label.clone(), t.tool.clone()))
         })
         .collect()
@@ -467,7 +467,7 @@ fn function_defs(request: &CreateRequest) -> Vec<FunctionDef> {
             ToolParam::Function(f) => Some(FunctionDef {
                 name: f.name.clone(),
                 description: f.description.clone().unwrap_or_default(),
-                parameters: f.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+                parameters: Arc::new(f.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}))),
                 strict: f.strict,
             }),
             ToolParam::Mcp(_) | ToolParam::ToolSearch(_) => None,

@@ -55,8 +55,32 @@ impl FinishReason {
 pub struct FunctionDef {
     pub name: String,
     pub description: String,
-    pub parameters: Value,
+    /// The JSON Schema, shared with the tool list it came from (turns never copy it).
+    pub parameters: std::sync::Arc<Value>,
     pub strict: Option<bool>,
+}
+
+/// A turn's request body: its small fields as JSON values, and its tools written straight from
+/// their shared schemas (a turn never copies a schema into a second JSON tree: with a large MCP
+/// catalog, that copy and its drop were most of the cost of opening a turn).
+pub struct Body<T> {
+    pub fields: serde_json::Map<String, Value>,
+    pub tools: Vec<T>,
+}
+
+impl<T: serde::Serialize> serde::Serialize for Body<T> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let tools = !self.tools.is_empty();
+        let mut map = s.serialize_map(Some(self.fields.len() + usize::from(tools)))?;
+        for (k, v) in &self.fields {
+            map.serialize_entry(k, v)?;
+        }
+        if tools {
+            map.serialize_entry("tools", &self.tools)?;
+        }
+        map.end()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -167,10 +191,11 @@ impl Upstream {
     /// Starts one model turn; returns once the upstream answered with a streaming 200.
     pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
         let (path, body) = match self.api {
-            UpstreamApi::Chat => ("/chat/completions", chat::request_body(req)),
-            UpstreamApi::Responses => ("/responses", responses::request_body(req)),
+            UpstreamApi::Chat => ("/chat/completions", serde_json::to_vec(&chat::request_body(req))),
+            UpstreamApi::Responses => ("/responses", serde_json::to_vec(&responses::request_body(req))),
         };
-        let resp = self.post(path, &body, req.client_bearer.as_deref()).await?;
+        let body = bytes::Bytes::from(body.expect("request bodies always serialize"));
+        let resp = self.post(path, body, req.client_bearer.as_deref()).await?;
         let idle = self.timeouts.idle;
         Ok(match self.api {
             UpstreamApi::Chat => chat::events(resp, idle),
@@ -181,10 +206,15 @@ impl Upstream {
     /// Sends a turn, retrying (with backoff, honouring `Retry-After` up to a bound) while the
     /// upstream refuses before any byte of an answer: 429, 5xx, or no connection. Never retries
     /// once an answer started.
-    async fn post(&self, path: &str, body: &Value, client_bearer: Option<&str>) -> Result<reqwest::Response, UpstreamError> {
+    async fn post(&self, path: &str, body: bytes::Bytes, client_bearer: Option<&str>) -> Result<reqwest::Response, UpstreamError> {
         let mut attempt = 0;
         loop {
-            let mut rb = self.http.post(format!("{}{path}", self.base)).json(body).header("accept", "text/event-stream");
+            let mut rb = self
+                .http
+                .post(format!("{}{path}", self.base))
+                .header("content-type", "application/json")
+                .header("accept", "text/event-stream")
+                .body(body.clone());
             if let Some(k) = self.bearer(client_bearer) {
                 rb = rb.bearer_auth(k);
             }

@@ -1,6 +1,8 @@
 //! The Response object and its output items, exactly as OpenAI's SDKs and the Open Responses
 //! schema expect them (every field present on every Response; see PROTOCOL §2.5, §4.4).
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -199,7 +201,9 @@ pub struct ReasoningItemInput {
 pub struct McpToolInfo {
     pub name: String,
     pub description: Option<String>,
-    pub input_schema: Value,
+    /// Shared, never copied: a run's list item, its events, its fold and the function the
+    /// model sees all point at the one schema the server listed.
+    pub input_schema: Arc<Value>,
     pub annotations: Option<Value>,
 }
 

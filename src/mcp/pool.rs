@@ -59,8 +59,8 @@ impl Default for PoolConfig {
 pub struct ListedTool {
     pub name: String,
     pub description: Option<String>,
-    /// The tool's input JSON Schema, unchanged.
-    pub input_schema: Value,
+    /// The tool's input JSON Schema, unchanged (shared by everything that shows it).
+    pub input_schema: std::sync::Arc<Value>,
     /// The `readOnlyHint` annotation (false when missing).
     pub read_only: bool,
 }
@@ -228,7 +228,7 @@ impl Pool {
                 tools.push(ListedTool {
                     name: t.name.to_string(),
                     description: t.description.map(|d| d.to_string()),
-                    input_schema: Value::Object((*t.input_schema).clone()),
+                    input_schema: std::sync::Arc::new(Value::Object((*t.input_schema).clone())),
                     read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false),
                 });
             }

@@ -15,7 +15,7 @@ use super::log::RunLog;
 use super::transcode::{McpCallStarted, ToolMap, Transcoder, TurnOutcome};
 use super::{Prepared, output_as_input, turn_request_at};
 use crate::api::request::InputItem;
-use crate::api::response::{McpCallError, ResponseError};
+use crate::api::response::{McpCallError, McpListToolsItem, ResponseError};
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::app::App;
 use crate::upstream::{FinishReason, FunctionDef, ModelStream, UpstreamError};
@@ -317,9 +317,7 @@ fn emit_tool_lists(em: &mut Emitter, p: &Prepared) {
             continue;
         }
         let output_index = em.next_output_index();
-        let mut added = item.clone();
-        added.tools = Vec::new();
-        added.error = None;
+        let added = McpListToolsItem { id: item.id.clone(), server_label: item.server_label.clone(), tools: Vec::new(), error: None };
         em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpListTools(added) });
         em.emit(Event::McpListToolsInProgress { item_id: item.id.clone(), output_index });
         em.emit(if item.error.is_some() {

@@ -12,7 +12,7 @@ pub struct Candidate {
     pub label: String,
     pub tool: String,
     pub description: String,
-    pub parameters: Value,
+    pub parameters: std::sync::Arc<Value>,
 }
 
 const STOPWORDS: &[&str] = &["a", "an", "the", "to", "of", "for", "and", "or", "in", "on", "with", "by", "me", "my", "is", "it", "that", "this", "tool", "tools"];

@@ -5,34 +5,47 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::{FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
+use super::{Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
 use crate::api::Usage;
 use crate::api::request::{InputItem, InputPart, MessageContent, Role, TextFormat};
 use crate::api::response::{InputTokensDetails, OutputTokensDetails};
 
+/// A tool as Chat Completions takes it.
+#[derive(Serialize)]
+pub struct ChatTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: ChatFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct ChatFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+}
+
 /// The `POST /chat/completions` body for a turn.
-pub fn request_body(req: &TurnRequest) -> Value {
+pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("messages".into(), Value::Array(messages(req.instructions.as_deref(), &req.items)));
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                let mut f = json!({"name": t.name, "description": t.description, "parameters": t.parameters});
-                if let Some(s) = t.strict {
-                    f["strict"] = json!(s);
-                }
-                json!({"type": "function", "function": f})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+    let tools: Vec<ChatTool<'_>> = req
+        .tools
+        .iter()
+        .map(|t| ChatTool {
+            kind: "function",
+            function: ChatFunction { name: &t.name, description: &t.description, parameters: &t.parameters, strict: t.strict },
+        })
+        .collect();
+    if !tools.is_empty() {
         body.insert("parallel_tool_calls".into(), json!(req.parallel_tool_calls));
         let choice = match &req.tool_choice {
             TurnToolChoice::Auto => json!("auto"),
@@ -62,7 +75,7 @@ pub fn request_body(req: &TurnRequest) -> Value {
             body.insert("response_format".into(), json!({"type": "json_schema", "json_schema": js}));
         }
     }
-    Value::Object(body)
+    Body { fields: body, tools }
 }
 
 /// The conversation as chat `messages`: instructions first as a system message; consecutive

@@ -7,12 +7,23 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
+use super::{Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
 use crate::api::Usage;
 use crate::api::request::{InputItem, TextFormat};
 
+/// A tool as a Responses upstream takes it.
+#[derive(serde::Serialize)]
+pub struct ResponsesTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+    strict: bool,
+}
+
 /// The `POST /responses` body for a turn.
-pub fn request_body(req: &TurnRequest) -> Value {
+pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
     body.insert("input".into(), Value::Array(input(&req.items)));
@@ -21,16 +32,18 @@ pub fn request_body(req: &TurnRequest) -> Value {
     if let Some(i) = &req.instructions {
         body.insert("instructions".into(), json!(i));
     }
-    if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "name": t.name, "description": t.description,
-                       "parameters": t.parameters, "strict": t.strict.unwrap_or(false)})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+    let tools: Vec<ResponsesTool<'_>> = req
+        .tools
+        .iter()
+        .map(|t| ResponsesTool {
+            kind: "function",
+            name: &t.name,
+            description: &t.description,
+            parameters: &t.parameters,
+            strict: t.strict.unwrap_or(false),
+        })
+        .collect();
+    if !tools.is_empty() {
         body.insert("parallel_tool_calls".into(), json!(req.parallel_tool_calls));
         let choice = match &req.tool_choice {
             TurnToolChoice::Auto => json!("auto"),
@@ -49,7 +62,7 @@ pub fn request_body(req: &TurnRequest) -> Value {
     {
         body.insert("text".into(), json!({"format": f}));
     }
-    Value::Object(body)
+    Body { fields: body, tools }
 }
 
 /// Conversation items in the upstream's input format. Item ids are dropped (the upstream stores

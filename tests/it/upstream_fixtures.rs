@@ -618,7 +618,7 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
         req.tools = vec![responses_relay::upstream::FunctionDef {
             name: "math__add".into(),
             description: String::new(),
-            parameters: json!({"type": "object"}),
+            parameters: std::sync::Arc::new(json!({"type": "object"})),
             strict: None,
         }];
         req.items = vec![
@@ -699,3 +699,43 @@ fn absurd_usage_and_indices_from_an_upstream_saturate_instead_of_overflowing() {
     let indices: Vec<u32> = out.iter().filter_map(|e| match e { ModelEvent::ToolCall { index, .. } => Some(*index), _ => None }).collect();
     assert_eq!(indices, [0, 1], "a repeated output_index must not merge two calls");
 }
+
+#[test]
+fn turn_bodies_carry_each_tool_whole_in_each_wire_format() {
+    use responses_relay::upstream::{FunctionDef, chat, responses};
+    let schema = json!({"type": "object", "properties": {"q": {"type": "string", "description": "ü \"quoted\""}}, "required": ["q"]});
+    let mut req = turn("m");
+    req.tools = vec![
+        FunctionDef { name: "s__find".into(), description: "Find.".into(), parameters: Arc::new(schema.clone()), strict: Some(true) },
+        FunctionDef { name: "plain".into(), description: String::new(), parameters: Arc::new(json!({"type": "object"})), strict: None },
+    ];
+    req.tool_choice = TurnToolChoice::Required;
+    fn body(b: &impl serde::Serialize) -> Value {
+        serde_json::to_value(b).unwrap()
+    }
+    let chat = body(&chat::request_body(&req));
+    assert_eq!(
+        chat["tools"],
+        json!([
+            {"type": "function", "function": {"name": "s__find", "description": "Find.", "parameters": schema, "strict": true}},
+            {"type": "function", "function": {"name": "plain", "description": "", "parameters": {"type": "object"}}},
+        ])
+    );
+    assert_eq!((chat["tool_choice"].clone(), chat["parallel_tool_calls"].clone(), chat["model"].clone()), (json!("required"), json!(true), json!("m")));
+    let resp = body(&responses::request_body(&req));
+    assert_eq!(
+        resp["tools"],
+        json!([
+            {"type": "function", "name": "s__find", "description": "Find.", "parameters": schema, "strict": true},
+            {"type": "function", "name": "plain", "description": "", "parameters": {"type": "object"}, "strict": false},
+        ])
+    );
+    assert_eq!((resp["tool_choice"].clone(), resp["store"].clone()), (json!("required"), json!(false)));
+    // No tools: no `tools`, `tool_choice` or `parallel_tool_calls` key at all.
+    req.tools.clear();
+    for b in [body(&chat::request_body(&req)), body(&responses::request_body(&req))] {
+        let keys: Vec<&String> = b.as_object().unwrap().keys().collect();
+        assert!(!keys.iter().any(|k| ["tools", "tool_choice", "parallel_tool_calls"].contains(&k.as_str())), "{keys:?}");
+    }
+}
+
