@@ -235,7 +235,7 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
         Ok::<_, StartError>(match listed {
             Ok(tools) => {
                 let total = tools.len();
-                let tools: Vec<McpToolInfo> = tools
+                let tools: Arc<[McpToolInfo]> = tools
                     .into_iter()
                     .filter(|t| spec.allowed.allows(&t.name, t.read_only))
                     .map(|t| McpToolInfo {
@@ -251,7 +251,7 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
             }
             Err(e) => {
                 let error = Some(e.to_string());
-                (McpListToolsItem { id, server_label: spec.label.clone(), tools: Vec::new(), error }, true)
+                (McpListToolsItem { id, server_label: spec.label.clone(), tools: Arc::new([]), error }, true)
             }
         })
     }))

@@ -211,7 +211,8 @@ pub struct McpToolInfo {
 pub struct McpListToolsItem {
     pub id: String,
     pub server_label: String,
-    pub tools: Vec<McpToolInfo>,
+    /// Shared: the item is cloned into its events, the fold and the next turn's context.
+    pub tools: Arc<[McpToolInfo]>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }

@@ -317,7 +317,7 @@ fn emit_tool_lists(em: &mut Emitter, p: &Prepared) {
             continue;
         }
         let output_index = em.next_output_index();
-        let added = McpListToolsItem { id: item.id.clone(), server_label: item.server_label.clone(), tools: Vec::new(), error: None };
+        let added = McpListToolsItem { id: item.id.clone(), server_label: item.server_label.clone(), tools: Arc::new([]), error: None };
         em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpListTools(added) });
         em.emit(Event::McpListToolsInProgress { item_id: item.id.clone(), output_index });
         em.emit(if item.error.is_some() {
