@@ -305,14 +305,25 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
         let mut body = resp.bytes_stream();
         let mut decoder = sse::SseDecoder::new();
         let mut ready: Vec<String> = Vec::new();
-        // One timer for the whole answer, pushed back after each batch of events is taken.
+        // One timer for the whole answer. Taking events only notes the time (no timer-wheel
+        // work per event); when the timer fires early for that reason, it is set again to the
+        // end of the real silence.
+        let mut heard = tokio::time::Instant::now();
         let silence = tokio::time::sleep(idle);
         tokio::pin!(silence);
         loop {
             let chunk = tokio::select! {
                 biased;
                 c = body.next() => c,
-                _ = &mut silence => { yield Err(UpstreamError::Timeout(format!("no data for {idle:?}"))); return; }
+                _ = &mut silence => {
+                    let due = heard + idle;
+                    if due > tokio::time::Instant::now() {
+                        silence.as_mut().reset(due);
+                        continue;
+                    }
+                    yield Err(UpstreamError::Timeout(format!("no data for {idle:?}")));
+                    return;
+                }
             };
             let chunk = match chunk {
                 None => { yield Ok(SseData::End); return; }
@@ -334,7 +345,7 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
             if had_events {
                 // We run again only when the reader asks for more: the silence counts from now,
                 // not from when the events arrived (a reader busy with them is not a silent model).
-                silence.as_mut().reset(tokio::time::Instant::now() + idle);
+                heard = tokio::time::Instant::now();
             }
         }
     }

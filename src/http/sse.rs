@@ -77,14 +77,21 @@ pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>, stall:
             let batch = log.read(cursor, BATCH);
             if !batch.entries.is_empty() {
                 cursor += batch.entries.len();
-                let mut buf = BytesMut::with_capacity(batch.entries.iter().map(|e| e.frame.len()).sum::<usize>() + 16);
-                for e in &batch.entries {
-                    buf.extend_from_slice(&e.frame);
-                }
-                if batch.finished {
-                    buf.extend_from_slice(b"data: [DONE]\n\n");
-                }
-                yield Ok::<_, BoxErr>(Frame::data(buf.freeze()));
+                let frame = match batch.entries.as_slice() {
+                    // The common case while a model streams: one event, handed over as it is.
+                    [one] if !batch.finished => one.frame.clone(),
+                    entries => {
+                        let mut buf = BytesMut::with_capacity(entries.iter().map(|e| e.frame.len()).sum::<usize>() + 16);
+                        for e in entries {
+                            buf.extend_from_slice(&e.frame);
+                        }
+                        if batch.finished {
+                            buf.extend_from_slice(b"data: [DONE]\n\n");
+                        }
+                        buf.freeze()
+                    }
+                };
+                yield Ok::<_, BoxErr>(Frame::data(frame));
                 if batch.finished {
                     break;
                 }

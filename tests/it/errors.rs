@@ -182,6 +182,21 @@ async fn stalled_upstream_fails_the_run_after_the_idle_timeout() {
 }
 
 #[tokio::test]
+async fn a_model_slower_in_total_than_the_idle_timeout_completes_while_it_keeps_talking() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
+    let relay = relay(c).await;
+    // Ten deltas 100 ms apart: a second of streaming, never 300 ms of silence.
+    let model = "fake-model?deltas=10&delay_ms=100";
+    let body = stream(&relay.url("/v1/responses"), &json!({"model": model, "input": "x", "stream": true})).await;
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "completed", "{folded}");
+    let deltas = body.events.iter().filter(|e| e["type"] == "response.output_text.delta").count();
+    assert_eq!(deltas, 10);
+}
+
+#[tokio::test]
 async fn client_disconnect_cancels_the_upstream_request() {
     let (up, relay) = setup().await;
     let resp = client()
