@@ -68,7 +68,6 @@ pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>, stall:
         let _guard = guard;
         let mut cursor = from;
         // One subscription and one keepalive timer per reader, not one per wait.
-        let mut changes = log.subscribe();
         let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
         keepalive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -102,7 +101,7 @@ pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>, stall:
                 break;
             }
             let idle = tokio::select! {
-                _ = log.wait_past_with(&mut changes, cursor) => false,
+                _ = log.wait_past(cursor) => false,
                 _ = keepalive.tick() => true,
             };
             if idle {

@@ -437,10 +437,13 @@ async fn run_turn(
     cancel: &StopSignal,
 ) -> (TurnOutcome, Option<Stop>) {
     let mut tc = Transcoder::new();
+    // One stop future for the whole turn (not a new registration with the token per event).
+    let stopping = stopped(app, cancel);
+    tokio::pin!(stopping);
     let stop = loop {
         tokio::select! {
             biased;
-            stop = stopped(app, cancel) => break Some(stop),
+            stop = &mut stopping => break Some(stop),
             next = stream.next() => match next {
                 None => break None,
                 Some(Ok(ev)) => tc.on(ev, em, tools),

@@ -8,7 +8,7 @@
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use tokio::sync::watch;
+use tokio::sync::Notify;
 
 use super::fold::Fold;
 use crate::api::Response;
@@ -64,7 +64,9 @@ pub struct Batch {
 #[derive(Debug)]
 pub struct RunLog {
     inner: Mutex<Inner>,
-    changed: watch::Sender<usize>,
+    /// Woken whenever more entries become visible or the log finishes (one lock per
+    /// notification; readers re-check `Inner` under its lock).
+    changed: Notify,
 }
 
 impl Default for RunLog {
@@ -77,7 +79,7 @@ impl RunLog {
     pub fn new() -> Self {
         RunLog {
             inner: Mutex::new(Inner { entries: Vec::new(), visible: 0, finished: false, fold: Fold::new() }),
-            changed: watch::Sender::new(0),
+            changed: Notify::new(),
         }
     }
 
@@ -87,7 +89,7 @@ impl RunLog {
         let n = entries.len();
         RunLog {
             inner: Mutex::new(Inner { entries, visible: n, finished, fold }),
-            changed: watch::Sender::new(n),
+            changed: Notify::new(),
         }
     }
 
@@ -135,9 +137,8 @@ impl RunLog {
         inner.entries.push(entry);
         inner.visible = inner.entries.len();
         inner.finished = inner.fold.is_terminal();
-        let v = inner.visible;
         drop(inner);
-        self.changed.send_replace(v);
+        self.changed.notify_waiters();
         Ok(())
     }
 
@@ -150,9 +151,8 @@ impl RunLog {
         if finished && inner.visible == inner.entries.len() {
             inner.finished = true;
         }
-        let v = inner.visible;
         drop(inner);
-        self.changed.send_replace(v);
+        self.changed.notify_waiters();
     }
 
     /// Number of appended entries (visible or not).
@@ -195,24 +195,18 @@ impl RunLog {
 
     /// Waits until more entries are visible than `seen`, or the log finishes.
     pub async fn wait_past(&self, seen: usize) {
-        let mut rx = self.changed.subscribe();
-        self.wait_past_with(&mut rx, seen).await;
-    }
-
-    /// A receiver for [`RunLog::wait_past_with`], so a long-lived reader subscribes once.
-    pub fn subscribe(&self) -> watch::Receiver<usize> {
-        self.changed.subscribe()
-    }
-
-    /// As [`RunLog::wait_past`], with the reader's own receiver.
-    pub async fn wait_past_with(&self, rx: &mut watch::Receiver<usize>, seen: usize) {
         loop {
-            if *rx.borrow_and_update() > seen || self.is_finished() {
-                return;
+            // Registered before the check, so a notification between the two is not lost.
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let inner = self.inner.lock().expect("run log poisoned");
+                if inner.visible > seen || inner.finished {
+                    return;
+                }
             }
-            if rx.changed().await.is_err() {
-                return;
-            }
+            notified.await;
         }
     }
 }
