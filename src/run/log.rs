@@ -93,6 +93,13 @@ impl RunLog {
         }
     }
 
+    /// A finished log read back for replay only: its entries as kept, all visible. It holds no
+    /// fold (`snapshot` is `None`): the events were checked by the fold when they were appended,
+    /// and a replay serves the kept bytes, not a rebuilt Response.
+    pub fn kept(entries: Vec<LogEntry>) -> Self {
+        Self::from_entries(entries, Fold::new(), true)
+    }
+
     /// Indexes of output items added and not yet done.
     pub fn open_items(&self) -> Vec<usize> {
         let inner = self.inner.lock().expect("run log poisoned");

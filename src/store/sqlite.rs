@@ -150,15 +150,16 @@ impl Sqlite {
         self.read(move |c| read_record(c, &id)).await
     }
 
+    /// A finished run's kept log, for replaying it as it was streamed: the kept frames as they
+    /// are, without parsing the events again (each one passed the fold before it was kept).
     pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
         let id = id.to_string();
         self.read(move |c| {
-            if read_record(c, &id)?.is_none() {
+            let exists: Option<i64> = c.prepare_cached("SELECT 1 FROM responses WHERE id = ?1")?.query_row([&id], |r| r.get(0)).optional()?;
+            if exists.is_none() {
                 return Ok(None);
             }
-            let entries = read_entries(c, &id)?;
-            let fold = fold_entries(&entries)?;
-            Ok(Some(Arc::new(RunLog::from_entries(entries, fold, true))))
+            Ok(Some(Arc::new(RunLog::kept(read_entries(c, &id)?))))
         })
         .await
     }
