@@ -169,13 +169,18 @@ async fn a_stream_without_done_still_completes_when_it_finished() {
     assert_eq!(body.events.last().unwrap()["type"], "response.completed");
 }
 
-#[tokio::test]
-async fn stalled_upstream_fails_the_run_after_the_idle_timeout() {
+/// Streams `model` through a relay whose upstream idle timeout is 300 ms.
+async fn stream_with_a_300ms_idle_timeout(model: &str) -> SseBody {
     let up = upstream().await;
     let mut c = config(&up.base_url());
     c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
     let relay = relay(c).await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "stream": true})).await;
+    stream(&relay.url("/v1/responses"), &json!({"model": model, "input": "x", "stream": true})).await
+}
+
+#[tokio::test]
+async fn stalled_upstream_fails_the_run_after_the_idle_timeout() {
+    let body = stream_with_a_300ms_idle_timeout("fake-model?fault=stall").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
     assert!(folded["error"]["message"].as_str().unwrap().contains("timed out"));
@@ -183,13 +188,8 @@ async fn stalled_upstream_fails_the_run_after_the_idle_timeout() {
 
 #[tokio::test]
 async fn a_model_slower_in_total_than_the_idle_timeout_completes_while_it_keeps_talking() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
-    let relay = relay(c).await;
     // Ten deltas 100 ms apart: a second of streaming, never 300 ms of silence.
-    let model = "fake-model?deltas=10&delay_ms=100";
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": model, "input": "x", "stream": true})).await;
+    let body = stream_with_a_300ms_idle_timeout("fake-model?deltas=10&delay_ms=100").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed", "{folded}");
     let deltas = body.events.iter().filter(|e| e["type"] == "response.output_text.delta").count();
