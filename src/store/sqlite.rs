@@ -155,8 +155,7 @@ impl Sqlite {
     pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
         let id = id.to_string();
         self.read(move |c| {
-            let exists: Option<i64> = c.prepare_cached("SELECT 1 FROM responses WHERE id = ?1")?.query_row([&id], |r| r.get(0)).optional()?;
-            if exists.is_none() {
+            if !exists(c, &id)? {
                 return Ok(None);
             }
             Ok(Some(Arc::new(RunLog::kept(read_entries(c, &id)?))))
@@ -262,11 +261,16 @@ fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
 /// Opens a database read-only and reads one run's events (for `logs export` on a stopped relay).
 pub fn export(path: &Path, id: &str) -> Result<Option<Vec<LogEntry>>, StoreError> {
     let c = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let exists: Option<i64> = c.query_row("SELECT 1 FROM responses WHERE id = ?1", [id], |r| r.get(0)).optional()?;
-    if exists.is_none() {
+    if !exists(&c, id)? {
         return Ok(None);
     }
     read_entries(&c, id).map(Some)
+}
+
+/// Whether a run is kept, without reading it.
+fn exists(c: &Connection, id: &str) -> Result<bool, StoreError> {
+    let row: Option<i64> = c.prepare_cached("SELECT 1 FROM responses WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?;
+    Ok(row.is_some())
 }
 
 /// The default database path.
