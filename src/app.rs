@@ -118,7 +118,7 @@ impl App {
 
 /// The MCP pool, sending through a client that connects only where the SSRF policy allows.
 fn mcp_pool(config: &Config) -> crate::mcp::Pool {
-    let pool = crate::mcp::PoolConfig::default();
+    let pool = crate::mcp::PoolConfig { tools_ttl: config.mcp.tools_ttl, ..Default::default() };
     let builder = reqwest::Client::builder()
         .connect_timeout(pool.connect_timeout)
         .read_timeout(pool.read_timeout)

@@ -165,6 +165,11 @@ pub struct ServeArgs {
     /// Seconds one MCP tool call may take.
     #[arg(long, env = "RELAY_MCP_CALL_TIMEOUT", value_name = "SECS")]
     pub mcp_call_timeout: Option<f64>,
+    /// Seconds a server's tool list is reused by later requests with the same server_url,
+    /// headers and authorization [default: 30]; the server's `notifications/tools/list_changed`
+    /// ends the reuse at once. 0 lists the tools on every request.
+    #[arg(long, env = "RELAY_MCP_TOOLS_TTL", value_name = "SECS")]
+    pub mcp_tools_ttl: Option<f64>,
     /// Largest tool output (bytes) sent to the model; longer outputs are truncated with a marker.
     #[arg(long, env = "RELAY_MCP_MAX_OUTPUT_BYTES", value_name = "BYTES")]
     pub mcp_max_output_bytes: Option<usize>,
@@ -209,6 +214,7 @@ struct FileConfig {
     max_mcp_servers: Option<usize>,
     mcp_discovery_timeout: Option<f64>,
     mcp_call_timeout: Option<f64>,
+    mcp_tools_ttl: Option<f64>,
     mcp_max_output_bytes: Option<usize>,
     mcp_allow_private_networks: Option<bool>,
     mcp_allow_hosts: Option<Vec<String>>,
@@ -264,6 +270,9 @@ pub struct McpConfig {
     pub max_servers: usize,
     pub discovery_timeout: Duration,
     pub call_timeout: Duration,
+    /// How long a listed server's tools are reused under the same (url, headers, authorization);
+    /// zero lists on every request.
+    pub tools_ttl: Duration,
     pub max_output_bytes: usize,
     /// Calls of one model turn run at most this many at a time.
     pub max_concurrent_calls: usize,
@@ -337,6 +346,7 @@ impl Default for Config {
                 max_servers: 10,
                 discovery_timeout: Duration::from_secs(15),
                 call_timeout: Duration::from_secs(60),
+                tools_ttl: Duration::from_secs(30),
                 max_output_bytes: 64 * 1024,
                 max_concurrent_calls: 8,
                 ssrf: crate::ssrf::Policy::strict(),
@@ -464,6 +474,11 @@ impl Config {
         c.mcp.discovery_timeout =
             secs("--mcp-discovery-timeout", args.mcp_discovery_timeout.or(file.mcp_discovery_timeout), c.mcp.discovery_timeout)?;
         c.mcp.call_timeout = secs("--mcp-call-timeout", args.mcp_call_timeout.or(file.mcp_call_timeout), c.mcp.call_timeout)?;
+        c.mcp.tools_ttl = match args.mcp_tools_ttl.or(file.mcp_tools_ttl) {
+            None => c.mcp.tools_ttl,
+            Some(s) => Duration::try_from_secs_f64(s)
+                .map_err(|_| bad("--mcp-tools-ttl", format!("'{s}': expected 0 or a positive number of seconds")))?,
+        };
         let allow_private = args.mcp_allow_private_networks || file.mcp_allow_private_networks.unwrap_or(false);
         let allow_hosts = if args.mcp_allow_hosts.is_empty() { file.mcp_allow_hosts.unwrap_or_default() } else { args.mcp_allow_hosts };
         c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts).map_err(|e| bad("--mcp-allow-host", e))?;

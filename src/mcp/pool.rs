@@ -1,7 +1,9 @@
 //! MCP client sessions (rmcp Streamable HTTP), pooled across requests and keyed by (url, headers,
 //! authorization): list a server's tools, call a tool. Idle sessions are evicted, the pool is
 //! bounded (least recently used goes first), and a session that failed at the transport level is
-//! dropped and re-made on next use.
+//! dropped and re-made on next use. A server's tool list is reused for `tools_ttl` under the same
+//! key, and forgotten at once when the server says `notifications/tools/list_changed`, when its
+//! session is re-made, or when a call to it fails.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,11 +13,12 @@ use std::time::{Duration, Instant};
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
     ServiceExt,
+    ClientHandler,
     model::{
         CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams,
         ProtocolVersion,
     },
-    service::{ClientCacheConfig, RoleClient, RunningService},
+    service::{ClientCacheConfig, NotificationContext, RoleClient, RunningService},
     transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
 };
 use serde_json::{Map, Value};
@@ -39,6 +42,9 @@ pub struct PoolConfig {
     pub init_timeout: Duration,
     /// Most `tools/list` pages followed for one server.
     pub max_list_pages: usize,
+    /// How long a listed server's tools are reused by later listings under the same key (zero:
+    /// every listing asks the server).
+    pub tools_ttl: Duration,
 }
 
 impl Default for PoolConfig {
@@ -50,6 +56,7 @@ impl Default for PoolConfig {
             read_timeout: Duration::from_secs(120),
             init_timeout: Duration::from_secs(10),
             max_list_pages: 100,
+            tools_ttl: Duration::ZERO,
         }
     }
 }
@@ -90,7 +97,57 @@ pub struct ToolResult {
 /// What a tool call gives: its result, or the `mcp_call.error` to report.
 pub type CallOutcome = Result<ToolResult, McpCallError>;
 
-type Client = RunningService<RoleClient, ClientConfig>;
+type Client = RunningService<RoleClient, Listener>;
+
+/// The client side of a session: announces the relay, and forgets the server's listed tools when
+/// the server says they changed.
+struct Listener {
+    info: ClientConfig,
+    tools: Arc<ToolCache>,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        self.info.clone()
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.tools.forget();
+    }
+}
+
+/// One key's last tool list. Invariant: a listing stores its result only if nothing made the
+/// cache forget since the listing began (`generation` unchanged), so a list that was already
+/// stale when it arrived is never served.
+#[derive(Default)]
+struct ToolCache {
+    generation: AtomicU64,
+    listed: Mutex<Option<(Instant, Arc<[ListedTool]>)>>,
+}
+
+impl ToolCache {
+    fn fresh(&self, ttl: Duration) -> Option<Arc<[ListedTool]>> {
+        let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        listed.as_ref().filter(|(at, _)| at.elapsed() < ttl).map(|(_, tools)| tools.clone())
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
+    }
+
+    fn keep(&self, generation: u64, tools: &[ListedTool]) {
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        if self.generation.load(Ordering::SeqCst) == generation {
+            *listed = Some((Instant::now(), tools.into()));
+        }
+    }
+
+    fn forget(&self) {
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        self.generation.fetch_add(1, Ordering::SeqCst);
+        *listed = None;
+    }
+}
 
 /// Pooled MCP client sessions. Cheap to clone; clones share the sessions.
 #[derive(Clone)]
@@ -130,6 +187,8 @@ impl Key {
 
 struct Slot {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// Shared with the session's [`Listener`].
+    tools: Arc<ToolCache>,
     /// Milliseconds since the pool's epoch.
     last_used: AtomicU64,
 }
@@ -193,20 +252,35 @@ impl Pool {
         drop(drained);
     }
 
-    /// Lists the server's tools, following `tools/list` pagination, all within `timeout`.
+    /// Lists the server's tools, following `tools/list` pagination, all within `timeout`, or
+    /// gives the list kept from a listing under the same key less than `tools_ttl` ago.
     /// Tools listed twice are kept once. `allowed_tools` is not applied here.
     pub async fn list_tools(&self, spec: &ServerSpec, timeout: Duration) -> Result<Vec<ListedTool>, ListError> {
+        let ttl = self.inner.config.tools_ttl;
+        let cache = self.slot(spec).tools.clone();
+        if !ttl.is_zero()
+            && let Some(tools) = cache.fresh(ttl)
+        {
+            return Ok(tools.to_vec());
+        }
         let work = async {
             let session = self.session(spec, timeout).await?;
+            // Read once the session is settled (making one forgets the old list).
+            let generation = cache.generation();
             let result = self.list_pages(&session).await;
             if let Err(f) = &result {
                 session.note(f);
             }
             self.touch(spec);
-            result
+            result.map(|tools| (generation, tools))
         };
         let failure = match tokio::time::timeout(timeout, work).await {
-            Ok(Ok(tools)) => return Ok(tools),
+            Ok(Ok((generation, tools))) => {
+                if !ttl.is_zero() {
+                    cache.keep(generation, &tools);
+                }
+                return Ok(tools);
+            }
             Ok(Err(f)) => f,
             Err(_) => Failure::Timeout { after: timeout },
         };
@@ -286,6 +360,8 @@ impl Pool {
         match outcome {
             Err(_) => Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
             Ok(Err(e)) => {
+                // The listed tools may be why the call failed (a tool the server no longer has).
+                self.slot(spec).tools.forget();
                 let f = service_failure(&e);
                 session.note(&f);
                 Err(f.into_call_error(spec))
@@ -311,10 +387,12 @@ impl Pool {
         {
             return Ok(s.clone());
         }
-        // A broken session is closed here (dropping it cancels its worker).
+        // A broken session is closed here (dropping it cancels its worker). A new session may
+        // find a server that changed (restarted, redeployed): its tools are listed again.
         *current = None;
+        slot.tools.forget();
         let init_timeout = timeout.min(self.inner.config.init_timeout);
-        let session = Arc::new(self.connect(spec, init_timeout).await?);
+        let session = Arc::new(self.connect(spec, slot.tools.clone(), init_timeout).await?);
         *current = Some(session.clone());
         Ok(session)
     }
@@ -341,7 +419,13 @@ impl Pool {
             evict_idle(&mut slots, now, self.inner.config.idle_ttl, &mut evicted);
             let slot = slots
                 .entry(key.clone())
-                .or_insert_with(|| Arc::new(Slot { session: tokio::sync::Mutex::new(None), last_used: AtomicU64::new(now) }))
+                .or_insert_with(|| {
+                    Arc::new(Slot {
+                        session: tokio::sync::Mutex::new(None),
+                        tools: Arc::default(),
+                        last_used: AtomicU64::new(now),
+                    })
+                })
                 .clone();
             slot.last_used.store(now, Ordering::SeqCst);
             let max = self.inner.config.max_sessions.max(1);
@@ -365,7 +449,7 @@ impl Pool {
         slot
     }
 
-    async fn connect(&self, spec: &ServerSpec, timeout: Duration) -> Result<Session, Failure> {
+    async fn connect(&self, spec: &ServerSpec, tools: Arc<ToolCache>, timeout: Duration) -> Result<Session, Failure> {
         let mut headers: HashMap<HeaderName, HeaderValue> = HashMap::new();
         for (k, v) in &spec.headers {
             let (Ok(name), Ok(value)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) else {
@@ -394,7 +478,7 @@ impl Pool {
             Implementation::new("responses-relay", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-        let client = match tokio::time::timeout(timeout, info.serve(transport)).await {
+        let client = match tokio::time::timeout(timeout, Listener { info, tools }.serve(transport)).await {
             Err(_) => return Err(Failure::Timeout { after: timeout }),
             Ok(Err(e)) => return Err(init_failure(&e)),
             Ok(Ok(c)) => c,

@@ -16,7 +16,11 @@ struct World {
 async fn world() -> World {
     let up = upstream().await;
     let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), mcp_test_server::Options::default()).await.unwrap();
-    let relay = relay(config(&up.base_url())).await;
+    // Every request lists its servers unless the context carries their list, so that the
+    // tests below see whether a chain reused its list (not the pool's time-bound reuse).
+    let mut c = config(&up.base_url());
+    c.mcp.tools_ttl = std::time::Duration::ZERO;
+    let relay = relay(c).await;
     World { up, server, relay }
 }
 

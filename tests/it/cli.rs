@@ -24,6 +24,7 @@ fn bad_values_exit_64_naming_the_flag() {
         (vec!["serve", "--upstream-url", "ftp://x/v1"], "--upstream-url"),
         (vec!["serve", "--store", "postgres://x"], "--store"),
         (vec!["serve", "--upstream-idle-timeout", "0"], "--upstream-idle-timeout"),
+        (vec!["serve", "--mcp-tools-ttl=-1"], "--mcp-tools-ttl"),
         (vec!["serve", "--no-such-flag"], "--no-such-flag"),
     ] {
         let out = Command::new(BIN).args(&args).env_remove("RELAY_LISTEN").output().unwrap();

@@ -107,6 +107,10 @@ struct State {
     cancelled: AtomicUsize,
     slow_started: AtomicUsize,
     bad_json: std::sync::atomic::AtomicBool,
+    /// How many catalog tools are listed now (starts at `opts.catalog`).
+    catalog: AtomicUsize,
+    /// Every initialized session's client, to send it notifications.
+    peers: Mutex<Vec<rmcp::Peer<RoleServer>>>,
 }
 
 /// A running test server.
@@ -147,6 +151,23 @@ impl McpTestServer {
     /// From now on, answers every POST with invalid JSON (`true`) or serves normally (`false`).
     pub fn set_bad_json(&self, on: bool) {
         self.state.bad_json.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on lists `n` catalog tools; with `notify`, first tells every initialized session
+    /// (`notifications/tools/list_changed` on its event stream) and returns once they were sent.
+    pub async fn set_catalog(&self, n: usize, notify: bool) -> usize {
+        self.state.catalog.store(n, Ordering::SeqCst);
+        if !notify {
+            return 0;
+        }
+        let peers = self.state.peers.lock().unwrap().clone();
+        let mut told = 0;
+        for peer in peers {
+            if peer.notify_tool_list_changed().await.is_ok() {
+                told += 1;
+            }
+        }
+        told
     }
 
     /// Forgets every MCP session, as a server that restarted or expired them would: requests
@@ -327,7 +348,7 @@ impl TestServer {
     fn catalog_tools(&self) -> Vec<Tool> {
         let schema = serde_json::json!({"type": "object", "properties": {}});
         let schema = Arc::new(schema.as_object().cloned().unwrap_or_default());
-        (0..self.state.opts.catalog)
+        (0..self.state.catalog.load(Ordering::SeqCst))
             .map(|i| {
                 let topic = catalog_topic(i, self.state.opts.catalog_seed);
                 Tool::new(format!("tool_{i:03}"), format!("Catalog tool number {i}: {topic}"), schema.clone())
@@ -346,7 +367,7 @@ impl ServerHandler for TestServer {
         let mut all = self.tool_router.list_all();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.extend(self.catalog_tools());
-        if self.state.opts.catalog == 0 {
+        if self.state.catalog.load(Ordering::SeqCst) == 0 {
             return Ok(ListToolsResult::with_all_items(all));
         }
         let start = match request.and_then(|r| r.cursor) {
@@ -371,15 +392,19 @@ impl ServerHandler for TestServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if let Some(n) = request.name.strip_prefix("tool_")
-            && n.parse::<usize>().is_ok_and(|n| n < self.state.opts.catalog)
+            && n.parse::<usize>().is_ok_and(|n| n < self.state.catalog.load(Ordering::SeqCst))
         {
             return Ok(CallToolResult::success(vec![ContentBlock::text(format!("called {}", request.name))]).into());
         }
         self.tool_router.call(ToolCallContext::new(self, request, context)).await
     }
 
+    async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
+        self.state.peers.lock().unwrap().push(context.peer);
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
             .with_instructions("responses-relay test server")
     }
 }
@@ -413,7 +438,8 @@ pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServ
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let bad_json = options.bad_json;
-    let state = Arc::new(State { opts: options, ..State::default() });
+    let catalog = AtomicUsize::new(options.catalog);
+    let state = Arc::new(State { opts: options, catalog, ..State::default() });
     state.bad_json.store(bad_json, Ordering::SeqCst);
     let ct = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
