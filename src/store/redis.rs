@@ -12,9 +12,10 @@
 //! Two sorted sets index runs: `relay:leases` (unfinished runs by lease expiry) and
 //! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]).
 //!
-//! Every write is one Lua script (atomic), sent by one writer task per process in pipelined
-//! batches, in the order the emitter appended: an event is made visible on the run's log only
-//! once Redis acknowledged it. Appends are fenced: a script refuses an event of a run this relay
+//! Every write is a Lua script (atomic per event), sent by one writer task per process in
+//! pipelined batches, in the order the emitter appended; the events of one batch (of any runs)
+//! go in one script call, which answers one code per event: an event is made visible on the
+//! run's log only once Redis acknowledged it. Appends are fenced: a script refuses an event of a run this relay
 //! no longer owns, of a finished run, or of a deleted one. A relay that owns runs renews their
 //! leases every 250 ms and acts on cancel flags in the same call; any relay finishes a run whose
 //! lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
@@ -84,24 +85,43 @@ end
 return 1
 "#;
 
+/// Appends a batch of events, each to its own run. KEYS: per event, the run's hash and its log.
+/// ARGV[1]: this relay's instance; ARGV[2]: the item key prefix; then, per event, a group
+/// prefixed by its length: id, stream entry id, seq, offset_ms, kind, data, terminal (`1`/`0`),
+/// status, Response JSON, then (item id, item JSON) pairs. Answers, per event: 1 kept, 0 run
+/// gone, -1 run finished, -2 run owned by another relay, -3 the log refused the entry.
 const APPEND: &str = r#"
-local h = redis.call('HMGET', KEYS[1], 'status', 'owner', 'deadline')
-if not h[1] then return 0 end
-if h[1] ~= 'queued' and h[1] ~= 'in_progress' then return -1 end
-if h[2] ~= ARGV[2] then return -2 end
-redis.call('XADD', KEYS[2], ARGV[3], 'seq', ARGV[4], 'offset_ms', ARGV[5], 'kind', ARGV[6], 'data', ARGV[7])
-if h[3] then redis.call('EXPIREAT', KEYS[2], h[3]) end
-if ARGV[8] == '1' then
-  redis.call('HSET', KEYS[1], 'status', ARGV[9], 'response', ARGV[10])
-  redis.call('HDEL', KEYS[1], 'owner', 'lease', 'cancel')
-  redis.call('ZREM', 'relay:leases', ARGV[1])
-  for i = 12, #ARGV, 2 do
-    local k = ARGV[11] .. ARGV[i]
-    redis.call('HSET', k, 'item', ARGV[i + 1], 'run', ARGV[1])
-    if h[3] then redis.call('EXPIREAT', k, h[3]) end
+local out = {}
+local a = 3
+for e = 1, #KEYS / 2 do
+  local n = tonumber(ARGV[a])
+  local rk, lk, id = KEYS[2 * e - 1], KEYS[2 * e], ARGV[a + 1]
+  local h = redis.call('HMGET', rk, 'status', 'owner', 'deadline')
+  local code = 1
+  if not h[1] then code = 0
+  elseif h[1] ~= 'queued' and h[1] ~= 'in_progress' then code = -1
+  elseif h[2] ~= ARGV[1] then code = -2
+  else
+    local added = redis.pcall('XADD', lk, ARGV[a + 2], 'seq', ARGV[a + 3], 'offset_ms', ARGV[a + 4], 'kind', ARGV[a + 5], 'data', ARGV[a + 6])
+    if type(added) == 'table' and added.err then code = -3
+    else
+      if h[3] and ARGV[a + 3] == '0' then redis.call('EXPIREAT', lk, h[3]) end
+      if ARGV[a + 7] == '1' then
+        redis.call('HSET', rk, 'status', ARGV[a + 8], 'response', ARGV[a + 9])
+        redis.call('HDEL', rk, 'owner', 'lease', 'cancel')
+        redis.call('ZREM', 'relay:leases', id)
+        for i = a + 10, a + n - 1, 2 do
+          local k = ARGV[2] .. ARGV[i]
+          redis.call('HSET', k, 'item', ARGV[i + 1], 'run', id)
+          if h[3] then redis.call('EXPIREAT', k, h[3]) end
+        end
+      end
+    end
   end
+  out[e] = code
+  a = a + n + 1
 end
-return 1
+return out
 "#;
 
 const RENEW: &str = r#"
@@ -235,7 +255,8 @@ struct Owned {
 
 enum Cmd {
     Insert { id: String, cmd: ::redis::Cmd, owned: Option<Owned> },
-    Append { id: String, log: Arc<RunLog>, entry: LogEntry, terminal: bool, cmd: ::redis::Cmd, fail: Option<FailHook> },
+    /// `args`: the event's group of [`APPEND`]'s ARGV (without its length).
+    Append { id: String, log: Arc<RunLog>, entry: LogEntry, terminal: bool, args: Vec<String>, fail: Option<FailHook> },
     Flush { reply: oneshot::Sender<()> },
 }
 
@@ -259,7 +280,6 @@ pub struct Redis {
 /// Appends one run's events through the writer.
 pub struct Sink {
     id: String,
-    instance: String,
     tx: mpsc::UnboundedSender<Cmd>,
     fail: Option<FailHook>,
 }
@@ -268,7 +288,6 @@ impl LogSink for Sink {
     fn append(&self, log: &Arc<RunLog>, entry: &LogEntry, terminal: Option<&Response>) {
         let mut args: Vec<String> = vec![
             self.id.clone(),
-            self.instance.clone(),
             format!("0-{}", entry.seq + 1),
             entry.seq.to_string(),
             entry.offset_ms.to_string(),
@@ -280,7 +299,6 @@ impl LogSink for Sink {
                 args.push("1".into());
                 args.push(status_of(r));
                 args.push(serde_json::to_string(r).expect("serializes"));
-                args.push(ITEM.into());
                 for o in &r.output {
                     if let Some(i) = output_as_input(o) {
                         args.push(o.id().to_string());
@@ -288,11 +306,9 @@ impl LogSink for Sink {
                     }
                 }
             }
-            None => args.extend(["0".into(), String::new(), String::new(), ITEM.into()]),
+            None => args.extend(["0".into(), String::new(), String::new()]),
         }
-        let mut cmd = script(APPEND, &[format!("{RESP}{}", self.id), format!("{LOG}{}", self.id)]);
-        cmd.arg(args);
-        let c = Cmd::Append { id: self.id.clone(), log: log.clone(), entry: entry.clone(), terminal: terminal.is_some(), cmd, fail: self.fail.clone() };
+        let c = Cmd::Append { id: self.id.clone(), log: log.clone(), entry: entry.clone(), terminal: terminal.is_some(), args, fail: self.fail.clone() };
         if self.tx.send(c).is_err() {
             tracing::error!("the Redis writer is gone; an event could not be kept");
         }
@@ -321,7 +337,7 @@ impl Redis {
         let owned: Arc<Mutex<HashMap<String, Owned>>> = Arc::default();
         let instance = format!("relay-{:016x}", rand::random::<u64>());
         let inner = Arc::new(Inner { client, conn: conn.clone(), tx, instance, ttl, owned: owned.clone(), tails: Mutex::default() });
-        rt.spawn(write_loop(conn, rx, owned));
+        rt.spawn(write_loop(conn, rx, owned, inner.instance.clone()));
         rt.spawn(keep_leases(Arc::downgrade(&inner)));
         tracing::info!(redis = %shown, instance = %inner.instance, "Redis store ready");
         Ok(Redis { inner })
@@ -337,7 +353,7 @@ impl Redis {
 
     /// The sink a run's emitter appends through; `fail` ends the run if its events cannot be kept.
     pub fn sink(&self, id: &str, fail: Option<FailHook>) -> Sink {
-        Sink { id: id.to_string(), instance: self.inner.instance.clone(), tx: self.inner.tx.clone(), fail }
+        Sink { id: id.to_string(), tx: self.inner.tx.clone(), fail }
     }
 
     /// Keeps a starting run (queued behind nothing: before its first event) and takes its lease.
@@ -625,7 +641,7 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
 /// then makes each kept event visible. A run whose write fails is failed through its hook; its
 /// later events are shown to its live clients without being kept (so they get their terminal
 /// event) and the run is left unfinished in Redis, where a relay finishes it as `failed`.
-async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned: Arc<Mutex<HashMap<String, Owned>>>) {
+async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned: Arc<Mutex<HashMap<String, Owned>>>, instance: String) {
     let mut broken: HashSet<String> = HashSet::new();
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
@@ -636,38 +652,39 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
                 Err(_) => break,
             }
         }
+        // The pipeline: each insert as its own script; the appends between two inserts as one
+        // script call (so an insert still precedes its run's first event). `calls` holds, per
+        // pipelined command, how many events it appends (0: an insert).
         let mut pipe = ::redis::pipe();
         pipe.ignore_errors();
         let mut sent = Vec::with_capacity(batch.len());
+        let mut calls: Vec<usize> = Vec::new();
+        let mut group: Vec<(&str, &[String])> = Vec::new();
         for c in &batch {
             match c {
                 Cmd::Insert { cmd, .. } => {
+                    if !group.is_empty() {
+                        calls.push(group.len());
+                        pipe.add_command(append_call(&instance, &group));
+                        group.clear();
+                    }
                     pipe.add_command(cmd.clone());
+                    calls.push(0);
                     sent.push(true);
                 }
-                Cmd::Append { id, cmd, .. } if !broken.contains(id) => {
-                    pipe.add_command(cmd.clone());
+                Cmd::Append { id, args, .. } if !broken.contains(id) => {
+                    group.push((id, args));
                     sent.push(true);
                 }
                 _ => sent.push(false),
             }
         }
-        let n = sent.iter().filter(|s| **s).count();
-        let mut results: std::vec::IntoIter<Result<i64, String>> = if n == 0 {
-            Vec::new().into_iter()
-        } else {
-            let outcome = match conn.get().await {
-                Ok(mut c) => match pipe.query_async::<Vec<::redis::RedisResult<i64>>>(&mut c).await {
-                    Ok(v) => v.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
-                    Err(e) => {
-                        conn.failed(&e).await;
-                        vec![Err(e.to_string()); n]
-                    }
-                },
-                Err(e) => vec![Err(e.to_string()); n],
-            };
-            outcome.into_iter()
-        };
+        if !group.is_empty() {
+            calls.push(group.len());
+            pipe.add_command(append_call(&instance, &group));
+        }
+        drop(group);
+        let mut results = if calls.is_empty() { Vec::new().into_iter() } else { send(&conn, &pipe, &calls).await.into_iter() };
         for (c, was_sent) in batch.drain(..).zip(sent) {
             let result = if was_sent { Some(results.next().unwrap_or_else(|| Err("no reply".into()))) } else { None };
             match c {
@@ -701,6 +718,10 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
                         let message = match r {
                             Ok(0) => "This response was deleted while it ran.".to_string(),
                             Ok(-1) | Ok(-2) => "Another relay took this response over (this relay lost its lease).".to_string(),
+                            Ok(-3) => {
+                                tracing::error!(response_id = %id, "Redis refused an event of the run's log (out of order)");
+                                "The relay's store (Redis) refused an event; this response was not kept.".to_string()
+                            }
                             Ok(_) => "unexpected reply".to_string(),
                             Err(e) => {
                                 tracing::error!(response_id = %id, error = %e, "Redis could not keep an event");
@@ -728,6 +749,48 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
             }
         }
     }
+}
+
+/// One [`APPEND`] call for `events` (run id, group), in order.
+fn append_call(instance: &str, events: &[(&str, &[String])]) -> ::redis::Cmd {
+    let mut cmd = ::redis::cmd("EVAL");
+    cmd.arg(APPEND).arg(events.len() * 2);
+    for (id, _) in events {
+        cmd.arg(Redis::resp_key(id)).arg(Redis::log_key(id));
+    }
+    cmd.arg(instance).arg(ITEM);
+    for (_, args) in events {
+        cmd.arg(args.len()).arg(*args);
+    }
+    cmd
+}
+
+/// Sends the writer's pipeline; one result per write: per insert its reply, per appended event
+/// its code (every write of a command that failed gets that command's error).
+async fn send(conn: &Conn, pipe: &::redis::Pipeline, calls: &[usize]) -> Vec<Result<i64, String>> {
+    let replies: Vec<Result<::redis::Value, String>> = match conn.get().await {
+        Ok(mut c) => match pipe.query_async::<Vec<::redis::RedisResult<::redis::Value>>>(&mut c).await {
+            Ok(v) => v.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+            Err(e) => {
+                conn.failed(&e).await;
+                vec![Err(e.to_string()); calls.len()]
+            }
+        },
+        Err(e) => vec![Err(e.to_string()); calls.len()],
+    };
+    let mut out = Vec::with_capacity(calls.iter().map(|n| (*n).max(1)).sum());
+    for (events, reply) in calls.iter().zip(replies.into_iter().chain(std::iter::repeat(Err("no reply".to_string())))) {
+        match (*events, reply) {
+            (0, r) => out.push(r.and_then(|v| i64::from_redis_value(v).map_err(|e| e.to_string()))),
+            (n, Ok(v)) => match Vec::<i64>::from_redis_value(v) {
+                Ok(codes) if codes.len() == n => out.extend(codes.into_iter().map(Ok)),
+                Ok(codes) => out.extend(std::iter::repeat_n(Err(format!("{} codes for {n} events", codes.len())), n)),
+                Err(e) => out.extend(std::iter::repeat_n(Err(e.to_string()), n)),
+            },
+            (n, Err(e)) => out.extend(std::iter::repeat_n(Err(e), n)),
+        }
+    }
+    out
 }
 
 /// Renews the leases of the runs this relay owns (acting on cancel flags and deletions), and

@@ -236,6 +236,53 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     assert_eq!((status, &kept), (200, &r));
 }
 
+#[tokio::test]
+async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kept() {
+    let up = upstream().await;
+    let url = redis_db();
+    let relay = relay_over(&up, &url).await;
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut live = client()
+            .post(relay.url("/v1/responses"))
+            .json(&json!({"model": "fake-model?deltas=150&delay_ms=5", "input": "x", "stream": true}))
+            .send()
+            .await
+            .unwrap();
+        let seen = read_events(&mut live, 4).await;
+        streams.push((live, seen));
+    }
+    let ids: Vec<String> =
+        streams.iter().map(|(_, seen)| parse_sse(seen).events[0]["response"]["id"].as_str().unwrap().to_string()).collect();
+    // The three runs' events share the writer's batches: one run's hash is deleted, another is
+    // claimed by some other relay, the third must go on being kept.
+    let mut redis = ::redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
+    ::redis::cmd("DEL").arg(format!("relay:resp:{}", ids[0])).exec(&mut redis).unwrap();
+    ::redis::cmd("HSET").arg(format!("relay:resp:{}", ids[1])).arg("owner").arg("relay-elsewhere").exec(&mut redis).unwrap();
+    let mut bodies = Vec::new();
+    for (live, seen) in streams {
+        let rest = tokio::time::timeout(Duration::from_secs(20), live.text()).await.expect("the run ended").unwrap();
+        let body = parse_sse(&(seen + &rest));
+        assert!(body.done);
+        bodies.push(body);
+    }
+    let deleted = check_events(&bodies[0].events);
+    assert_ne!(deleted["status"], "completed", "{deleted}");
+    if deleted["status"] == "failed" {
+        assert!(deleted["error"]["message"].as_str().unwrap().contains("deleted"), "{deleted}");
+    }
+    let taken = check_events(&bodies[1].events);
+    assert_eq!(taken["status"], "failed", "{taken}");
+    assert!(taken["error"]["message"].as_str().unwrap().contains("took this response over"), "{taken}");
+    let kept = check_events(&bodies[2].events);
+    assert_eq!(kept["status"], "completed", "{kept}");
+    let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{}?stream=true", ids[2]))).await;
+    assert_eq!(status, 200);
+    assert_eq!(parse_sse(&replay).events, bodies[2].events, "the run beside them was not kept whole");
+    let (status, _) = get(&relay.url(&format!("/v1/responses/{}", ids[0]))).await;
+    assert_eq!(status, 404);
+}
+
 #[test]
 fn a_redis_url_is_never_shown_with_its_password() {
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
