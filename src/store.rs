@@ -53,6 +53,16 @@ pub struct LiveRun {
     pub cancel: CancellationToken,
     pub background: bool,
     pub input: Arc<Vec<InputItem>>,
+    /// The Response as created (`queued` for a background run): what the run is until its task
+    /// has emitted `response.created`.
+    pub created: Arc<Response>,
+}
+
+impl LiveRun {
+    /// The run's current Response.
+    pub fn response(&self) -> Response {
+        self.log.snapshot().unwrap_or_else(|| (*self.created).clone())
+    }
 }
 
 #[derive(Clone)]
@@ -145,7 +155,13 @@ impl Store {
         }
         self.live.lock().expect("store poisoned").insert(
             h.id.clone(),
-            LiveRun { log: h.log.clone(), cancel: h.cancel.clone(), background: h.background, input: Arc::new(p.input.clone()) },
+            LiveRun {
+                log: h.log.clone(),
+                cancel: h.cancel.clone(),
+                background: h.background,
+                input: Arc::new(p.input.clone()),
+                created: Arc::new(p.response.clone()),
+            },
         );
     }
 
@@ -167,17 +183,15 @@ impl Store {
     /// The current Response of a run (mid-run too).
     pub async fn response(&self, id: &str) -> Result<Option<Response>, StoreError> {
         if let Some(l) = self.live(id) {
-            return Ok(l.log.snapshot());
+            return Ok(Some(l.response()));
         }
         Ok(self.record(id).await?.map(|r| r.response))
     }
 
     /// A run's Response and input items.
     pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        if let Some(l) = self.live(id)
-            && let Some(response) = l.log.snapshot()
-        {
-            return Ok(Some(Record { response, input: l.input.to_vec() }));
+        if let Some(l) = self.live(id) {
+            return Ok(Some(Record { response: l.response(), input: l.input.to_vec() }));
         }
         match &self.backend {
             Backend::Memory(m) => Ok(m.record(id)),

@@ -277,3 +277,27 @@ async fn expired_runs_are_removed() {
         assert_eq!(status, 404, "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
+    // The test runtime has one thread: the run's task cannot start before this test yields, so
+    // the lookups below happen in the window a fast client can hit after its create returned.
+    for (name, store) in stores() {
+        let up = upstream().await;
+        let mut c = config(&up.base_url());
+        c.store = store.clone();
+        let app = responses_relay::app::App::new(c);
+        let body = json!({"model": "fake-model?fault=stall", "input": "x", "background": true}).to_string();
+        let request = responses_relay::api::request::parse_create(body.as_bytes()).unwrap();
+        let prepared = responses_relay::run::prepare(&app, request, None).await.unwrap();
+        let handle = responses_relay::run::start(&app, prepared, app.run_permit().unwrap());
+        let found = app.store().response(&handle.id).await.unwrap();
+        let found = found.unwrap_or_else(|| panic!("{name}: a just-created background run is not found"));
+        assert_eq!((found.id.as_str(), found.background), (handle.id.as_str(), true), "{name}");
+        assert_eq!(serde_json::to_value(found.status).unwrap(), "queued", "{name}");
+        let record = app.store().record(&handle.id).await.unwrap().unwrap_or_else(|| panic!("{name}: no record"));
+        assert_eq!(record.response.id, handle.id);
+        handle.cancel.cancel();
+        handle.log.wait_finished().await;
+    }
+}
