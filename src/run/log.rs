@@ -100,6 +100,12 @@ impl RunLog {
         Self::from_entries(entries, Fold::new(), true)
     }
 
+    /// The first `n` entries (visible or not), in order.
+    pub fn entries_upto(&self, n: usize) -> Vec<LogEntry> {
+        let inner = self.inner.lock().expect("run log poisoned");
+        inner.entries[..n.min(inner.entries.len())].to_vec()
+    }
+
     /// Indexes of output items added and not yet done.
     pub fn open_items(&self) -> Vec<usize> {
         let inner = self.inner.lock().expect("run log poisoned");

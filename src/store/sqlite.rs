@@ -2,6 +2,14 @@
 //! commits them in batches, then makes the batch's events visible to readers: the run task never
 //! waits on the disk, and a reader never sees an event that is not kept. Reads use their own
 //! connection (WAL readers do not block the writer).
+//!
+//! Events of a live run are kept in `journal`, a table appended in arrival order whatever the
+//! run, so a commit writes the few pages at its end rather than one page per live run. With its
+//! terminal event, a run's whole log is written to `events` (keyed by run, contiguous), in the
+//! same transaction. Journal rows older than the oldest live run's first one are removed from
+//! time to time; at start-up, the journal gives back the events of runs a stopped process left
+//! unfinished. Invariant: every kept event of a run is in `events` once the run is finished, and
+//! in `events` or `journal` before.
 
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -35,6 +43,13 @@ CREATE TABLE IF NOT EXISTS events (
     data TEXT NOT NULL,
     PRIMARY KEY (response_id, seq)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS journal (
+    response_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    offset_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    data TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS items (
     id TEXT PRIMARY KEY,
     response_id TEXT NOT NULL,
@@ -46,6 +61,8 @@ CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses(expires_at);
 
 /// Largest number of writes committed in one transaction.
 const BATCH: usize = 4096;
+/// The journal is trimmed once this many rows could go.
+const TRIM_ROWS: i64 = 4096;
 
 enum Cmd {
     Insert { id: String, created_at: i64, expires_at: Option<i64>, status: String, response: String, input: String, items: Vec<(String, String)> },
@@ -53,8 +70,9 @@ enum Cmd {
     Delete { id: String, reply: oneshot::Sender<Result<bool, StoreError>> },
     Expire { now: i64, live: Vec<String>, reply: oneshot::Sender<Result<usize, StoreError>> },
     Flush { reply: oneshot::Sender<()> },
-    /// As `Flush`, for callers outside the async runtime.
-    Barrier { reply: mpsc::Sender<()> },
+    /// Start-up recovery finished every run: the journal is emptied (no run is live yet), then
+    /// the reply (outside the async runtime).
+    Recovered { reply: mpsc::Sender<()> },
 }
 
 #[derive(Clone)]
@@ -94,13 +112,11 @@ impl Sqlite {
             std::fs::create_dir_all(dir).map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
         }
         let writer = connect(path)?;
-        // With a few hundred live runs every commit rewrites one b-tree page per run it touches
-        // (each run appends to its own leaf). SQLite's defaults, a 2 MB page cache and a
-        // checkpoint every 1,000 WAL pages, then re-read pages from the file, spilled dirty ones
-        // mid-transaction and checkpointed (with an fsync) about 25 times a second, copying the
-        // same hot pages each time: most of the writer's time (measured with
-        // `bench --scenario stream`). A 64 MB cache and a checkpoint every 16,384 pages (a WAL of
-        // at most about 64 MB) keep the hot pages in memory and copy each one once per checkpoint.
+        // A 64 MB page cache and a checkpoint every 16,384 WAL pages (a WAL of at most about
+        // 64 MB) keep the hot pages in memory and copy each one once per checkpoint. With
+        // SQLite's defaults (2 MB, 1,000 pages), when every live run still appended to its own
+        // b-tree leaf, the writer re-read pages, spilled dirty ones mid-transaction and
+        // checkpointed (with an fsync) about 25 times a second (`bench --scenario stream`).
         writer.pragma_update(None, "cache_size", -65536)?;
         writer.pragma_update(None, "wal_autocheckpoint", 16384)?;
         writer.execute_batch(SCHEMA)?;
@@ -197,8 +213,14 @@ impl Sqlite {
         let conn = self.read.lock().expect("sqlite reader poisoned");
         let mut stmt = conn.prepare("SELECT id FROM responses WHERE status IN ('queued', 'in_progress')")?;
         let ids: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        // Every unfinished run's events are read before any is finished: finishing one lets the
+        // writer trim the journal.
+        let mut unfinished = Vec::with_capacity(ids.len());
         for id in ids {
             let entries = read_entries(&conn, &id)?;
+            unfinished.push((id, entries));
+        }
+        for (id, entries) in unfinished {
             let fold = fold_entries(&entries)?;
             if fold.response().is_none() {
                 // Not even `response.created` was kept: nothing was ever visible; drop it.
@@ -219,7 +241,7 @@ impl Sqlite {
         drop(stmt);
         drop(conn);
         let (reply, rx) = mpsc::channel();
-        let _ = self.tx.send(Cmd::Barrier { reply });
+        let _ = self.tx.send(Cmd::Recovered { reply });
         let _ = rx.recv();
         Ok(())
     }
@@ -238,14 +260,29 @@ fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
     Ok(Some(Record { response: serde_json::from_str(&response).map_err(bad)?, input: serde_json::from_str(&input).map_err(bad)? }))
 }
 
-/// The kept events of a run, in order.
+/// The kept events of a run, in order: a finished run's from `events`; an unfinished one's also
+/// from the journal (read whole: only recovery and `logs export` of a stopped relay ask for them).
 pub fn read_entries(c: &Connection, id: &str) -> Result<Vec<LogEntry>, StoreError> {
-    let mut stmt = c.prepare_cached("SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq")?;
-    let rows = stmt.query_map([id], |r| {
+    let row = |r: &rusqlite::Row| -> rusqlite::Result<LogEntry> {
         let (seq, offset_ms, kind, data): (i64, i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
         Ok(LogEntry { seq: seq as u64, offset_ms: offset_ms as u64, frame: LogEntry::frame_for(&kind, data.as_bytes()) })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+    };
+    let mut entries: Vec<LogEntry> = c
+        .prepare_cached("SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq")?
+        .query_map([id], row)?
+        .collect::<Result<_, _>>()?;
+    let status: Option<String> =
+        c.prepare_cached("SELECT status FROM responses WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?;
+    if status.is_some_and(|s| s == "queued" || s == "in_progress") {
+        let journal: Vec<LogEntry> = c
+            .prepare_cached("SELECT seq, offset_ms, kind, data FROM journal WHERE response_id = ?1 ORDER BY seq")?
+            .query_map([id], row)?
+            .collect::<Result<_, _>>()?;
+        entries.extend(journal);
+        entries.sort_by_key(|e| e.seq);
+        entries.dedup_by_key(|e| e.seq);
+    }
+    Ok(entries)
 }
 
 fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
@@ -278,7 +315,56 @@ pub fn default_path() -> PathBuf {
     PathBuf::from("./relay-data/relay.sqlite3")
 }
 
+/// What the writer knows of the journal: where each live run's rows begin, and up to where rows
+/// were trimmed. Changes made by a transaction count once it commits: a run whose terminal write
+/// was rolled back keeps its journal rows.
+#[derive(Default)]
+struct Journal {
+    first_row: std::collections::HashMap<String, i64>,
+    trimmed_below: i64,
+    /// This transaction's runs that journaled a first row, and runs that ended.
+    started: Vec<(String, i64)>,
+    ended: Vec<String>,
+}
+
+impl Journal {
+    fn journaled(&mut self, id: &str, row: i64) {
+        if !self.first_row.contains_key(id) && !self.started.iter().any(|(s, _)| s == id) {
+            self.started.push((id.to_string(), row));
+        }
+    }
+
+    /// Removes the rows no live run needs, once there are enough of them.
+    fn trim(&mut self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
+        let next: i64 = tx.query_row("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal", [], |r| r.get(0))?;
+        let live = self.first_row.iter().filter(|(id, _)| !self.ended.contains(id)).map(|(_, row)| *row);
+        let started = self.started.iter().filter(|(id, _)| !self.ended.contains(id)).map(|(_, row)| *row);
+        let keep_from = live.chain(started).min().unwrap_or(next);
+        if keep_from - self.trimmed_below >= TRIM_ROWS {
+            tx.execute("DELETE FROM journal WHERE rowid < ?1", [keep_from])?;
+            // An emptied journal numbers its rows from 1 again.
+            self.trimmed_below = if keep_from == next { 0 } else { keep_from };
+        }
+        Ok(())
+    }
+
+    /// The transaction committed (`true`) or was rolled back.
+    fn settle(&mut self, committed: bool, trimmed_before: i64) {
+        if committed {
+            self.first_row.extend(self.started.drain(..));
+            for id in self.ended.drain(..) {
+                self.first_row.remove(&id);
+            }
+        } else {
+            self.started.clear();
+            self.ended.clear();
+            self.trimmed_below = trimmed_before;
+        }
+    }
+}
+
 fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
+    let mut journal = Journal::default();
     let mut batch = Vec::with_capacity(BATCH);
     while let Ok(first) = rx.recv() {
         batch.push(first);
@@ -289,14 +375,17 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             }
         }
         let mut counts = vec![0usize; batch.len()];
+        let trimmed_before = journal.trimmed_below;
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
-                *count = apply(&tx, cmd)?;
+                *count = apply(&tx, cmd, &mut journal)?;
             }
+            journal.trim(&tx)?;
             tx.commit()?;
             Ok(())
         })();
+        journal.settle(result.is_ok(), trimmed_before);
         if let Err(e) = &result {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         }
@@ -310,7 +399,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                 Cmd::Flush { reply } => {
                     let _ = reply.send(());
                 }
-                Cmd::Barrier { reply } => {
+                Cmd::Recovered { reply } => {
                     let _ = reply.send(());
                 }
                 Cmd::Delete { reply, .. } => {
@@ -326,7 +415,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
 }
 
 /// Applies one write; returns how many runs it removed (for delete and expire).
-fn apply(tx: &rusqlite::Transaction, cmd: &Cmd) -> Result<usize, StoreError> {
+fn apply(tx: &rusqlite::Transaction, cmd: &Cmd, journal: &mut Journal) -> Result<usize, StoreError> {
     match cmd {
         Cmd::Insert { id, created_at, expires_at, status, response, input, items } => {
             tx.execute(
@@ -338,20 +427,29 @@ fn apply(tx: &rusqlite::Transaction, cmd: &Cmd) -> Result<usize, StoreError> {
                 stmt.execute(params![item_id, id, item])?;
             }
         }
-        Cmd::Append { id, entry, terminal, .. } => {
+        Cmd::Append { id, entry, terminal: None, .. } => {
             let json = entry.json();
-            tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
+            tx.prepare_cached("INSERT INTO journal (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
                 .execute(params![id, entry.seq as i64, entry.offset_ms as i64, entry.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
-            if let Some(r) = terminal {
-                tx.execute(
-                    "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
-                    params![id, status_of(r), serde_json::to_string(&**r).expect("serializes")],
-                )?;
-                let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)")?;
-                for o in &r.output {
-                    if let Some(i) = output_as_input(o) {
-                        stmt.execute(params![o.id(), id, serde_json::to_string(&i).expect("serializes")])?;
-                    }
+            journal.journaled(id, tx.last_insert_rowid());
+        }
+        Cmd::Append { id, log, entry, terminal: Some(r) } => {
+            // The whole log, this terminal event included, goes to `events` in one piece.
+            let mut stmt =
+                tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
+            for e in log.entries_upto(entry.seq as usize + 1) {
+                let json = e.json();
+                stmt.execute(params![id, e.seq as i64, e.offset_ms as i64, e.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
+            }
+            journal.ended.push(id.clone());
+            tx.execute(
+                "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
+                params![id, status_of(r), serde_json::to_string(&**r).expect("serializes")],
+            )?;
+            let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)")?;
+            for o in &r.output {
+                if let Some(i) = output_as_input(o) {
+                    stmt.execute(params![o.id(), id, serde_json::to_string(&i).expect("serializes")])?;
                 }
             }
         }
@@ -374,7 +472,11 @@ fn apply(tx: &rusqlite::Transaction, cmd: &Cmd) -> Result<usize, StoreError> {
             }
             return Ok(n);
         }
-        Cmd::Flush { .. } | Cmd::Barrier { .. } => {}
+        Cmd::Recovered { .. } => {
+            tx.execute("DELETE FROM journal", [])?;
+            journal.trimmed_below = 0;
+        }
+        Cmd::Flush { .. } => {}
     }
     Ok(0)
 }

@@ -111,3 +111,59 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     let bad = Command::new(BIN).args(["replay", "/nonexistent.jsonl"]).output().unwrap();
     assert_eq!(bad.status.code(), Some(64));
 }
+
+#[tokio::test]
+async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across_trims() {
+    let up = upstream().await;
+    let db = scratch("journal").join("relay.sqlite3");
+    let relay = relay_process(&up.base_url(), &db);
+    let short = json!({"model": "fake-model?deltas=40", "input": "short", "stream": false});
+    let url = format!("{}/v1/responses", relay.base);
+    let mut finished = Vec::new();
+    for _ in 0..200 {
+        let (status, r) = post(&url, &short).await;
+        assert_eq!(status, 200, "{r}");
+        finished.push(r["id"].as_str().unwrap().to_string());
+    }
+    // ~10,000 events went through the journal; only rows of live runs (none now) and the last
+    // few thousand not yet trimmed may stay.
+    let rows = |db: &std::path::Path| -> i64 {
+        let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        c.query_row("SELECT COUNT(*) FROM journal", [], |r| r.get(0)).unwrap()
+    };
+    let kept = rows(&db);
+    assert!(kept < 5000, "the journal kept {kept} rows after 200 finished runs");
+    // A run that stays live while thousands of rows go by and are trimmed keeps all of its own.
+    let (_, running) = post(&url, &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let id = running["id"].as_str().unwrap().to_string();
+    for _ in 0..200 {
+        let (_, r) = get(&format!("{url}/{id}")).await;
+        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    for _ in 0..150 {
+        let (status, r) = post(&url, &short).await;
+        assert_eq!(status, 200, "{r}");
+        finished.push(r["id"].as_str().unwrap().to_string());
+    }
+    let mut relay = relay;
+    let pid = relay.child.id().to_string();
+    assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    let _ = relay.child.wait();
+    let again = relay_process(&up.base_url(), &db);
+    let log = client().get(format!("{}/v1/responses/{id}?stream=true", again.base)).send().await.unwrap().text().await.unwrap();
+    let body = parse_sse(&log);
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert_eq!(folded["output"][0]["status"], "incomplete", "the open message was not rebuilt and closed");
+    // Every finished run replays whole: its events were moved out of the journal when it ended.
+    for done in [&finished[0], &finished[199], &finished[349]] {
+        let log = client().get(format!("{}/v1/responses/{done}?stream=true", again.base)).send().await.unwrap().text().await.unwrap();
+        let body = parse_sse(&log);
+        assert_eq!(check_events(&body.events)["status"], "completed");
+        assert_eq!(body.events.iter().filter(|e| e["type"] == "response.output_text.delta").count(), 40);
+    }
+    assert_eq!(rows(&db), 0, "restart left journal rows of finished runs");
+}
