@@ -301,3 +301,34 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
         handle.log.wait_finished().await;
     }
 }
+
+#[tokio::test]
+async fn kept_runs_reach_the_sqlite_file_itself_while_the_relay_runs() {
+    // Checkpoints run beside the writer: a finished run gets from the WAL into the database file
+    // without any commit waiting for it, and without the relay stopping.
+    let up = upstream().await;
+    let dir = scratch("checkpoint");
+    let db = dir.join("relay.sqlite3");
+    let mut c = config(&up.base_url());
+    c.store = StoreKind::Sqlite(db.clone());
+    let relay = relay(c).await;
+    let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "to the file"})).await;
+    assert_eq!(status, 200, "{r}");
+    let id = r["id"].as_str().unwrap().to_string();
+    // The database file alone (a copy, without its WAL) says what was checkpointed.
+    let copy = dir.join("copy.sqlite3");
+    let in_file = || -> Option<String> {
+        std::fs::copy(&db, &copy).ok()?;
+        let c = rusqlite::Connection::open(&copy).ok()?;
+        c.query_row("SELECT status FROM responses WHERE id = ?1", [&id], |r| r.get(0)).ok()
+    };
+    let mut status = None;
+    for _ in 0..100 {
+        status = in_file();
+        if status.is_some() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status.as_deref(), Some("completed"), "the run never reached the database file");
+}
