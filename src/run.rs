@@ -84,7 +84,7 @@ pub struct RunHandle {
     pub cancel: CancellationToken,
     pub background: bool,
     /// The Response as `response.created` carries it (`queued` for a background run).
-    pub created: Response,
+    pub created: Arc<Response>,
 }
 
 /// Validates the request against the relay's state, resolves its context and opens the first
@@ -373,7 +373,7 @@ pub fn start(app: &App, prepared: Prepared, permit: tokio::sync::OwnedSemaphoreP
         log: log.clone(),
         cancel: cancel.clone(),
         background: prepared.request.background,
-        created: prepared.response.clone(),
+        created: Arc::new(prepared.response.clone()),
     };
     app.store().insert_live(&prepared, &handle);
     let app = app.clone();

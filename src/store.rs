@@ -46,6 +46,16 @@ pub struct Record {
     pub input: Vec<InputItem>,
 }
 
+/// A Response's status as stored (`in_progress`, `completed`...).
+pub(crate) fn status_of(r: &Response) -> String {
+    serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+}
+
+/// Whether a stored status (`queued`, `in_progress`, `completed`...) is that of a run not yet ended.
+pub(crate) fn unfinished(status: &str) -> bool {
+    matches!(status, "queued" | "in_progress")
+}
+
 /// A run that is still going (or whose terminal event is not kept yet).
 #[derive(Clone)]
 pub struct LiveRun {
@@ -160,7 +170,7 @@ impl Store {
                 cancel: h.cancel.clone(),
                 background: h.background,
                 input: Arc::new(p.input.clone()),
-                created: Arc::new(p.response.clone()),
+                created: h.created.clone(),
             },
         );
     }

@@ -257,27 +257,27 @@ impl Pool {
     /// Tools listed twice are kept once. `allowed_tools` is not applied here.
     pub async fn list_tools(&self, spec: &ServerSpec, timeout: Duration) -> Result<Vec<ListedTool>, ListError> {
         let ttl = self.inner.config.tools_ttl;
-        let cache = self.slot(spec).tools.clone();
+        let slot = self.slot(spec);
         if !ttl.is_zero()
-            && let Some(tools) = cache.fresh(ttl)
+            && let Some(tools) = slot.tools.fresh(ttl)
         {
             return Ok(tools.to_vec());
         }
         let work = async {
-            let session = self.session(spec, timeout).await?;
+            let session = self.session(&slot, spec, timeout).await?;
             // Read once the session is settled (making one forgets the old list).
-            let generation = cache.generation();
+            let generation = slot.tools.generation();
             let result = self.list_pages(&session).await;
             if let Err(f) = &result {
                 session.note(f);
             }
-            self.touch(spec);
+            self.touch(&slot);
             result.map(|tools| (generation, tools))
         };
         let failure = match tokio::time::timeout(timeout, work).await {
             Ok(Ok((generation, tools))) => {
                 if !ttl.is_zero() {
-                    cache.keep(generation, &tools);
+                    slot.tools.keep(generation, &tools);
                 }
                 return Ok(tools);
             }
@@ -348,7 +348,8 @@ impl Pool {
             }
         };
         let started = Instant::now();
-        let session = match tokio::time::timeout(timeout, self.session(spec, timeout)).await {
+        let slot = self.slot(spec);
+        let session = match tokio::time::timeout(timeout, self.session(&slot, spec, timeout)).await {
             Ok(Ok(s)) => s,
             Ok(Err(f)) => return Err(f.into_call_error(spec)),
             Err(_) => return Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
@@ -356,12 +357,12 @@ impl Pool {
         let remaining = timeout.saturating_sub(started.elapsed());
         let params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
         let outcome = tokio::time::timeout(remaining, session.client.call_tool(params)).await;
-        self.touch(spec);
+        self.touch(&slot);
         match outcome {
             Err(_) => Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
             Ok(Err(e)) => {
                 // The listed tools may be why the call failed (a tool the server no longer has).
-                self.slot(spec).tools.forget();
+                slot.tools.forget();
                 let f = service_failure(&e);
                 session.note(&f);
                 Err(f.into_call_error(spec))
@@ -377,10 +378,9 @@ impl Pool {
         }
     }
 
-    /// A live session for `spec`: the pooled one, or a new one (connect + initialize within
-    /// `timeout` and the pool's `init_timeout`).
-    async fn session(&self, spec: &ServerSpec, timeout: Duration) -> Result<Arc<Session>, Failure> {
-        let slot = self.slot(spec);
+    /// A live session for `spec` (whose slot is `slot`): the pooled one, or a new one (connect +
+    /// initialize within `timeout` and the pool's `init_timeout`).
+    async fn session(&self, slot: &Slot, spec: &ServerSpec, timeout: Duration) -> Result<Arc<Session>, Failure> {
         let mut current = slot.session.lock().await;
         if let Some(s) = current.as_ref()
             && !s.broken.load(Ordering::SeqCst)
@@ -401,11 +401,9 @@ impl Pool {
         u64::try_from(self.inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn touch(&self, spec: &ServerSpec) {
-        let key = Key::of(spec);
-        if let Some(slot) = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
-            slot.last_used.store(self.now_ms(), Ordering::SeqCst);
-        }
+    /// Marks `slot` used now (a slot already evicted keeps nothing alive by it).
+    fn touch(&self, slot: &Slot) {
+        slot.last_used.store(self.now_ms(), Ordering::SeqCst);
     }
 
     /// The slot of `spec`'s key, made if missing; evicts idle slots and, past the bound, the least

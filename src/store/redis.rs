@@ -15,10 +15,10 @@
 //! Every write is a Lua script (atomic per event), sent by one writer task per process in
 //! pipelined batches, in the order the emitter appended; the events of one batch (of any runs)
 //! go in one script call, which answers one code per event: an event is made visible on the
-//! run's log only once Redis acknowledged it. Appends are fenced: a script refuses an event of a run this relay
-//! no longer owns, of a finished run, or of a deleted one. A relay that owns runs renews their
-//! leases every 250 ms and acts on cancel flags in the same call; any relay finishes a run whose
-//! lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
+//! run's log only once Redis acknowledged it. Appends are fenced: a script refuses an event of a
+//! run this relay no longer owns, of a finished run, or of a deleted one. A relay that owns runs
+//! renews their leases every 250 ms and acts on cancel flags in the same call; any relay finishes
+//! a run whose lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
 //! (`XREAD BLOCK`, to tail a run live on another relay) use a dedicated connection without a
 //! response timeout. Redis Cluster is not supported (scripts touch keys of several slots).
 
@@ -31,7 +31,7 @@ use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Record, StoreError};
+use super::{Record, StoreError, status_of, unfinished};
 use crate::api::request::InputItem;
 use crate::api::response::ResponseError;
 use crate::api::{Response, Sequenced};
@@ -196,14 +196,6 @@ fn script(body: &str, keys: &[String]) -> ::redis::Cmd {
 
 fn unavailable(e: RedisError) -> StoreError {
     StoreError(format!("{}: Redis: {e}", super::UNAVAILABLE))
-}
-
-fn unfinished(status: &str) -> bool {
-    matches!(status, "queued" | "in_progress")
-}
-
-fn status_of(r: &Response) -> String {
-    serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
 }
 
 /// One lazily (re)connected multiplexed connection: dropped after any error that is not a
@@ -753,11 +745,8 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
 
 /// One [`APPEND`] call for `events` (run id, group), in order.
 fn append_call(instance: &str, events: &[(&str, &[String])]) -> ::redis::Cmd {
-    let mut cmd = ::redis::cmd("EVAL");
-    cmd.arg(APPEND).arg(events.len() * 2);
-    for (id, _) in events {
-        cmd.arg(Redis::resp_key(id)).arg(Redis::log_key(id));
-    }
+    let keys: Vec<String> = events.iter().flat_map(|(id, _)| [Redis::resp_key(id), Redis::log_key(id)]).collect();
+    let mut cmd = script(APPEND, &keys);
     cmd.arg(instance).arg(ITEM);
     for (_, args) in events {
         cmd.arg(args.len()).arg(*args);

@@ -11,6 +11,7 @@
 //! unfinished. Invariant: every kept event of a run is in `events` once the run is finished, and
 //! in `events` or `journal` before.
 
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{Record, StoreError};
+use super::{Record, StoreError, status_of, unfinished};
 use crate::api::Response;
 use crate::api::request::InputItem;
 use crate::run::emitter::{Clock, Emitter, Ending, LogSink};
@@ -184,10 +185,8 @@ impl Sqlite {
     pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
         let id = id.to_string();
         self.read(move |c| {
-            if !exists(c, &id)? {
-                return Ok(None);
-            }
-            Ok(Some(Arc::new(RunLog::kept(read_entries(c, &id)?))))
+            let Some(status) = status(c, &id)? else { return Ok(None) };
+            Ok(Some(Arc::new(RunLog::kept(read_entries(c, &id, unfinished(&status))?))))
         })
         .await
     }
@@ -228,12 +227,12 @@ impl Sqlite {
         let ids: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
         // Every unfinished run's events are read before any is finished: finishing one lets the
         // writer trim the journal.
-        let mut unfinished = Vec::with_capacity(ids.len());
+        let mut left = Vec::with_capacity(ids.len());
         for id in ids {
-            let entries = read_entries(&conn, &id)?;
-            unfinished.push((id, entries));
+            let entries = read_entries(&conn, &id, true)?;
+            left.push((id, entries));
         }
-        for (id, entries) in unfinished {
+        for (id, entries) in left {
             let fold = fold_entries(&entries)?;
             if fold.response().is_none() {
                 // Not even `response.created` was kept: nothing was ever visible; drop it.
@@ -260,10 +259,6 @@ impl Sqlite {
     }
 }
 
-fn status_of(r: &Response) -> String {
-    serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
-}
-
 fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
     let row: Option<(String, String)> = c
         .query_row("SELECT response, input FROM responses WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
@@ -273,9 +268,9 @@ fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
     Ok(Some(Record { response: serde_json::from_str(&response).map_err(bad)?, input: serde_json::from_str(&input).map_err(bad)? }))
 }
 
-/// The kept events of a run, in order: a finished run's from `events`; an unfinished one's also
-/// from the journal (read whole: only recovery and `logs export` of a stopped relay ask for them).
-pub fn read_entries(c: &Connection, id: &str) -> Result<Vec<LogEntry>, StoreError> {
+/// The kept events of a run, in order: from `events`, and for an `unfinished` run also from the
+/// journal (read whole: only recovery and `logs export` of a stopped relay ask for those).
+fn read_entries(c: &Connection, id: &str, unfinished: bool) -> Result<Vec<LogEntry>, StoreError> {
     let row = |r: &rusqlite::Row| -> rusqlite::Result<LogEntry> {
         let (seq, offset_ms, kind, data): (i64, i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
         Ok(LogEntry { seq: seq as u64, offset_ms: offset_ms as u64, frame: LogEntry::frame_for(&kind, data.as_bytes()) })
@@ -284,9 +279,7 @@ pub fn read_entries(c: &Connection, id: &str) -> Result<Vec<LogEntry>, StoreErro
         .prepare_cached("SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq")?
         .query_map([id], row)?
         .collect::<Result<_, _>>()?;
-    let status: Option<String> =
-        c.prepare_cached("SELECT status FROM responses WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?;
-    if status.is_some_and(|s| s == "queued" || s == "in_progress") {
+    if unfinished {
         let journal: Vec<LogEntry> = c
             .prepare_cached("SELECT seq, offset_ms, kind, data FROM journal WHERE response_id = ?1 ORDER BY seq")?
             .query_map([id], row)?
@@ -311,16 +304,13 @@ fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
 /// Opens a database read-only and reads one run's events (for `logs export` on a stopped relay).
 pub fn export(path: &Path, id: &str) -> Result<Option<Vec<LogEntry>>, StoreError> {
     let c = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    if !exists(&c, id)? {
-        return Ok(None);
-    }
-    read_entries(&c, id).map(Some)
+    let Some(status) = status(&c, id)? else { return Ok(None) };
+    read_entries(&c, id, unfinished(&status)).map(Some)
 }
 
-/// Whether a run is kept, without reading it.
-fn exists(c: &Connection, id: &str) -> Result<bool, StoreError> {
-    let row: Option<i64> = c.prepare_cached("SELECT 1 FROM responses WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?;
-    Ok(row.is_some())
+/// A kept run's status, without reading the run.
+fn status(c: &Connection, id: &str) -> Result<Option<String>, StoreError> {
+    Ok(c.prepare_cached("SELECT status FROM responses WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?)
 }
 
 /// Copies the WAL's new pages into the database every [`CHECKPOINT_EVERY`] without blocking the
@@ -344,45 +334,57 @@ pub fn default_path() -> PathBuf {
 /// was rolled back keeps its journal rows.
 #[derive(Default)]
 struct Journal {
-    first_row: std::collections::HashMap<String, i64>,
+    first_row: HashMap<String, i64>,
     trimmed_below: i64,
-    /// This transaction's runs that journaled a first row, and runs that ended.
-    started: Vec<(String, i64)>,
-    ended: Vec<String>,
+    /// This transaction's runs that journaled a first row, runs that ended, and where the
+    /// journal was trimmed before it trimmed.
+    started: HashMap<String, i64>,
+    ended: HashSet<String>,
+    trimmed_before: Option<i64>,
 }
 
 impl Journal {
     fn journaled(&mut self, id: &str, row: i64) {
-        if !self.first_row.contains_key(id) && !self.started.iter().any(|(s, _)| s == id) {
-            self.started.push((id.to_string(), row));
+        if !self.first_row.contains_key(id) && !self.started.contains_key(id) {
+            self.started.insert(id.to_string(), row);
         }
     }
 
     /// Removes the rows no live run needs, once there are enough of them.
     fn trim(&mut self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
         let next: i64 = tx.query_row("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal", [], |r| r.get(0))?;
-        let live = self.first_row.iter().filter(|(id, _)| !self.ended.contains(id)).map(|(_, row)| *row);
-        let started = self.started.iter().filter(|(id, _)| !self.ended.contains(id)).map(|(_, row)| *row);
+        let live = self.first_row.iter().filter(|(id, _)| !self.ended.contains(*id)).map(|(_, row)| *row);
+        let started = self.started.iter().filter(|(id, _)| !self.ended.contains(*id)).map(|(_, row)| *row);
         let keep_from = live.chain(started).min().unwrap_or(next);
         if keep_from - self.trimmed_below >= TRIM_ROWS {
             tx.execute("DELETE FROM journal WHERE rowid < ?1", [keep_from])?;
             // An emptied journal numbers its rows from 1 again.
-            self.trimmed_below = if keep_from == next { 0 } else { keep_from };
+            self.trimmed_to(if keep_from == next { 0 } else { keep_from });
         }
         Ok(())
     }
 
+    /// Notes a trim of this transaction (undone if it rolls back).
+    fn trimmed_to(&mut self, below: i64) {
+        self.trimmed_before.get_or_insert(self.trimmed_below);
+        self.trimmed_below = below;
+    }
+
     /// The transaction committed (`true`) or was rolled back.
-    fn settle(&mut self, committed: bool, trimmed_before: i64) {
+    fn settle(&mut self, committed: bool) {
         if committed {
-            self.first_row.extend(self.started.drain(..));
-            for id in self.ended.drain(..) {
+            self.first_row.extend(self.started.drain());
+            for id in self.ended.drain() {
                 self.first_row.remove(&id);
             }
         } else {
             self.started.clear();
             self.ended.clear();
-            self.trimmed_below = trimmed_before;
+        }
+        if let Some(before) = self.trimmed_before.take()
+            && !committed
+        {
+            self.trimmed_below = before;
         }
     }
 }
@@ -399,7 +401,6 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             }
         }
         let mut counts = vec![0usize; batch.len()];
-        let trimmed_before = journal.trimmed_below;
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
@@ -409,7 +410,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             tx.commit()?;
             Ok(())
         })();
-        journal.settle(result.is_ok(), trimmed_before);
+        journal.settle(result.is_ok());
         if let Err(e) = &result {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         }
@@ -465,7 +466,7 @@ fn apply(tx: &rusqlite::Transaction, cmd: &Cmd, journal: &mut Journal) -> Result
                 let json = e.json();
                 stmt.execute(params![id, e.seq as i64, e.offset_ms as i64, e.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
             }
-            journal.ended.push(id.clone());
+            journal.ended.insert(id.clone());
             tx.execute(
                 "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
                 params![id, status_of(r), serde_json::to_string(&**r).expect("serializes")],
@@ -498,7 +499,7 @@ fn apply(tx: &rusqlite::Transaction, cmd: &Cmd, journal: &mut Journal) -> Result
         }
         Cmd::Recovered { .. } => {
             tx.execute("DELETE FROM journal", [])?;
-            journal.trimmed_below = 0;
+            journal.trimmed_to(0);
         }
         Cmd::Flush { .. } => {}
     }
