@@ -71,10 +71,20 @@ impl App {
                 upstream,
                 store,
                 mcp: mcp_pool(&config),
-                ids: if config.deterministic { IdSource::sequential() } else { IdSource::Random },
-                clock: if config.deterministic { Clock::Fixed(1_700_000_000) } else { Clock::System },
+                ids: if config.deterministic {
+                    IdSource::sequential()
+                } else {
+                    IdSource::Random
+                },
+                clock: if config.deterministic {
+                    Clock::Fixed(1_700_000_000)
+                } else {
+                    Clock::System
+                },
                 shutdown: CancellationToken::new(),
-                runs: Arc::new(tokio::sync::Semaphore::new(config.limits.max_concurrent_runs)),
+                runs: Arc::new(tokio::sync::Semaphore::new(
+                    config.limits.max_concurrent_runs,
+                )),
                 config,
             }),
         }
@@ -118,7 +128,10 @@ impl App {
 
 /// The MCP pool, sending through a client that connects only where the SSRF policy allows.
 fn mcp_pool(config: &Config) -> crate::mcp::Pool {
-    let pool = crate::mcp::PoolConfig { tools_ttl: config.mcp.tools_ttl, ..Default::default() };
+    let pool = crate::mcp::PoolConfig {
+        tools_ttl: config.mcp.tools_ttl,
+        ..Default::default()
+    };
     let builder = reqwest::Client::builder()
         .connect_timeout(pool.connect_timeout)
         .read_timeout(pool.read_timeout)

@@ -12,7 +12,11 @@ use serde::Deserialize;
 use crate::upstream::{Timeouts, UpstreamApi};
 
 #[derive(Debug, Parser)]
-#[command(name = "responses-relay", version, about = "The OpenAI Responses API with hosted MCP tools, in front of any OpenAI-compatible model.")]
+#[command(
+    name = "responses-relay",
+    version,
+    about = "The OpenAI Responses API with hosted MCP tools, in front of any OpenAI-compatible model."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -36,14 +40,22 @@ pub enum LogsCommand {
         /// The response id.
         id: String,
         /// The store to read (works on the store of a stopped relay).
-        #[arg(long, env = "RELAY_STORE", default_value = "sqlite:./relay-data/relay.sqlite3")]
+        #[arg(
+            long,
+            env = "RELAY_STORE",
+            default_value = "sqlite:./relay-data/relay.sqlite3"
+        )]
         store: String,
     },
     /// Print a readable timeline of a stored run (by id) or of an exported file.
     Show {
         /// A response id, or the path of an exported JSON Lines file.
         target: String,
-        #[arg(long, env = "RELAY_STORE", default_value = "sqlite:./relay-data/relay.sqlite3")]
+        #[arg(
+            long,
+            env = "RELAY_STORE",
+            default_value = "sqlite:./relay-data/relay.sqlite3"
+        )]
         store: String,
     },
 }
@@ -65,6 +77,12 @@ fn parse_speed(s: &str) -> Result<f64, String> {
         Ok(x) if x > 0.0 => Ok(x),
         _ => Err(format!("'{s}': expected a positive number (or inf)")),
     }
+}
+
+/// An on/off flag: bare (`--flag`) is on; `--flag=false` (or `RELAY_FLAG=false`, `0`, `no`, `off`)
+/// is off, so the environment and the command line can turn off what the config file turns on.
+fn switch() -> clap::builder::BoolishValueParser {
+    clap::builder::BoolishValueParser::new()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
@@ -97,7 +115,12 @@ pub struct ServeArgs {
     #[arg(long, env = "RELAY_UPSTREAM_URL", value_name = "URL")]
     pub upstream_url: Option<String>,
     /// Key sent to the upstream [env fallback: OPENAI_API_KEY]; without it the client's bearer is forwarded.
-    #[arg(long, env = "RELAY_UPSTREAM_API_KEY", value_name = "KEY", hide_env_values = true)]
+    #[arg(
+        long,
+        env = "RELAY_UPSTREAM_API_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
     pub upstream_api_key: Option<String>,
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
@@ -110,7 +133,13 @@ pub struct ServeArgs {
     #[arg(long, env = "RELAY_STORE_TTL", value_name = "SECS")]
     pub store_ttl: Option<f64>,
     /// Relay key clients must send as `Authorization: Bearer KEY` (repeatable).
-    #[arg(long = "api-key", env = "RELAY_API_KEYS", value_name = "KEY", value_delimiter = ',', hide_env_values = true)]
+    #[arg(
+        long = "api-key",
+        env = "RELAY_API_KEYS",
+        value_name = "KEY",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
     pub api_keys: Vec<String>,
     /// Seconds to wait for the upstream's TCP connect.
     #[arg(long, env = "RELAY_UPSTREAM_CONNECT_TIMEOUT", value_name = "SECS")]
@@ -144,8 +173,8 @@ pub struct ServeArgs {
     pub client_stall_timeout: Option<f64>,
     /// The upstream model takes images: images returned by MCP tools are shown to it (otherwise
     /// it gets a placeholder naming the image type).
-    #[arg(long, env = "RELAY_UPSTREAM_VISION")]
-    pub upstream_vision: bool,
+    #[arg(long, env = "RELAY_UPSTREAM_VISION", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = switch())]
+    pub upstream_vision: Option<bool>,
     /// Largest request body accepted, in bytes.
     #[arg(long, env = "RELAY_MAX_BODY_BYTES", value_name = "BYTES")]
     pub max_body_bytes: Option<usize>,
@@ -175,11 +204,16 @@ pub struct ServeArgs {
     pub mcp_max_output_bytes: Option<usize>,
     /// Allow MCP server_urls that resolve to loopback, private, link-local or other non-public
     /// addresses (off by default: the relay refuses them).
-    #[arg(long, env = "RELAY_MCP_ALLOW_PRIVATE_NETWORKS")]
-    pub mcp_allow_private_networks: bool,
+    #[arg(long, env = "RELAY_MCP_ALLOW_PRIVATE_NETWORKS", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = switch())]
+    pub mcp_allow_private_networks: Option<bool>,
     /// Allow this MCP host (exact name, `*.suffix`, or an IP address) whatever it resolves to
     /// (repeatable).
-    #[arg(long = "mcp-allow-host", env = "RELAY_MCP_ALLOW_HOSTS", value_name = "HOST", value_delimiter = ',')]
+    #[arg(
+        long = "mcp-allow-host",
+        env = "RELAY_MCP_ALLOW_HOSTS",
+        value_name = "HOST",
+        value_delimiter = ','
+    )]
     pub mcp_allow_hosts: Vec<String>,
     /// TOML file with the same keys (snake_case); flags and environment override it.
     #[arg(long, env = "RELAY_CONFIG", value_name = "FILE")]
@@ -228,7 +262,10 @@ pub struct ConfigError {
 }
 
 fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError { flag: flag.to_string(), message: message.into() }
+    ConfigError {
+        flag: flag.to_string(),
+        message: message.into(),
+    }
 }
 
 #[derive(Clone, PartialEq, Eq)]
@@ -359,11 +396,16 @@ impl Default for Config {
 impl Config {
     /// Builds the configuration from parsed flags (with their env values), the environment's
     /// fallbacks, and the TOML file they name.
-    pub fn from_args(args: ServeArgs, env: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+    pub fn from_args(
+        args: ServeArgs,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let file = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| bad("--config", format!("{}: {e}", path.display())))?;
-                toml::from_str::<FileConfig>(&text).map_err(|e| bad("--config", format!("{}: {e}", path.display())))?
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| bad("--config", format!("{}: {e}", path.display())))?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| bad("--config", format!("{}: {e}", path.display())))?
             }
             None => FileConfig::default(),
         };
@@ -371,16 +413,28 @@ impl Config {
         if let Some(l) = args.listen {
             c.listen = l;
         } else if let Some(l) = file.listen {
-            c.listen = l.parse().map_err(|e| bad("--listen", format!("'{l}': {e}")))?;
+            c.listen = l
+                .parse()
+                .map_err(|e| bad("--listen", format!("'{l}': {e}")))?;
         }
-        let url = args.upstream_url.or(file.upstream_url).or_else(|| env("OPENAI_BASE_URL").filter(|s| !s.is_empty()));
+        let url = args
+            .upstream_url
+            .or(file.upstream_url)
+            .or_else(|| env("OPENAI_BASE_URL").filter(|s| !s.is_empty()));
         if let Some(u) = url {
-            let parsed = reqwest::Url::parse(&u).map_err(|e| bad("--upstream-url", format!("'{u}': {e}")))?;
+            let parsed = reqwest::Url::parse(&u)
+                .map_err(|e| bad("--upstream-url", format!("'{u}': {e}")))?;
             if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(bad("--upstream-url", format!("'{u}': the scheme must be http or https")));
+                return Err(bad(
+                    "--upstream-url",
+                    format!("'{u}': the scheme must be http or https"),
+                ));
             }
             if !parsed.username().is_empty() || parsed.password().is_some() {
-                return Err(bad("--upstream-url", "credentials in the URL are not allowed; use --upstream-api-key"));
+                return Err(bad(
+                    "--upstream-url",
+                    "credentials in the URL are not allowed; use --upstream-api-key",
+                ));
             }
             c.upstream_url = u.trim_end_matches('/').to_string();
         }
@@ -394,10 +448,15 @@ impl Config {
             _ => UpstreamApi::Chat,
         };
         // The binary's embedded default is SQLite; `Config::default()` (tests) keeps `memory`.
-        let store = args.store.or(file.store).unwrap_or_else(|| "sqlite:./relay-data/relay.sqlite3".into());
+        let store = args
+            .store
+            .or(file.store)
+            .unwrap_or_else(|| "sqlite:./relay-data/relay.sqlite3".into());
         c.store = match store.as_str() {
             "memory" => StoreKind::Memory,
-            s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..])),
+            s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => {
+                StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..]))
+            }
             s if s.starts_with("redis://") || s.starts_with("rediss://") => {
                 if let Err(e) = redis::Client::open(s) {
                     return Err(bad("--store", format!("'{}': {e}", mask_url(s))));
@@ -405,50 +464,107 @@ impl Config {
                 StoreKind::Redis(s.to_string())
             }
             other => {
-                let shown = if other.contains("://") { mask_url(other) } else { other.to_string() };
+                let shown = if other.contains("://") {
+                    mask_url(other)
+                } else {
+                    other.to_string()
+                };
                 return Err(bad(
                     "--store",
-                    format!("'{shown}': expected 'sqlite:PATH', 'memory' or 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS)"),
+                    format!(
+                        "'{shown}': expected 'sqlite:PATH', 'memory' or 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS)"
+                    ),
                 ));
             }
         };
-        c.api_keys = if args.api_keys.is_empty() { file.api_keys.unwrap_or_default() } else { args.api_keys };
-        c.api_keys.retain(|k| !k.is_empty());
-        let secs = |flag: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
-            match v {
-                None => Ok(default),
-                Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
-                Some(s) => Err(bad(flag, format!("'{s}': expected a positive number of seconds"))),
-            }
+        c.api_keys = if args.api_keys.is_empty() {
+            file.api_keys.unwrap_or_default()
+        } else {
+            args.api_keys
         };
+        c.api_keys.retain(|k| !k.is_empty());
+        let secs =
+            |flag: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
+                match v {
+                    None => Ok(default),
+                    Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+                    Some(s) => Err(bad(
+                        flag,
+                        format!("'{s}': expected a positive number of seconds"),
+                    )),
+                }
+            };
         let d = c.upstream_timeouts.clone();
         c.upstream_timeouts = Timeouts {
-            retries: args.upstream_retries.or(file.upstream_retries).unwrap_or(d.retries),
-            connect: secs("--upstream-connect-timeout", args.upstream_connect_timeout.or(file.upstream_connect_timeout), d.connect)?,
+            retries: args
+                .upstream_retries
+                .or(file.upstream_retries)
+                .unwrap_or(d.retries),
+            connect: secs(
+                "--upstream-connect-timeout",
+                args.upstream_connect_timeout
+                    .or(file.upstream_connect_timeout),
+                d.connect,
+            )?,
             first_byte: secs(
                 "--upstream-first-byte-timeout",
-                args.upstream_first_byte_timeout.or(file.upstream_first_byte_timeout),
+                args.upstream_first_byte_timeout
+                    .or(file.upstream_first_byte_timeout),
                 d.first_byte,
             )?,
-            idle: secs("--upstream-idle-timeout", args.upstream_idle_timeout.or(file.upstream_idle_timeout), d.idle)?,
+            idle: secs(
+                "--upstream-idle-timeout",
+                args.upstream_idle_timeout.or(file.upstream_idle_timeout),
+                d.idle,
+            )?,
         };
-        let positive = |flag: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
-            match v {
-                Some(0) => Err(bad(flag, "'0': at least 1")),
-                Some(n) => Ok(n),
-                None => Ok(default),
-            }
-        };
-        c.limits.max_concurrent_runs =
-            positive("--max-concurrent-runs", args.max_concurrent_runs.or(file.max_concurrent_runs), c.limits.max_concurrent_runs)?;
-        c.limits.max_input_items = positive("--max-input-items", args.max_input_items.or(file.max_input_items), c.limits.max_input_items)?;
-        c.limits.max_tools = positive("--max-tools", args.max_tools.or(file.max_tools), c.limits.max_tools)?;
-        c.limits.max_steps = positive("--max-steps", args.max_steps.or(file.max_steps).map(|n| n as usize), c.limits.max_steps as usize)? as u64;
-        c.limits.client_stall =
-            secs("--client-stall-timeout", args.client_stall_timeout.or(file.client_stall_timeout), c.limits.client_stall)?;
-        c.limits.max_run_time = secs("--max-run-seconds", args.max_run_seconds.or(file.max_run_seconds), c.limits.max_run_time)?;
-        c.upstream_vision = args.upstream_vision || file.upstream_vision.unwrap_or(false);
-        let ttl = secs("--store-ttl", args.store_ttl.or(file.store_ttl), Duration::from_secs(30 * 24 * 3600))?;
+        let positive =
+            |flag: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
+                match v {
+                    Some(0) => Err(bad(flag, "'0': at least 1")),
+                    Some(n) => Ok(n),
+                    None => Ok(default),
+                }
+            };
+        c.limits.max_concurrent_runs = positive(
+            "--max-concurrent-runs",
+            args.max_concurrent_runs.or(file.max_concurrent_runs),
+            c.limits.max_concurrent_runs,
+        )?;
+        c.limits.max_input_items = positive(
+            "--max-input-items",
+            args.max_input_items.or(file.max_input_items),
+            c.limits.max_input_items,
+        )?;
+        c.limits.max_tools = positive(
+            "--max-tools",
+            args.max_tools.or(file.max_tools),
+            c.limits.max_tools,
+        )?;
+        c.limits.max_steps = positive(
+            "--max-steps",
+            args.max_steps.or(file.max_steps).map(|n| n as usize),
+            c.limits.max_steps as usize,
+        )? as u64;
+        c.limits.client_stall = secs(
+            "--client-stall-timeout",
+            args.client_stall_timeout.or(file.client_stall_timeout),
+            c.limits.client_stall,
+        )?;
+        c.limits.max_run_time = secs(
+            "--max-run-seconds",
+            args.max_run_seconds.or(file.max_run_seconds),
+            c.limits.max_run_time,
+        )?;
+        c.upstream_vision = args
+            .upstream_vision
+            .or(file.upstream_vision)
+            .unwrap_or(false);
+        let ttl = secs(
+            "--store-ttl",
+            args.store_ttl.or(file.store_ttl),
+            Duration::from_secs(30 * 24 * 3600),
+        )?;
         c.store_ttl = Some(ttl);
         if let Some(n) = args.max_body_bytes.or(file.max_body_bytes) {
             if n < 1024 {
@@ -459,7 +575,10 @@ impl Config {
         if let Some(f) = args.mcp_discovery_failure.or(file.mcp_discovery_failure) {
             c.mcp.discovery_failure = f;
         }
-        if let Some(a) = args.default_require_approval.or(file.default_require_approval) {
+        if let Some(a) = args
+            .default_require_approval
+            .or(file.default_require_approval)
+        {
             c.mcp.default_approval = match a {
                 ApprovalArg::Always => crate::mcp::Approval::Always,
                 ApprovalArg::Never => crate::mcp::Approval::Never,
@@ -471,17 +590,36 @@ impl Config {
             }
             c.mcp.max_servers = n;
         }
-        c.mcp.discovery_timeout =
-            secs("--mcp-discovery-timeout", args.mcp_discovery_timeout.or(file.mcp_discovery_timeout), c.mcp.discovery_timeout)?;
-        c.mcp.call_timeout = secs("--mcp-call-timeout", args.mcp_call_timeout.or(file.mcp_call_timeout), c.mcp.call_timeout)?;
+        c.mcp.discovery_timeout = secs(
+            "--mcp-discovery-timeout",
+            args.mcp_discovery_timeout.or(file.mcp_discovery_timeout),
+            c.mcp.discovery_timeout,
+        )?;
+        c.mcp.call_timeout = secs(
+            "--mcp-call-timeout",
+            args.mcp_call_timeout.or(file.mcp_call_timeout),
+            c.mcp.call_timeout,
+        )?;
         c.mcp.tools_ttl = match args.mcp_tools_ttl.or(file.mcp_tools_ttl) {
             None => c.mcp.tools_ttl,
-            Some(s) => Duration::try_from_secs_f64(s)
-                .map_err(|_| bad("--mcp-tools-ttl", format!("'{s}': expected 0 or a positive number of seconds")))?,
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                bad(
+                    "--mcp-tools-ttl",
+                    format!("'{s}': expected 0 or a positive number of seconds"),
+                )
+            })?,
         };
-        let allow_private = args.mcp_allow_private_networks || file.mcp_allow_private_networks.unwrap_or(false);
-        let allow_hosts = if args.mcp_allow_hosts.is_empty() { file.mcp_allow_hosts.unwrap_or_default() } else { args.mcp_allow_hosts };
-        c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts).map_err(|e| bad("--mcp-allow-host", e))?;
+        let allow_private = args
+            .mcp_allow_private_networks
+            .or(file.mcp_allow_private_networks)
+            .unwrap_or(false);
+        let allow_hosts = if args.mcp_allow_hosts.is_empty() {
+            file.mcp_allow_hosts.unwrap_or_default()
+        } else {
+            args.mcp_allow_hosts
+        };
+        c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts)
+            .map_err(|e| bad("--mcp-allow-host", e))?;
         if let Some(n) = args.mcp_max_output_bytes.or(file.mcp_max_output_bytes) {
             if n < 64 {
                 return Err(bad("--mcp-max-output-bytes", format!("'{n}': at least 64")));

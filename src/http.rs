@@ -23,7 +23,9 @@ pub type Body = UnsyncBoxBody<Bytes, BoxErr>;
 
 /// A whole body.
 pub fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|e: Infallible| match e {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|e: Infallible| match e {})
+        .boxed_unsync()
 }
 
 /// A JSON answer.
@@ -79,7 +81,9 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             Some(Route::Get(id)) => responses::get(&app, id, req.uri().query()).await,
             Some(Route::Delete(id)) => responses::delete(&app, id).await,
             Some(Route::Cancel(id)) => responses::cancel(&app, id).await,
-            Some(Route::InputItems(id)) => responses::input_items(&app, id, req.uri().query()).await,
+            Some(Route::InputItems(id)) => {
+                responses::input_items(&app, id, req.uri().query()).await
+            }
             Some(Route::Models) => responses::models(&app, &req).await,
             None => Err(ApiError::not_found_route(&method, &path)),
         },
@@ -94,7 +98,10 @@ fn check_auth(app: &App, req: &Request<Incoming>) -> Result<(), ApiError> {
         return Ok(());
     }
     let given = bearer(req).unwrap_or_default();
-    if keys.iter().any(|k| constant_time_eq(k.as_bytes(), given.as_bytes())) {
+    if keys
+        .iter()
+        .any(|k| constant_time_eq(k.as_bytes(), given.as_bytes()))
+    {
         Ok(())
     } else {
         Err(ApiError::unauthorized())
@@ -105,7 +112,9 @@ fn check_auth(app: &App, req: &Request<Incoming>) -> Result<(), ApiError> {
 pub fn bearer<B>(req: &Request<B>) -> Option<String> {
     let v = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = v.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim().to_string())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim().to_string())
 }
 
 /// Compares in time that depends only on the lengths.

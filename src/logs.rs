@@ -50,14 +50,21 @@ impl Recording {
 
     /// Reads an exported JSON Lines file, checking that its events form a valid log.
     pub fn read(path: &Path) -> Result<Self, LogError> {
-        let text = std::fs::read_to_string(path).map_err(|e| LogError(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| LogError(format!("{}: {e}", path.display())))?;
         let mut events = Vec::new();
-        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-            let l: Line = serde_json::from_str(line).map_err(|e| LogError(format!("{}:{}: {e}", path.display(), n + 1)))?;
+        for (n, line) in text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+        {
+            let l: Line = serde_json::from_str(line)
+                .map_err(|e| LogError(format!("{}:{}: {e}", path.display(), n + 1)))?;
             events.push((l.offset_ms, l.event.get().to_string()));
         }
         let rec = Recording { events };
-        rec.fold().map_err(|e| LogError(format!("{}: {e}", path.display())))?;
+        rec.fold()
+            .map_err(|e| LogError(format!("{}: {e}", path.display())))?;
         Ok(rec)
     }
 
@@ -72,7 +79,11 @@ impl Recording {
     fn parsed(&self) -> Result<Vec<(u64, Sequenced)>, LogError> {
         self.events
             .iter()
-            .map(|(o, j)| serde_json::from_str::<Sequenced>(j).map(|s| (*o, s)).map_err(|e| LogError(format!("event: {e}"))))
+            .map(|(o, j)| {
+                serde_json::from_str::<Sequenced>(j)
+                    .map(|s| (*o, s))
+                    .map_err(|e| LogError(format!("event: {e}")))
+            })
             .collect()
     }
 
@@ -80,7 +91,8 @@ impl Recording {
     pub fn fold(&self) -> Result<Fold, LogError> {
         let mut fold = Fold::new();
         for (_, s) in self.parsed()? {
-            fold.apply(&s.event).map_err(|e| LogError(format!("event {}: {e}", s.sequence_number)))?;
+            fold.apply(&s.event)
+                .map_err(|e| LogError(format!("event {}: {e}", s.sequence_number)))?;
         }
         Ok(fold)
     }
@@ -93,7 +105,10 @@ impl Recording {
         for (offset, s) in self.parsed()? {
             let at = format!("{:>8.3}s", offset as f64 / 1000.0);
             match &s.event {
-                Event::Created { response } => out.push_str(&format!("{at}  response.created {} (model {})\n", response.id, response.model)),
+                Event::Created { response } => out.push_str(&format!(
+                    "{at}  response.created {} (model {})\n",
+                    response.id, response.model
+                )),
                 Event::OutputItemAdded { output_index, .. } => {
                     if started.len() <= *output_index {
                         started.resize(output_index + 1, offset);
@@ -101,15 +116,26 @@ impl Recording {
                     started[*output_index] = offset;
                 }
                 Event::OutputItemDone { output_index, item } => {
-                    let took = offset.saturating_sub(started.get(*output_index).copied().unwrap_or(offset));
-                    out.push_str(&format!("{at}  [{output_index}] {} ({took} ms)\n", describe(item)));
+                    let took = offset
+                        .saturating_sub(started.get(*output_index).copied().unwrap_or(offset));
+                    out.push_str(&format!(
+                        "{at}  [{output_index}] {} ({took} ms)\n",
+                        describe(item)
+                    ));
                 }
                 e if e.is_terminal() => {
                     let r = e.response().expect("terminal events carry the response");
                     let status = serde_json::to_value(r.status).unwrap_or_default();
-                    let mut line = format!("{at}  {} status={}", e.kind(), status.as_str().unwrap_or(""));
+                    let mut line = format!(
+                        "{at}  {} status={}",
+                        e.kind(),
+                        status.as_str().unwrap_or("")
+                    );
                     if let Some(u) = &r.usage {
-                        line.push_str(&format!(" usage: in {} out {}", u.input_tokens, u.output_tokens));
+                        line.push_str(&format!(
+                            " usage: in {} out {}",
+                            u.input_tokens, u.output_tokens
+                        ));
                     }
                     if let Some(err) = &r.error {
                         line.push_str(&format!(" error: {} ({})", err.message, err.code));
@@ -132,56 +158,106 @@ impl Recording {
         if !fold.is_terminal() {
             return Err(LogError("the recording has no terminal event".into()));
         }
-        fold.into_response().ok_or_else(|| LogError("empty recording".into()))
+        fold.into_response()
+            .ok_or_else(|| LogError("empty recording".into()))
     }
 }
 
 fn clip(s: &str, n: usize) -> String {
     let one_line = s.replace('\n', " ");
-    if one_line.chars().count() <= n { one_line } else { format!("{}…", one_line.chars().take(n).collect::<String>()) }
+    if one_line.chars().count() <= n {
+        one_line
+    } else {
+        format!("{}…", one_line.chars().take(n).collect::<String>())
+    }
 }
 
 fn describe(item: &OutputItem) -> String {
     match item {
         OutputItem::Message(m) => {
-            let text: String = m.content.iter().map(|p| p.clone().text_mut().clone()).collect();
+            let text: String = m
+                .content
+                .iter()
+                .map(|p| p.clone().text_mut().clone())
+                .collect();
             format!("message: {:?}", clip(&text, 120))
         }
         OutputItem::Reasoning(r) => {
-            let text: String = r.content.iter().map(|p| p.clone().text_mut().clone()).collect();
+            let text: String = r
+                .content
+                .iter()
+                .map(|p| p.clone().text_mut().clone())
+                .collect();
             format!("reasoning: {:?}", clip(&text, 80))
         }
-        OutputItem::FunctionCall(f) => format!("function_call {}({}) call_id={}", f.name, clip(&f.arguments, 80), f.call_id),
+        OutputItem::FunctionCall(f) => format!(
+            "function_call {}({}) call_id={}",
+            f.name,
+            clip(&f.arguments, 80),
+            f.call_id
+        ),
         OutputItem::McpListTools(l) => match &l.error {
             Some(e) => format!("mcp_list_tools {}: FAILED {}", l.server_label, clip(e, 120)),
             None => format!("mcp_list_tools {}: {} tools", l.server_label, l.tools.len()),
         },
         OutputItem::McpCall(c) => {
             let result = match (&c.output, &c.error) {
-                (_, Some(e)) => format!("FAILED {}", clip(&serde_json::to_string(e).unwrap_or_default(), 120)),
+                (_, Some(e)) => format!(
+                    "FAILED {}",
+                    clip(&serde_json::to_string(e).unwrap_or_default(), 120)
+                ),
                 (Some(o), None) => format!("→ {}", clip(o, 120)),
                 (None, None) => String::new(),
             };
-            format!("mcp_call {}.{}({}) {result}", c.server_label, c.name, clip(&c.arguments, 80))
+            format!(
+                "mcp_call {}.{}({}) {result}",
+                c.server_label,
+                c.name,
+                clip(&c.arguments, 80)
+            )
         }
-        OutputItem::McpApprovalRequest(a) => format!("mcp_approval_request {}.{}({}) id={}", a.server_label, a.name, clip(&a.arguments, 80), a.id),
-        OutputItem::ToolSearchCall(t) => format!("tool_search_call {}", clip(&t.arguments.to_string(), 120)),
+        OutputItem::McpApprovalRequest(a) => format!(
+            "mcp_approval_request {}.{}({}) id={}",
+            a.server_label,
+            a.name,
+            clip(&a.arguments, 80),
+            a.id
+        ),
+        OutputItem::ToolSearchCall(t) => {
+            format!("tool_search_call {}", clip(&t.arguments.to_string(), 120))
+        }
         OutputItem::ToolSearchOutput(t) => {
             let found: Vec<String> = t
                 .tools
                 .iter()
                 .flat_map(|ns| {
                     let label = ns["name"].as_str().unwrap_or("").to_string();
-                    ns["tools"].as_array().into_iter().flatten().map(move |f| format!("{label}.{}", f["name"].as_str().unwrap_or("")))
+                    ns["tools"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(move |f| format!("{label}.{}", f["name"].as_str().unwrap_or("")))
                 })
                 .collect();
-            format!("tool_search_output: {}", if found.is_empty() { "nothing found".into() } else { found.join(", ") })
+            format!(
+                "tool_search_output: {}",
+                if found.is_empty() {
+                    "nothing found".into()
+                } else {
+                    found.join(", ")
+                }
+            )
         }
     }
 }
 
 /// Serves `recording` to every `POST /v1/responses` until `shutdown` resolves.
-pub async fn serve(listener: tokio::net::TcpListener, recording: Recording, speed: f64, shutdown: impl std::future::Future<Output = ()>) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    recording: Recording,
+    speed: f64,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
     use hyper::service::service_fn;
     use hyper_util::rt::{TokioExecutor, TokioIo};
     let rec = Arc::new(recording);
@@ -201,19 +277,38 @@ pub async fn serve(listener: tokio::net::TcpListener, recording: Recording, spee
     }
 }
 
-async fn answer(rec: Arc<Recording>, speed: f64, req: Request<hyper::body::Incoming>) -> Result<Response<Body>, Infallible> {
+async fn answer(
+    rec: Arc<Recording>,
+    speed: f64,
+    req: Request<hyper::body::Incoming>,
+) -> Result<Response<Body>, Infallible> {
     if req.method() == Method::GET && req.uri().path() == "/healthz" {
         return Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#));
     }
     if req.method() != Method::POST || req.uri().path().trim_end_matches('/') != "/v1/responses" {
         return Ok(ApiError::not_found_route(req.method(), req.uri().path()).into_response());
     }
-    let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-    let stream = serde_json::from_slice::<serde_json::Value>(&body).ok().and_then(|v| v.get("stream")?.as_bool()).unwrap_or(false);
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    let stream = serde_json::from_slice::<serde_json::Value>(&body)
+        .ok()
+        .and_then(|v| v.get("stream")?.as_bool())
+        .unwrap_or(false);
     if !stream {
         return Ok(match rec.final_response() {
             Ok(r) => json_response(StatusCode::OK, serde_json::to_vec(&r).expect("serializes")),
-            Err(e) => ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e.0, None, None).into_response(),
+            Err(e) => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.0,
+                None,
+                None,
+            )
+            .into_response(),
         });
     }
     let frames = async_stream::stream! {

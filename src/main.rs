@@ -39,17 +39,26 @@ fn main() -> ExitCode {
                     return ExitCode::from(64);
                 }
             };
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
             rt.block_on(async move {
                 let listener = match tokio::net::TcpListener::bind(args.listen).await {
                     Ok(l) => l,
                     Err(e) => {
-                        eprintln!("error: invalid value for '--listen': cannot bind {}: {e}", args.listen);
+                        eprintln!(
+                            "error: invalid value for '--listen': cannot bind {}: {e}",
+                            args.listen
+                        );
                         return ExitCode::from(64);
                     }
                 };
                 let signal = server::shutdown_signal();
-                println!("listening on http://{}", listener.local_addr().expect("bound address"));
+                println!(
+                    "listening on http://{}",
+                    listener.local_addr().expect("bound address")
+                );
                 responses_relay::logs::serve(listener, rec, args.speed, signal).await;
                 ExitCode::SUCCESS
             })
@@ -62,12 +71,18 @@ fn main() -> ExitCode {
                     return ExitCode::from(64);
                 }
             };
-            let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
             rt.block_on(async move {
                 let listener = match tokio::net::TcpListener::bind(config.listen).await {
                     Ok(l) => l,
                     Err(e) => {
-                        eprintln!("error: invalid value for '--listen': cannot bind {}: {e}", config.listen);
+                        eprintln!(
+                            "error: invalid value for '--listen': cannot bind {}: {e}",
+                            config.listen
+                        );
                         return ExitCode::from(64);
                     }
                 };
@@ -92,14 +107,19 @@ fn main() -> ExitCode {
 /// `logs export ID` and `logs show ID|FILE`.
 fn logs(cmd: LogsCommand) -> ExitCode {
     let (target, store) = match &cmd {
-        LogsCommand::Export { id, store } | LogsCommand::Show { target: id, store } => (id.clone(), store.clone()),
+        LogsCommand::Export { id, store } | LogsCommand::Show { target: id, store } => {
+            (id.clone(), store.clone())
+        }
     };
-    let from_file = matches!(cmd, LogsCommand::Show { .. }) && std::path::Path::new(&target).is_file();
+    let from_file =
+        matches!(cmd, LogsCommand::Show { .. }) && std::path::Path::new(&target).is_file();
     let recording = if from_file {
         Recording::read(std::path::Path::new(&target))
     } else {
         let Some(path) = store.strip_prefix("sqlite:") else {
-            eprintln!("error: invalid value for '--store': '{store}': logs are read from a 'sqlite:PATH' store");
+            eprintln!(
+                "error: invalid value for '--store': '{store}': logs are read from a 'sqlite:PATH' store"
+            );
             return ExitCode::from(64);
         };
         match responses_relay::store::sqlite::export(std::path::Path::new(path), &target) {

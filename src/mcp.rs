@@ -33,7 +33,9 @@ pub struct ToolFilter {
 impl ToolFilter {
     /// Whether the tool `name` (with its `readOnlyHint`) passes this filter.
     pub fn allows(&self, name: &str, read_only: bool) -> bool {
-        self.tool_names.as_ref().is_none_or(|names| names.iter().any(|n| n == name))
+        self.tool_names
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == name))
             && self.read_only.is_none_or(|r| r == read_only)
     }
 
@@ -58,7 +60,11 @@ pub enum ApprovalPolicy {
     Never,
     /// `{always?: filter, never?: filter}`; `otherwise` decides tools that match neither side when
     /// both sides or neither are given (the relay's default).
-    Filter { always: Option<ToolFilter>, never: Option<ToolFilter>, otherwise: Approval },
+    Filter {
+        always: Option<ToolFilter>,
+        never: Option<ToolFilter>,
+        otherwise: Approval,
+    },
 }
 
 impl ApprovalPolicy {
@@ -70,11 +76,21 @@ impl ApprovalPolicy {
         match self {
             ApprovalPolicy::Always => true,
             ApprovalPolicy::Never => false,
-            ApprovalPolicy::Filter { always, never, otherwise } => {
-                if always.as_ref().is_some_and(|f| f.allows(tool_name, read_only)) {
+            ApprovalPolicy::Filter {
+                always,
+                never,
+                otherwise,
+            } => {
+                if always
+                    .as_ref()
+                    .is_some_and(|f| f.allows(tool_name, read_only))
+                {
                     return true;
                 }
-                if never.as_ref().is_some_and(|f| f.allows(tool_name, read_only)) {
+                if never
+                    .as_ref()
+                    .is_some_and(|f| f.allows(tool_name, read_only))
+                {
                     return false;
                 }
                 match (always.is_some(), never.is_some()) {
@@ -109,7 +125,14 @@ impl std::fmt::Debug for ServerSpec {
             .field("label", &self.label)
             .field("url", &crate::redact::mask_url(&self.url))
             .field("authorization", &self.authorization.as_ref().map(|_| "***"))
-            .field("headers", &self.headers.iter().map(|(k, _)| k.as_str()).collect::<Vec<_>>())
+            .field(
+                "headers",
+                &self
+                    .headers
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .collect::<Vec<_>>(),
+            )
             .field("allowed", &self.allowed)
             .field("approval", &self.approval)
             .field("description", &self.description)

@@ -16,7 +16,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::request::{CreateRequest, InputItem, InputMessage, MessageContent, Role, ToolParam};
+use crate::api::request::{
+    CreateRequest, InputItem, InputMessage, MessageContent, Role, ToolParam,
+};
 use crate::api::response::{McpApprovalRequestItem, McpListToolsItem, McpToolInfo, ReasoningEcho};
 use crate::api::{FieldError, OutputItem, Response, ResponseStatus};
 use crate::app::App;
@@ -89,27 +91,47 @@ pub struct RunHandle {
 
 /// Validates the request against the relay's state, resolves its context and opens the first
 /// model turn, so that every failure up to here is an HTTP error and none comes later as one.
-pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<String>) -> Result<Prepared, StartError> {
+pub async fn prepare(
+    app: &App,
+    request: CreateRequest,
+    client_bearer: Option<String>,
+) -> Result<Prepared, StartError> {
     let limits = &app.config().limits;
     if request.store {
         // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
-        app.store().available().await.map_err(|e| StartError::Store(e.to_string()))?;
+        app.store()
+            .available()
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
     }
     if request.input.len() > limits.max_input_items {
         return Err(StartError::Invalid(FieldError::invalid_value(
             "input",
-            format!("Too many input items: {} (this relay accepts at most {}).", request.input.len(), limits.max_input_items),
+            format!(
+                "Too many input items: {} (this relay accepts at most {}).",
+                request.input.len(),
+                limits.max_input_items
+            ),
         )));
     }
     if request.tools.len() > limits.max_tools {
         return Err(StartError::Invalid(FieldError::invalid_value(
             "tools",
-            format!("Too many tools: {} (this relay accepts at most {}).", request.tools.len(), limits.max_tools),
+            format!(
+                "Too many tools: {} (this relay accepts at most {}).",
+                request.tools.len(),
+                limits.max_tools
+            ),
         )));
     }
     let mut history = Vec::new();
     if let Some(prev) = &request.previous_response_id {
-        match app.store().history(prev).await.map_err(|e| StartError::Store(e.to_string()))? {
+        match app
+            .store()
+            .history(prev)
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?
+        {
             Some(h) => history = h,
             None => return Err(StartError::PreviousNotFound(prev.clone())),
         }
@@ -117,7 +139,12 @@ pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<St
     let mut input = Vec::with_capacity(request.input.len());
     for (i, item) in request.input.iter().enumerate() {
         match item {
-            InputItem::ItemReference(r) => match app.store().find_item(&r.id).await.map_err(|e| StartError::Store(e.to_string()))? {
+            InputItem::ItemReference(r) => match app
+                .store()
+                .find_item(&r.id)
+                .await
+                .map_err(|e| StartError::Store(e.to_string()))?
+            {
                 Some(found) => input.push(found),
                 None => {
                     return Err(StartError::Invalid(FieldError::invalid_value(
@@ -137,8 +164,16 @@ pub async fn prepare(app: &App, request: CreateRequest, client_bearer: Option<St
     tools.extend(mcp_function_defs(&mcp));
     let response = template(app, &request);
     let answered = !mcp.answers.is_empty();
-    let mut prepared =
-        Prepared { response, request, input, history, tools, first_turn: None, client_bearer, mcp };
+    let mut prepared = Prepared {
+        response,
+        request,
+        input,
+        history,
+        tools,
+        first_turn: None,
+        client_bearer,
+        mcp,
+    };
     // Approved calls run before the model samples again, so the first turn cannot open early.
     if !prepared.request.background && !answered {
         // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
@@ -160,24 +195,39 @@ async fn approval_answers(
 ) -> Result<Vec<ApprovalAnswer>, StartError> {
     let mut answers: Vec<ApprovalAnswer> = Vec::new();
     for (i, item) in input.iter().enumerate() {
-        let InputItem::McpApprovalResponse(resp) = item else { continue };
+        let InputItem::McpApprovalResponse(resp) = item else {
+            continue;
+        };
         let param = format!("input[{i}]");
-        let bad = |message: String| StartError::Invalid(FieldError::invalid_value(param.clone(), message));
+        let bad = |message: String| {
+            StartError::Invalid(FieldError::invalid_value(param.clone(), message))
+        };
         let rid = &resp.approval_request_id;
         let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
             InputItem::McpApprovalRequest(a) if &a.id == rid => Some(a.clone()),
             _ => None,
         });
         let Some(req) = found else {
-            return Err(bad(format!("No mcp_approval_request with id '{rid}' found for this mcp_approval_response.")));
+            return Err(bad(format!(
+                "No mcp_approval_request with id '{rid}' found for this mcp_approval_response."
+            )));
         };
         // A request sent back statelessly must be the one the relay made, unchanged.
-        if !earlier.iter().any(|it| matches!(it, InputItem::McpApprovalRequest(a) if &a.id == rid))
-            && let Some(InputItem::McpApprovalRequest(kept)) =
-                app.store().find_item(rid).await.map_err(|e| StartError::Store(e.to_string()))?
-            && (kept.arguments != req.arguments || kept.name != req.name || kept.server_label != req.server_label)
+        if !earlier
+            .iter()
+            .any(|it| matches!(it, InputItem::McpApprovalRequest(a) if &a.id == rid))
+            && let Some(InputItem::McpApprovalRequest(kept)) = app
+                .store()
+                .find_item(rid)
+                .await
+                .map_err(|e| StartError::Store(e.to_string()))?
+            && (kept.arguments != req.arguments
+                || kept.name != req.name
+                || kept.server_label != req.server_label)
         {
-            return Err(bad(format!("The mcp_approval_request '{rid}' was changed: its call does not match the request the relay made.")));
+            return Err(bad(format!(
+                "The mcp_approval_request '{rid}' was changed: its call does not match the request the relay made."
+            )));
         }
         let answered_before = earlier.iter().any(|it| match it {
             InputItem::McpApprovalResponse(r) => &r.approval_request_id == rid,
@@ -185,7 +235,9 @@ async fn approval_answers(
             _ => false,
         }) || answers.iter().any(|a| &a.request.id == rid);
         if answered_before {
-            return Err(bad(format!("The mcp_approval_request '{rid}' was already answered.")));
+            return Err(bad(format!(
+                "The mcp_approval_request '{rid}' was already answered."
+            )));
         }
         if !mcp.servers.iter().any(|s| s.label == req.server_label) {
             return Err(bad(format!(
@@ -193,7 +245,11 @@ async fn approval_answers(
                 req.server_label
             )));
         }
-        answers.push(ApprovalAnswer { request: req, approve: resp.approve, reason: resp.reason.clone() });
+        answers.push(ApprovalAnswer {
+            request: req,
+            approve: resp.approve,
+            reason: resp.reason.clone(),
+        });
     }
     let _ = request;
     Ok(answers)
@@ -201,16 +257,21 @@ async fn approval_answers(
 
 /// Validates the request's `mcp` tools, reuses tool lists already in the context, lists the
 /// other servers concurrently, and names every tool for the model.
-async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], functions: &[FunctionDef]) -> Result<McpSetup, StartError> {
+async fn mcp_setup(
+    app: &App,
+    request: &CreateRequest,
+    history: &[InputItem],
+    functions: &[FunctionDef],
+) -> Result<McpSetup, StartError> {
     use crate::config::DiscoveryFailure;
     let cfg = &app.config().mcp;
     let specs = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?;
     // The SSRF guard's check of IP-literal hosts (names are checked address by address when
     // connecting): refused before the run, naming the tool.
     for (i, spec) in &specs {
-        cfg.ssrf
-            .check_url(&spec.url)
-            .map_err(|r| FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string()))?;
+        cfg.ssrf.check_url(&spec.url).map_err(|r| {
+            FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string())
+        })?;
     }
     let servers: Vec<_> = specs.into_iter().map(|(_, s)| s).collect();
     if servers.is_empty() {
@@ -245,13 +306,33 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
                         annotations: Some(json!({"read_only": t.read_only})),
                     })
                     .collect();
-                let error = (tools.is_empty() && total > 0 && !spec.allowed.is_all())
-                    .then(|| format!("No tool of MCP server '{}' matches 'allowed_tools'.", spec.label));
-                (McpListToolsItem { id, server_label: spec.label.clone(), tools, error }, true)
+                let error = (tools.is_empty() && total > 0 && !spec.allowed.is_all()).then(|| {
+                    format!(
+                        "No tool of MCP server '{}' matches 'allowed_tools'.",
+                        spec.label
+                    )
+                });
+                (
+                    McpListToolsItem {
+                        id,
+                        server_label: spec.label.clone(),
+                        tools,
+                        error,
+                    },
+                    true,
+                )
             }
             Err(e) => {
                 let error = Some(e.to_string());
-                (McpListToolsItem { id, server_label: spec.label.clone(), tools: Arc::new([]), error }, true)
+                (
+                    McpListToolsItem {
+                        id,
+                        server_label: spec.label.clone(),
+                        tools: Arc::new([]),
+                        error,
+                    },
+                    true,
+                )
             }
         })
     }))
@@ -268,14 +349,23 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
             message: item.error.clone().unwrap_or_default(),
         });
     }
-    let reserved: std::collections::HashSet<String> = functions.iter().map(|f| f.name.clone()).collect();
+    let reserved: std::collections::HashSet<String> =
+        functions.iter().map(|f| f.name.clone()).collect();
     let names: Vec<(String, Vec<String>)> = listed
         .iter()
-        .map(|(l, _)| (l.server_label.clone(), l.tools.iter().map(|t| t.name.clone()).collect()))
+        .map(|(l, _)| {
+            (
+                l.server_label.clone(),
+                l.tools.iter().map(|t| t.name.clone()).collect(),
+            )
+        })
         .collect();
     let mut tools = transcode::ToolMap::new();
     for (model_name, label, tool) in crate::mcp::model_names(&names, &reserved) {
-        let spec = servers.iter().find(|s| s.label == label).expect("named server exists");
+        let spec = servers
+            .iter()
+            .find(|s| s.label == label)
+            .expect("named server exists");
         let read_only = listed
             .iter()
             .find(|(l, _)| l.server_label == label)
@@ -283,10 +373,28 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
             .and_then(|t| t.annotations.as_ref()?.get("read_only")?.as_bool())
             .unwrap_or(false);
         let needs_approval = spec.approval.needs_approval(&tool, read_only);
-        tools.insert(model_name, transcode::McpTarget { server_label: label, tool, needs_approval, search: false });
+        tools.insert(
+            model_name,
+            transcode::McpTarget {
+                server_label: label,
+                tool,
+                needs_approval,
+                search: false,
+            },
+        );
     }
-    let mut setup = McpSetup { servers, listed, tools, ..McpSetup::default() };
-    let deferred_labels: Vec<&str> = setup.servers.iter().filter(|s| s.defer_loading).map(|s| s.label.as_str()).collect();
+    let mut setup = McpSetup {
+        servers,
+        listed,
+        tools,
+        ..McpSetup::default()
+    };
+    let deferred_labels: Vec<&str> = setup
+        .servers
+        .iter()
+        .filter(|s| s.defer_loading)
+        .map(|s| s.label.as_str())
+        .collect();
     let explicit = request.tools.iter().find_map(|t| match t {
         ToolParam::ToolSearch(ts) => Some(ts.clone()),
         _ => None,
@@ -294,7 +402,13 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
     if !deferred_labels.is_empty() || explicit.is_some() {
         setup.deferred = mcp_function_defs_where(&setup, |label| deferred_labels.contains(&label))
             .into_iter()
-            .map(|(f, label, tool)| search::Candidate { model_name: f.name, label, tool, description: f.description, parameters: f.parameters })
+            .map(|(f, label, tool)| search::Candidate {
+                model_name: f.name,
+                label,
+                tool,
+                description: f.description,
+                parameters: f.parameters,
+            })
             .collect();
         let mut name = "tool_search".to_string();
         while reserved.contains(&name) || setup.tools.contains_key(&name) {
@@ -306,7 +420,14 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
             .filter(|s| s.defer_loading)
             .map(|s| {
                 let n = setup.deferred.iter().filter(|c| c.label == s.label).count();
-                format!("- '{}'{} ({n} tools)", s.label, s.description.as_deref().map(|d| format!(": {d}")).unwrap_or_default())
+                format!(
+                    "- '{}'{} ({n} tools)",
+                    s.label,
+                    s.description
+                        .as_deref()
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default()
+                )
             })
             .collect();
         let explicit = explicit.unwrap_or_default();
@@ -321,9 +442,19 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
         }));
         setup.tools.insert(
             name.clone(),
-            transcode::McpTarget { server_label: String::new(), tool: String::new(), needs_approval: false, search: true },
+            transcode::McpTarget {
+                server_label: String::new(),
+                tool: String::new(),
+                needs_approval: false,
+                search: true,
+            },
         );
-        setup.search_tool = Some(FunctionDef { name, description, parameters, strict: None });
+        setup.search_tool = Some(FunctionDef {
+            name,
+            description,
+            parameters,
+            strict: None,
+        });
     }
     Ok(setup)
 }
@@ -331,25 +462,49 @@ async fn mcp_setup(app: &App, request: &CreateRequest, history: &[InputItem], fu
 /// The MCP tools the model sees from the start (deferred servers' tools are found by search),
 /// plus the tool-search function, in a stable order.
 fn mcp_function_defs(mcp: &McpSetup) -> Vec<FunctionDef> {
-    let deferred: Vec<&str> = mcp.servers.iter().filter(|s| s.defer_loading).map(|s| s.label.as_str()).collect();
+    let deferred: Vec<&str> = mcp
+        .servers
+        .iter()
+        .filter(|s| s.defer_loading)
+        .map(|s| s.label.as_str())
+        .collect();
     let mut defs: Vec<FunctionDef> =
-        mcp_function_defs_where(mcp, |label| !deferred.contains(&label)).into_iter().map(|(f, _, _)| f).collect();
+        mcp_function_defs_where(mcp, |label| !deferred.contains(&label))
+            .into_iter()
+            .map(|(f, _, _)| f)
+            .collect();
     defs.extend(mcp.search_tool.clone());
     defs
 }
 
 /// The MCP tools of the servers `keep` selects, as functions with their label and tool name.
-fn mcp_function_defs_where(mcp: &McpSetup, keep: impl Fn(&str) -> bool) -> Vec<(FunctionDef, String, String)> {
-    let mut names: Vec<_> = mcp.tools.iter().filter(|(_, t)| !t.search && keep(&t.server_label)).collect();
+fn mcp_function_defs_where(
+    mcp: &McpSetup,
+    keep: impl Fn(&str) -> bool,
+) -> Vec<(FunctionDef, String, String)> {
+    let mut names: Vec<_> = mcp
+        .tools
+        .iter()
+        .filter(|(_, t)| !t.search && keep(&t.server_label))
+        .collect();
     names.sort_by(|a, b| a.0.cmp(b.0));
     names
         .into_iter()
         .filter_map(|(model_name, t)| {
-            let (item, _) = mcp.listed.iter().find(|(l, _)| l.server_label == t.server_label)?;
+            let (item, _) = mcp
+                .listed
+                .iter()
+                .find(|(l, _)| l.server_label == t.server_label)?;
             let info = item.tools.iter().find(|i| i.name == t.tool)?;
             let spec = mcp.servers.iter().find(|s| s.label == t.server_label)?;
-            let mut description = info.description.clone().unwrap_or_else(|| format!("The '{}' tool.", t.tool));
-            description.push_str(&format!(" (Tool '{}' of MCP server '{}'", t.tool, t.server_label));
+            let mut description = info
+                .description
+                .clone()
+                .unwrap_or_else(|| format!("The '{}' tool.", t.tool));
+            description.push_str(&format!(
+                " (Tool '{}' of MCP server '{}'",
+                t.tool, t.server_label
+            ));
             if let Some(d) = &spec.description {
                 description.push_str(&format!(": {d}"));
             }
@@ -358,14 +513,27 @@ fn mcp_function_defs_where(mcp: &McpSetup, keep: impl Fn(&str) -> bool) -> Vec<(
                 true => info.input_schema.clone(),
                 false => Arc::new(json!({"type": "object", "properties": {}})),
             };
-            Some((FunctionDef { name: model_name.clone(), description, parameters, strict: None }, t.server_label.clone(), t.tool.clone()))
+            Some((
+                FunctionDef {
+                    name: model_name.clone(),
+                    description,
+                    parameters,
+                    strict: None,
+                },
+                t.server_label.clone(),
+                t.tool.clone(),
+            ))
         })
         .collect()
 }
 
 /// Starts the run's task (holding its place among the relay's concurrent runs); returns its
 /// handle at once.
-pub fn start(app: &App, prepared: Prepared, permit: tokio::sync::OwnedSemaphorePermit) -> RunHandle {
+pub fn start(
+    app: &App,
+    prepared: Prepared,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> RunHandle {
     let log = Arc::new(RunLog::new());
     let cancel = app.shutdown_token().child_token();
     let handle = RunHandle {
@@ -418,10 +586,14 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
                 m.content
                     .iter()
                     .filter_map(|p| match p {
-                        ContentPart::OutputText { text, .. } => {
-                            Some(InputPart::OutputText { text: text.clone(), annotations: None, logprobs: None })
-                        }
-                        ContentPart::Refusal { refusal } => Some(InputPart::Refusal { refusal: refusal.clone() }),
+                        ContentPart::OutputText { text, .. } => Some(InputPart::OutputText {
+                            text: text.clone(),
+                            annotations: None,
+                            logprobs: None,
+                        }),
+                        ContentPart::Refusal { refusal } => Some(InputPart::Refusal {
+                            refusal: refusal.clone(),
+                        }),
                         ContentPart::ReasoningText { .. } => None,
                     })
                     .collect(),
@@ -467,7 +639,11 @@ fn function_defs(request: &CreateRequest) -> Vec<FunctionDef> {
             ToolParam::Function(f) => Some(FunctionDef {
                 name: f.name.clone(),
                 description: f.description.clone().unwrap_or_default(),
-                parameters: Arc::new(f.parameters.clone().unwrap_or_else(|| json!({"type": "object", "properties": {}}))),
+                parameters: Arc::new(
+                    f.parameters
+                        .clone()
+                        .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
+                ),
                 strict: f.strict,
             }),
             ToolParam::Mcp(_) | ToolParam::ToolSearch(_) => None,
@@ -482,10 +658,20 @@ pub fn turn_request(p: &Prepared, items: &[InputItem]) -> TurnRequest {
 
 /// The model turn `step` (0 = first) for the given conversation. A forced `tool_choice` applies
 /// to the first turn only; later turns let the model answer.
-pub fn turn_request_at(p: &Prepared, items: &[InputItem], step: usize, found: &[FunctionDef]) -> TurnRequest {
+pub fn turn_request_at(
+    p: &Prepared,
+    items: &[InputItem],
+    step: usize,
+    found: &[FunctionDef],
+) -> TurnRequest {
     let mut t = turn_request_inner(p, items);
     t.tools.extend(found.iter().cloned());
-    if step > 0 && matches!(t.tool_choice, TurnToolChoice::Required | TurnToolChoice::Function(_)) {
+    if step > 0
+        && matches!(
+            t.tool_choice,
+            TurnToolChoice::Required | TurnToolChoice::Function(_)
+        )
+    {
         t.tool_choice = TurnToolChoice::Auto;
     }
     t
@@ -509,7 +695,10 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
                     .mcp
                     .tools
                     .iter()
-                    .filter(|(_, t)| &t.server_label == server_label && name.as_ref().is_none_or(|n| &t.tool == n))
+                    .filter(|(_, t)| {
+                        &t.server_label == server_label
+                            && name.as_ref().is_none_or(|n| &t.tool == n)
+                    })
                     .map(|(m, _)| m.clone())
                     .collect();
                 matching.sort();
@@ -544,12 +733,21 @@ pub(crate) fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec
                     .iter()
                     .find(|(_, t)| t.server_label == c.server_label && t.tool == c.name)
                     .map(|(n, _)| n.clone())
-                    .unwrap_or_else(|| crate::mcp::model_names(&[(c.server_label.clone(), vec![c.name.clone()])], &Default::default())[0].0.clone());
+                    .unwrap_or_else(|| {
+                        crate::mcp::model_names(
+                            &[(c.server_label.clone(), vec![c.name.clone()])],
+                            &Default::default(),
+                        )[0]
+                        .0
+                        .clone()
+                    });
                 let text = match (&c.output, &c.error) {
                     (Some(o), _) => o.clone(),
-                    (None, Some(e)) => serde_json::from_value::<crate::api::response::McpCallError>(e.clone())
-                        .map(|e| crate::mcp::error_text(&e))
-                        .unwrap_or_else(|_| format!("Error: {e}")),
+                    (None, Some(e)) => {
+                        serde_json::from_value::<crate::api::response::McpCallError>(e.clone())
+                            .map(|e| crate::mcp::error_text(&e))
+                            .unwrap_or_else(|_| format!("Error: {e}"))
+                    }
                     (None, None) => String::new(),
                 };
                 out.push(InputItem::FunctionCall(InputFunctionCall {
@@ -581,8 +779,10 @@ fn template(app: &App, r: &CreateRequest) -> Response {
         .tools
         .iter()
         .map(|t| match t {
-            ToolParam::Function(f) => json!({"type": "function", "name": f.name, "description": f.description,
-                "parameters": f.parameters, "strict": f.strict}),
+            ToolParam::Function(f) => {
+                json!({"type": "function", "name": f.name, "description": f.description,
+                "parameters": f.parameters, "strict": f.strict})
+            }
             ToolParam::Mcp(m) => crate::redact::mcp_tool_echo(m),
             ToolParam::ToolSearch(t) => json!({"type": "tool_search", "execution": "server",
                 "description": t.description, "parameters": t.parameters}),
@@ -597,7 +797,11 @@ fn template(app: &App, r: &CreateRequest) -> Response {
         object: "response".into(),
         created_at: app.clock().now_unix(),
         completed_at: None,
-        status: if r.background { ResponseStatus::Queued } else { ResponseStatus::InProgress },
+        status: if r.background {
+            ResponseStatus::Queued
+        } else {
+            ResponseStatus::InProgress
+        },
         background: r.background,
         error: None,
         incomplete_details: None,
@@ -608,7 +812,10 @@ fn template(app: &App, r: &CreateRequest) -> Response {
         output: Vec::new(),
         parallel_tool_calls: r.parallel_tool_calls,
         previous_response_id: r.previous_response_id.clone(),
-        reasoning: ReasoningEcho { effort: r.reasoning_effort.clone(), summary: r.reasoning_summary.clone() },
+        reasoning: ReasoningEcho {
+            effort: r.reasoning_effort.clone(),
+            summary: r.reasoning_summary.clone(),
+        },
         store: r.store,
         temperature: r.temperature.unwrap_or(1.0),
         top_p: r.top_p.unwrap_or(1.0),

@@ -16,7 +16,10 @@ use crate::app::App;
 pub async fn serve_on(listener: TcpListener, app: App, shutdown: impl Future<Output = ()>) {
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30));
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -37,7 +40,10 @@ pub async fn serve_on(listener: TcpListener, app: App, shutdown: impl Future<Out
     drop(listener);
     // End every run first: their streams then finish with a terminal event and [DONE].
     app.shutdown_token().cancel();
-    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!("connections still open 10s after shutdown; closing them");
     }
 }

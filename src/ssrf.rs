@@ -52,7 +52,9 @@ impl HostPattern {
             return Err(bad("empty host"));
         }
         if p.contains(['/', '@', '?', '#', ' ']) {
-            return Err(bad("expected a host name, '*.suffix' or an IP address, not a URL"));
+            return Err(bad(
+                "expected a host name, '*.suffix' or an IP address, not a URL",
+            ));
         }
         if let Some(suffix) = p.strip_prefix("*.") {
             return match parse_host(suffix) {
@@ -80,7 +82,9 @@ impl HostPattern {
         match (self, host) {
             (HostPattern::Exact(p), Host::Name(n)) => p == n,
             (HostPattern::Suffix(s), Host::Name(n)) => {
-                n.len() > s.len() + 1 && n.ends_with(s.as_str()) && n.as_bytes()[n.len() - s.len() - 1] == b'.'
+                n.len() > s.len() + 1
+                    && n.ends_with(s.as_str())
+                    && n.as_bytes()[n.len() - s.len() - 1] == b'.'
             }
             (HostPattern::Ip(p), Host::Ip(ip)) => p == ip,
             _ => false,
@@ -152,7 +156,12 @@ pub struct Refusal {
 enum Kind {
     /// The address is in a refused range; `via` names the IPv6 form that embeds a refused IPv4
     /// address.
-    Address { ip: IpAddr, range: &'static str, why: &'static str, via: Option<&'static str> },
+    Address {
+        ip: IpAddr,
+        range: &'static str,
+        why: &'static str,
+        via: Option<&'static str>,
+    },
     /// `localhost` and `*.localhost` (RFC 6761: always loopback).
     LocalName,
     /// Not an `http(s)` URL with a host.
@@ -202,19 +211,40 @@ impl Refusal {
         }
     }
 
-    fn address_refusal(host: String, ip: IpAddr, (range, why, via): (&'static str, &'static str, Option<&'static str>)) -> Refusal {
-        Refusal { host, kind: Kind::Address { ip, range, why, via } }
+    fn address_refusal(
+        host: String,
+        ip: IpAddr,
+        (range, why, via): (&'static str, &'static str, Option<&'static str>),
+    ) -> Refusal {
+        Refusal {
+            host,
+            kind: Kind::Address {
+                ip,
+                range,
+                why,
+                via,
+            },
+        }
     }
 }
 
-const HINT_PRIVATE: &str = "the relay's operator can allow non-public MCP servers with --mcp-allow-private-networks";
+const HINT_PRIVATE: &str =
+    "the relay's operator can allow non-public MCP servers with --mcp-allow-private-networks";
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let host = &self.host;
         match &self.kind {
-            Kind::Address { ip, range, why, via } => {
-                write!(f, "The MCP server host '{host}' is refused: address {ip} is ")?;
+            Kind::Address {
+                ip,
+                range,
+                why,
+                via,
+            } => {
+                write!(
+                    f,
+                    "The MCP server host '{host}' is refused: address {ip} is "
+                )?;
                 match via {
                     Some(v) => write!(f, "the {v} form of an address in {range}, {why}")?,
                     None => write!(f, "in {range}, {why}")?,
@@ -243,21 +273,61 @@ type Range = (&'static str, &'static str, Option<&'static str>);
 
 /// IPv4 ranges refused by default, most specific first (the first match names the refusal).
 const V4: &[(u32, u8, &str, &str)] = &[
-    (0xA9FE_A9FE, 32, "169.254.169.254/32", "the cloud metadata endpoint (link-local)"),
+    (
+        0xA9FE_A9FE,
+        32,
+        "169.254.169.254/32",
+        "the cloud metadata endpoint (link-local)",
+    ),
     (0xFFFF_FFFF, 32, "255.255.255.255/32", "limited broadcast"),
-    (0x0000_0000, 8, "0.0.0.0/8", "unspecified / \"this network\""),
+    (
+        0x0000_0000,
+        8,
+        "0.0.0.0/8",
+        "unspecified / \"this network\"",
+    ),
     (0x0A00_0000, 8, "10.0.0.0/8", "private (RFC 1918)"),
-    (0x6440_0000, 10, "100.64.0.0/10", "shared address space / CGNAT (RFC 6598)"),
+    (
+        0x6440_0000,
+        10,
+        "100.64.0.0/10",
+        "shared address space / CGNAT (RFC 6598)",
+    ),
     (0x7F00_0000, 8, "127.0.0.0/8", "loopback"),
     (0xA9FE_0000, 16, "169.254.0.0/16", "link-local"),
     (0xAC10_0000, 12, "172.16.0.0/12", "private (RFC 1918)"),
-    (0xC000_0000, 24, "192.0.0.0/24", "IETF protocol assignments (RFC 6890)"),
-    (0xC000_0200, 24, "192.0.2.0/24", "documentation (TEST-NET-1)"),
-    (0xC058_6300, 24, "192.88.99.0/24", "6to4 relay anycast (deprecated)"),
+    (
+        0xC000_0000,
+        24,
+        "192.0.0.0/24",
+        "IETF protocol assignments (RFC 6890)",
+    ),
+    (
+        0xC000_0200,
+        24,
+        "192.0.2.0/24",
+        "documentation (TEST-NET-1)",
+    ),
+    (
+        0xC058_6300,
+        24,
+        "192.88.99.0/24",
+        "6to4 relay anycast (deprecated)",
+    ),
     (0xC0A8_0000, 16, "192.168.0.0/16", "private (RFC 1918)"),
     (0xC612_0000, 15, "198.18.0.0/15", "benchmarking (RFC 2544)"),
-    (0xC633_6400, 24, "198.51.100.0/24", "documentation (TEST-NET-2)"),
-    (0xCB00_7100, 24, "203.0.113.0/24", "documentation (TEST-NET-3)"),
+    (
+        0xC633_6400,
+        24,
+        "198.51.100.0/24",
+        "documentation (TEST-NET-2)",
+    ),
+    (
+        0xCB00_7100,
+        24,
+        "203.0.113.0/24",
+        "documentation (TEST-NET-3)",
+    ),
     (0xE000_0000, 4, "224.0.0.0/4", "multicast"),
     (0xF000_0000, 4, "240.0.0.0/4", "reserved (class E)"),
 ];
@@ -268,15 +338,60 @@ const V6: &[(u128, u8, &str, &str)] = &[
     (1, 128, "::1/128", "loopback"),
     // IPv4-compatible (deprecated, RFC 4291): never a real destination.
     (0, 96, "::/96", "IPv4-compatible IPv6 (deprecated)"),
-    (0x0100_0000_0000_0000_0000_0000_0000_0000, 64, "100::/64", "discard-only (RFC 6666)"),
-    (0x0064_ff9b_0001_0000_0000_0000_0000_0000, 48, "64:ff9b:1::/48", "local-use NAT64 (RFC 8215)"),
-    (0x2001_0002_0000_0000_0000_0000_0000_0000, 48, "2001:2::/48", "benchmarking (RFC 5180)"),
-    (0x2001_0db8_0000_0000_0000_0000_0000_0000, 32, "2001:db8::/32", "documentation"),
-    (0x3fff_0000_0000_0000_0000_0000_0000_0000, 20, "3fff::/20", "documentation (RFC 9637)"),
-    (0xfc00_0000_0000_0000_0000_0000_0000_0000, 7, "fc00::/7", "unique local (private)"),
-    (0xfe80_0000_0000_0000_0000_0000_0000_0000, 10, "fe80::/10", "link-local"),
-    (0xfec0_0000_0000_0000_0000_0000_0000_0000, 10, "fec0::/10", "site-local (deprecated)"),
-    (0xff00_0000_0000_0000_0000_0000_0000_0000, 8, "ff00::/8", "multicast"),
+    (
+        0x0100_0000_0000_0000_0000_0000_0000_0000,
+        64,
+        "100::/64",
+        "discard-only (RFC 6666)",
+    ),
+    (
+        0x0064_ff9b_0001_0000_0000_0000_0000_0000,
+        48,
+        "64:ff9b:1::/48",
+        "local-use NAT64 (RFC 8215)",
+    ),
+    (
+        0x2001_0002_0000_0000_0000_0000_0000_0000,
+        48,
+        "2001:2::/48",
+        "benchmarking (RFC 5180)",
+    ),
+    (
+        0x2001_0db8_0000_0000_0000_0000_0000_0000,
+        32,
+        "2001:db8::/32",
+        "documentation",
+    ),
+    (
+        0x3fff_0000_0000_0000_0000_0000_0000_0000,
+        20,
+        "3fff::/20",
+        "documentation (RFC 9637)",
+    ),
+    (
+        0xfc00_0000_0000_0000_0000_0000_0000_0000,
+        7,
+        "fc00::/7",
+        "unique local (private)",
+    ),
+    (
+        0xfe80_0000_0000_0000_0000_0000_0000_0000,
+        10,
+        "fe80::/10",
+        "link-local",
+    ),
+    (
+        0xfec0_0000_0000_0000_0000_0000_0000_0000,
+        10,
+        "fec0::/10",
+        "site-local (deprecated)",
+    ),
+    (
+        0xff00_0000_0000_0000_0000_0000_0000_0000,
+        8,
+        "ff00::/8",
+        "multicast",
+    ),
 ];
 
 fn in_v4(ip: u32, net: u32, len: u8) -> bool {
@@ -285,13 +400,19 @@ fn in_v4(ip: u32, net: u32, len: u8) -> bool {
 }
 
 fn in_v6(ip: u128, net: u128, len: u8) -> bool {
-    let mask = if len == 0 { 0 } else { u128::MAX << (128 - len) };
+    let mask = if len == 0 {
+        0
+    } else {
+        u128::MAX << (128 - len)
+    };
     ip & mask == net & mask
 }
 
 fn v4_range(ip: Ipv4Addr) -> Option<(&'static str, &'static str)> {
     let n = u32::from(ip);
-    V4.iter().find(|(net, len, ..)| in_v4(n, *net, *len)).map(|(_, _, r, w)| (*r, *w))
+    V4.iter()
+        .find(|(net, len, ..)| in_v4(n, *net, *len))
+        .map(|(_, _, r, w)| (*r, *w))
 }
 
 /// The refused range of `ip`, if any: `(range, why, via)`.
@@ -304,12 +425,37 @@ fn classify(ip: IpAddr) -> Option<Range> {
     let low32 = Ipv4Addr::from((n & 0xffff_ffff) as u32);
     // Forms that carry an IPv4 address: refused when that address is.
     let embedded: [(u128, u8, &str, Ipv4Addr); 5] = [
-        (0x0000_0000_0000_0000_0000_ffff_0000_0000, 96, "IPv4-mapped (::ffff:0:0/96)", low32),
-        (0x0000_0000_0000_0000_ffff_0000_0000_0000, 96, "IPv4-translated (::ffff:0:0:0/96)", low32),
-        (0x0064_ff9b_0000_0000_0000_0000_0000_0000, 96, "NAT64 (64:ff9b::/96)", low32),
-        (0x2002_0000_0000_0000_0000_0000_0000_0000, 16, "6to4 (2002::/16)", Ipv4Addr::from(((n >> 80) & 0xffff_ffff) as u32)),
+        (
+            0x0000_0000_0000_0000_0000_ffff_0000_0000,
+            96,
+            "IPv4-mapped (::ffff:0:0/96)",
+            low32,
+        ),
+        (
+            0x0000_0000_0000_0000_ffff_0000_0000_0000,
+            96,
+            "IPv4-translated (::ffff:0:0:0/96)",
+            low32,
+        ),
+        (
+            0x0064_ff9b_0000_0000_0000_0000_0000_0000,
+            96,
+            "NAT64 (64:ff9b::/96)",
+            low32,
+        ),
+        (
+            0x2002_0000_0000_0000_0000_0000_0000_0000,
+            16,
+            "6to4 (2002::/16)",
+            Ipv4Addr::from(((n >> 80) & 0xffff_ffff) as u32),
+        ),
         // Teredo: the client's address, inverted, in the low 32 bits.
-        (0x2001_0000_0000_0000_0000_0000_0000_0000, 32, "Teredo (2001::/32)", Ipv4Addr::from(!((n & 0xffff_ffff) as u32))),
+        (
+            0x2001_0000_0000_0000_0000_0000_0000_0000,
+            32,
+            "Teredo (2001::/32)",
+            Ipv4Addr::from(!((n & 0xffff_ffff) as u32)),
+        ),
     ];
     for (net, len, via, v4) in embedded {
         if in_v6(n, net, len) {
@@ -325,7 +471,9 @@ fn classify(ip: IpAddr) -> Option<Range> {
             return None;
         }
     }
-    V6.iter().find(|(net, len, ..)| in_v6(n, *net, *len)).map(|(_, _, r, w)| (*r, *w, None))
+    V6.iter()
+        .find(|(net, len, ..)| in_v6(n, *net, *len))
+        .map(|(_, _, r, w)| (*r, *w, None))
 }
 
 /// Which hosts and addresses MCP connections may reach. The default refuses every non-public
@@ -339,7 +487,10 @@ pub struct Policy {
 impl Policy {
     /// `allow_private` is `--mcp-allow-private-networks`; `allow_hosts` the `--mcp-allow-host`s.
     pub fn new(allow_private: bool, allow_hosts: Vec<HostPattern>) -> Policy {
-        Policy { allow_private, allow_hosts }
+        Policy {
+            allow_private,
+            allow_hosts,
+        }
     }
 
     /// Refuses every non-public address (the default).
@@ -349,12 +500,18 @@ impl Policy {
 
     /// Allows every address (`--mcp-allow-private-networks`).
     pub fn allow_private_networks() -> Policy {
-        Policy { allow_private: true, allow_hosts: Vec::new() }
+        Policy {
+            allow_private: true,
+            allow_hosts: Vec::new(),
+        }
     }
 
     /// Parses `--mcp-allow-host` values; the error names the bad one.
     pub fn from_flags(allow_private: bool, allow_hosts: &[String]) -> Result<Policy, String> {
-        let patterns = allow_hosts.iter().map(|h| HostPattern::parse(h)).collect::<Result<Vec<_>, _>>()?;
+        let patterns = allow_hosts
+            .iter()
+            .map(|h| HostPattern::parse(h))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Policy::new(allow_private, patterns))
     }
 
@@ -392,17 +549,25 @@ impl Policy {
     /// resolver; `localhost` names are refused; other names pass, to be checked address by
     /// address by [`GuardedResolver`] when connecting. Allowed hosts always pass.
     pub fn check_url(&self, url: &str) -> Result<(), Refusal> {
-        let u = reqwest::Url::parse(url)
-            .map_err(|_| Refusal { host: String::new(), kind: Kind::Url("it is not a valid URL") })?;
+        let u = reqwest::Url::parse(url).map_err(|_| Refusal {
+            host: String::new(),
+            kind: Kind::Url("it is not a valid URL"),
+        })?;
         self.check_parsed(&u)
     }
 
     fn check_parsed(&self, u: &reqwest::Url) -> Result<(), Refusal> {
         if !matches!(u.scheme(), "http" | "https") {
-            return Err(Refusal { host: String::new(), kind: Kind::Url("the scheme must be http or https") });
+            return Err(Refusal {
+                host: String::new(),
+                kind: Kind::Url("the scheme must be http or https"),
+            });
         }
         let Some(h) = u.host_str().filter(|h| !h.is_empty()) else {
-            return Err(Refusal { host: String::new(), kind: Kind::Url("it has no host") });
+            return Err(Refusal {
+                host: String::new(),
+                kind: Kind::Url("it has no host"),
+            });
         };
         let host = Host::from_url_host(h);
         if self.host_allowed(&host) {
@@ -410,9 +575,10 @@ impl Policy {
         }
         match &host {
             Host::Ip(ip) => self.check_ip_for(&host, *ip),
-            Host::Name(n) if n == "localhost" || n.ends_with(".localhost") => {
-                Err(Refusal { host: n.clone(), kind: Kind::LocalName })
-            }
+            Host::Name(n) if n == "localhost" || n.ends_with(".localhost") => Err(Refusal {
+                host: n.clone(),
+                kind: Kind::LocalName,
+            }),
             Host::Name(_) => Ok(()),
         }
     }
@@ -424,7 +590,9 @@ impl Policy {
         if self.host_allowed(&host) {
             return Ok(());
         }
-        addrs.iter().try_for_each(|ip| self.check_ip_for(&host, *ip))
+        addrs
+            .iter()
+            .try_for_each(|ip| self.check_ip_for(&host, *ip))
     }
 }
 
@@ -440,7 +608,12 @@ pub struct SystemLookup;
 
 impl Lookup for SystemLookup {
     fn lookup(&self, host: String) -> BoxFuture<'static, io::Result<Vec<IpAddr>>> {
-        Box::pin(async move { Ok(tokio::net::lookup_host((host.as_str(), 0)).await?.map(|a| a.ip()).collect()) })
+        Box::pin(async move {
+            Ok(tokio::net::lookup_host((host.as_str(), 0))
+                .await?
+                .map(|a| a.ip())
+                .collect())
+        })
     }
 }
 
@@ -472,7 +645,9 @@ pub struct GuardedResolver {
 
 impl fmt::Debug for GuardedResolver {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GuardedResolver").field("policy", &self.policy).finish_non_exhaustive()
+        f.debug_struct("GuardedResolver")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
     }
 }
 
@@ -488,12 +663,18 @@ impl GuardedResolver {
 
     /// The addresses of `name`, all checked.
     pub async fn resolve_checked(&self, name: &str) -> Result<Vec<IpAddr>, ResolveError> {
-        let lookup = |source| ResolveError::Lookup { host: name.to_string(), source };
+        let lookup = |source| ResolveError::Lookup {
+            host: name.to_string(),
+            source,
+        };
         let found = self.inner.lookup(name.to_string()).await.map_err(lookup)?;
         let mut seen = HashSet::new();
         let addrs: Vec<IpAddr> = found.into_iter().filter(|a| seen.insert(*a)).collect();
         if addrs.is_empty() {
-            return Err(lookup(io::Error::new(io::ErrorKind::NotFound, "no addresses")));
+            return Err(lookup(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no addresses",
+            )));
         }
         self.policy.check_resolved(name, &addrs)?;
         Ok(addrs)
@@ -506,7 +687,8 @@ impl reqwest::dns::Resolve for GuardedResolver {
         let name = name.as_str().to_string();
         Box::pin(async move {
             let addrs = this.resolve_checked(&name).await?;
-            let out: reqwest::dns::Addrs = Box::new(addrs.into_iter().map(|ip| SocketAddr::new(ip, 0)));
+            let out: reqwest::dns::Addrs =
+                Box::new(addrs.into_iter().map(|ip| SocketAddr::new(ip, 0)));
             Ok(out)
         })
     }
@@ -517,12 +699,23 @@ impl reqwest::dns::Resolve for GuardedResolver {
 /// request with a [`Refusal`].
 pub fn redirect_policy(policy: Arc<Policy>) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
-        let host = attempt.previous().first().and_then(|u| u.host_str()).unwrap_or("").to_string();
-        let refuse = |why| Refusal { host: host.clone(), kind: Kind::Redirect(why) };
+        let host = attempt
+            .previous()
+            .first()
+            .and_then(|u| u.host_str())
+            .unwrap_or("")
+            .to_string();
+        let refuse = |why| Refusal {
+            host: host.clone(),
+            kind: Kind::Redirect(why),
+        };
         if attempt.previous().len() > MAX_REDIRECTS {
             return attempt.error(refuse("too many redirects"));
         }
-        let same_origin = attempt.previous().first().is_some_and(|first| first.origin() == attempt.url().origin());
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
         if !same_origin {
             return attempt.error(refuse("it leads to another origin"));
         }
@@ -535,8 +728,15 @@ pub fn redirect_policy(policy: Arc<Policy>) -> reqwest::redirect::Policy {
 
 /// Applies the guard to `builder`: `resolver` (a [`GuardedResolver`], or one wrapping it), the
 /// redirect policy, and no proxy (a proxy would resolve names out of the guard's sight).
-pub fn guard(builder: reqwest::ClientBuilder, policy: Arc<Policy>, resolver: Arc<dyn reqwest::dns::Resolve>) -> reqwest::ClientBuilder {
-    builder.dns_resolver(resolver).redirect(redirect_policy(policy)).no_proxy()
+pub fn guard(
+    builder: reqwest::ClientBuilder,
+    policy: Arc<Policy>,
+    resolver: Arc<dyn reqwest::dns::Resolve>,
+) -> reqwest::ClientBuilder {
+    builder
+        .dns_resolver(resolver)
+        .redirect(redirect_policy(policy))
+        .no_proxy()
 }
 
 /// An HTTP client that connects only where `policy` allows (names through the system resolver).
@@ -545,7 +745,11 @@ pub fn guard(builder: reqwest::ClientBuilder, policy: Arc<Policy>, resolver: Arc
 pub fn guarded_client(policy: Policy, builder: reqwest::ClientBuilder) -> reqwest::Client {
     crate::install_tls();
     let policy = Arc::new(policy);
-    guard(builder, policy.clone(), Arc::new(GuardedResolver::system(policy)))
-        .build()
-        .expect("an HTTP client with a TLS provider installed")
+    guard(
+        builder,
+        policy.clone(),
+        Arc::new(GuardedResolver::system(policy)),
+    )
+    .build()
+    .expect("an HTTP client with a TLS provider installed")
 }

@@ -48,7 +48,10 @@ pub struct Record {
 
 /// A Response's status as stored (`in_progress`, `completed`...).
 pub(crate) fn status_of(r: &Response) -> String {
-    serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
+    serde_json::to_value(r.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
 }
 
 /// Whether a stored status (`queued`, `in_progress`, `completed`...) is that of a run not yet ended.
@@ -71,7 +74,9 @@ pub struct LiveRun {
 impl LiveRun {
     /// The run's current Response.
     pub fn response(&self) -> Response {
-        self.log.snapshot().unwrap_or_else(|| (*self.created).clone())
+        self.log
+            .snapshot()
+            .unwrap_or_else(|| (*self.created).clone())
     }
 }
 
@@ -94,7 +99,12 @@ pub struct Store {
 
 impl Store {
     pub fn memory() -> Self {
-        Store { live: Arc::default(), backend: Backend::Memory(memory::Memory::default()), ttl: None, failures: Arc::default() }
+        Store {
+            live: Arc::default(),
+            backend: Backend::Memory(memory::Memory::default()),
+            ttl: None,
+            failures: Arc::default(),
+        }
     }
 
     /// Opens the configured store; for SQLite, finishes runs a previous process left unfinished.
@@ -104,14 +114,21 @@ impl Store {
             StoreKind::Sqlite(path) => Backend::Sqlite(sqlite::Sqlite::open(path)?),
             StoreKind::Redis(url) => Backend::Redis(self::redis::Redis::open(url, ttl)?),
         };
-        Ok(Store { live: Arc::default(), backend, ttl, failures: Arc::default() })
+        Ok(Store {
+            live: Arc::default(),
+            backend,
+            ttl,
+            failures: Arc::default(),
+        })
     }
 
     /// The sink the run's emitter appends through.
     pub fn sink(&self, p: &Prepared) -> Arc<dyn LogSink> {
         match (&self.backend, p.request.store) {
             (Backend::Sqlite(s), true) => Arc::new(s.sink(&p.response.id)),
-            (Backend::Redis(r), true) => Arc::new(r.sink(&p.response.id, Some(self.fail_hook(&p.response.id)))),
+            (Backend::Redis(r), true) => {
+                Arc::new(r.sink(&p.response.id, Some(self.fail_hook(&p.response.id))))
+            }
             _ => Arc::new(Immediate),
         }
     }
@@ -123,7 +140,10 @@ impl Store {
         Arc::new(move |reason: String| {
             let run = live.lock().expect("store poisoned").get(&id).cloned();
             if let Some(run) = run {
-                failures.lock().expect("store poisoned").insert(id.clone(), reason);
+                failures
+                    .lock()
+                    .expect("store poisoned")
+                    .insert(id.clone(), reason);
                 run.cancel.cancel();
             }
         })
@@ -131,7 +151,11 @@ impl Store {
 
     /// Why the store ended this live run, if it did (the agent then ends it `failed`).
     pub fn failure(&self, id: &str) -> Option<String> {
-        self.failures.lock().expect("store poisoned").get(id).cloned()
+        self.failures
+            .lock()
+            .expect("store poisoned")
+            .get(id)
+            .cloned()
     }
 
     /// Fails fast (before a stored run starts) when the backend cannot keep it now.
@@ -156,12 +180,17 @@ impl Store {
         if !p.request.store {
             return;
         }
-        let record = Record { response: p.response.clone(), input: p.input.clone() };
+        let record = Record {
+            response: p.response.clone(),
+            input: p.input.clone(),
+        };
         let expires_at = self.ttl.map(|t| p.response.created_at + t.as_secs() as i64);
         match &self.backend {
             Backend::Memory(m) => m.insert(record, h.log.clone(), expires_at),
             Backend::Sqlite(s) => s.insert(&record, expires_at),
-            Backend::Redis(r) => r.insert(&record, expires_at, h.cancel.clone(), self.fail_hook(&h.id)),
+            Backend::Redis(r) => {
+                r.insert(&record, expires_at, h.cancel.clone(), self.fail_hook(&h.id))
+            }
         }
         self.live.lock().expect("store poisoned").insert(
             h.id.clone(),
@@ -201,7 +230,10 @@ impl Store {
     /// A run's Response and input items.
     pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
         if let Some(l) = self.live(id) {
-            return Ok(Some(Record { response: l.response(), input: l.input.to_vec() }));
+            return Ok(Some(Record {
+                response: l.response(),
+                input: l.input.to_vec(),
+            }));
         }
         match &self.backend {
             Backend::Memory(m) => Ok(m.record(id)),
@@ -237,7 +269,9 @@ impl Store {
             cur = record.response.previous_response_id.clone();
             chain.push(record);
             if chain.len() > 10_000 {
-                return Err(StoreError("previous_response_id chain is too long or cyclic".into()));
+                return Err(StoreError(
+                    "previous_response_id chain is too long or cyclic".into(),
+                ));
             }
         }
         let mut history = Vec::new();
@@ -250,7 +284,13 @@ impl Store {
 
     /// A stored item (input or output) by id, for `item_reference`.
     pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
-        let live: Vec<LiveRun> = self.live.lock().expect("store poisoned").values().cloned().collect();
+        let live: Vec<LiveRun> = self
+            .live
+            .lock()
+            .expect("store poisoned")
+            .values()
+            .cloned()
+            .collect();
         for l in live {
             if let Some(i) = l.input.iter().find(|i| i.id() == Some(id)) {
                 return Ok(Some(i.clone()));
@@ -284,7 +324,13 @@ impl Store {
 
     /// Removes runs whose time to live has passed; returns how many.
     pub async fn expire(&self, now: i64) -> Result<usize, StoreError> {
-        let live: Vec<String> = self.live.lock().expect("store poisoned").keys().cloned().collect();
+        let live: Vec<String> = self
+            .live
+            .lock()
+            .expect("store poisoned")
+            .keys()
+            .cloned()
+            .collect();
         match &self.backend {
             Backend::Memory(m) => Ok(m.expire(now, &live)),
             Backend::Sqlite(s) => s.expire(now, live).await,

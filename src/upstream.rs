@@ -26,7 +26,12 @@ pub enum ModelEvent {
     Reasoning(String),
     /// A tool-call fragment: `index` identifies the call within the turn; `id` and `name` come
     /// with the first fragment, `arguments` is the next piece of the JSON arguments.
-    ToolCall { index: u32, id: Option<String>, name: Option<String>, arguments: String },
+    ToolCall {
+        index: u32,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
     Usage(Usage),
     Finish(FinishReason),
 }
@@ -113,7 +118,11 @@ pub struct TurnRequest {
 impl TurnRequest {
     /// Puts the sampling fields both wire formats share (same names in both) into `body`, and
     /// `max_output_tokens` under the format's own name for it.
-    pub(crate) fn insert_sampling(&self, body: &mut serde_json::Map<String, Value>, max_tokens_key: &str) {
+    pub(crate) fn insert_sampling(
+        &self,
+        body: &mut serde_json::Map<String, Value>,
+        max_tokens_key: &str,
+    ) {
         let mut put = |k: &str, v: Option<Value>| {
             if let Some(v) = v {
                 body.insert(k.to_string(), v);
@@ -133,7 +142,12 @@ pub enum UpstreamError {
     #[error("the upstream model server timed out: {0}")]
     Timeout(String),
     #[error("the upstream model server answered HTTP {status}: {message}")]
-    Status { status: u16, message: String, body: Option<Value>, retry_after: Option<Duration> },
+    Status {
+        status: u16,
+        message: String,
+        body: Option<Value>,
+        retry_after: Option<Duration>,
+    },
     #[error("the upstream model server sent an invalid stream: {0}")]
     Protocol(String),
     #[error("the upstream model stream ended early: {0}")]
@@ -177,7 +191,13 @@ impl Upstream {
             .tcp_nodelay(true)
             .build()
             .expect("reqwest client builds");
-        Upstream { api, base: base.trim_end_matches('/').to_string(), key, http, timeouts }
+        Upstream {
+            api,
+            base: base.trim_end_matches('/').to_string(),
+            key,
+            http,
+            timeouts,
+        }
     }
 
     pub fn base_url(&self) -> &str {
@@ -191,8 +211,14 @@ impl Upstream {
     /// Starts one model turn; returns once the upstream answered with a streaming 200.
     pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
         let (path, body) = match self.api {
-            UpstreamApi::Chat => ("/chat/completions", serde_json::to_vec(&chat::request_body(req))),
-            UpstreamApi::Responses => ("/responses", serde_json::to_vec(&responses::request_body(req))),
+            UpstreamApi::Chat => (
+                "/chat/completions",
+                serde_json::to_vec(&chat::request_body(req)),
+            ),
+            UpstreamApi::Responses => (
+                "/responses",
+                serde_json::to_vec(&responses::request_body(req)),
+            ),
         };
         let body = bytes::Bytes::from(body.expect("request bodies always serialize"));
         let resp = self.post(path, body, req.client_bearer.as_deref()).await?;
@@ -206,7 +232,12 @@ impl Upstream {
     /// Sends a turn, retrying (with backoff, honouring `Retry-After` up to a bound) while the
     /// upstream refuses before any byte of an answer: 429, 5xx, or no connection. Never retries
     /// once an answer started.
-    async fn post(&self, path: &str, body: bytes::Bytes, client_bearer: Option<&str>) -> Result<reqwest::Response, UpstreamError> {
+    async fn post(
+        &self,
+        path: &str,
+        body: bytes::Bytes,
+        client_bearer: Option<&str>,
+    ) -> Result<reqwest::Response, UpstreamError> {
         let mut attempt = 0;
         loop {
             let mut rb = self
@@ -219,14 +250,21 @@ impl Upstream {
                 rb = rb.bearer_auth(k);
             }
             let result = match tokio::time::timeout(self.timeouts.first_byte, rb.send()).await {
-                Err(_) => Err(UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte))),
+                Err(_) => Err(UpstreamError::Timeout(format!(
+                    "no response within {:?}",
+                    self.timeouts.first_byte
+                ))),
                 Ok(sent) => match sent {
                     Ok(resp) => check_status(resp).await,
                     Err(e) => Err(transport_error(e)),
                 },
             };
             let wait = match &result {
-                Err(UpstreamError::Status { status, retry_after, .. }) if *status == 429 || *status >= 500 => {
+                Err(UpstreamError::Status {
+                    status,
+                    retry_after,
+                    ..
+                }) if *status == 429 || *status >= 500 => {
                     retry_after.unwrap_or_else(|| backoff(attempt))
                 }
                 Err(UpstreamError::Connect(_)) => backoff(attempt),
@@ -236,20 +274,29 @@ impl Upstream {
                 return result;
             }
             attempt += 1;
-            tracing::warn!(attempt, wait_ms = wait.as_millis() as u64, "retrying the upstream request");
+            tracing::warn!(
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "retrying the upstream request"
+            );
             tokio::time::sleep(wait).await;
         }
     }
 
     /// `GET {base}/models`, passed through: status and body.
-    pub async fn models(&self, client_bearer: Option<&str>) -> Result<(u16, bytes::Bytes), UpstreamError> {
+    pub async fn models(
+        &self,
+        client_bearer: Option<&str>,
+    ) -> Result<(u16, bytes::Bytes), UpstreamError> {
         let mut rb = self.http.get(format!("{}/models", self.base));
         if let Some(k) = self.bearer(client_bearer) {
             rb = rb.bearer_auth(k);
         }
         let resp = tokio::time::timeout(self.timeouts.first_byte, rb.send())
             .await
-            .map_err(|_| UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte)))?
+            .map_err(|_| {
+                UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte))
+            })?
             .map_err(transport_error)?;
         let status = resp.status().as_u16();
         let body = resp.bytes().await.map_err(transport_error)?;
@@ -266,7 +313,13 @@ pub(crate) fn transport_error(e: reqwest::Error) -> UpstreamError {
         msg = format!("{msg}: {s}");
         src = s.source();
     }
-    if e.is_timeout() { UpstreamError::Timeout(msg) } else if e.is_connect() { UpstreamError::Connect(msg) } else { UpstreamError::Protocol(msg) }
+    if e.is_timeout() {
+        UpstreamError::Timeout(msg)
+    } else if e.is_connect() {
+        UpstreamError::Connect(msg)
+    } else {
+        UpstreamError::Protocol(msg)
+    }
 }
 
 /// The longest `Retry-After` the relay waits out before giving up.
@@ -292,14 +345,30 @@ async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, Upst
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
     let message = body
         .as_ref()
-        .and_then(|b| b.pointer("/error/message").or_else(|| b.get("message")).or_else(|| b.get("error")))
+        .and_then(|b| {
+            b.pointer("/error/message")
+                .or_else(|| b.get("message"))
+                .or_else(|| b.get("error"))
+        })
         .and_then(|m| m.as_str().map(str::to_string))
-        .unwrap_or_else(|| String::from_utf8_lossy(&bytes[..bytes.len().min(512)]).trim().to_string());
-    Err(UpstreamError::Status { status: status.as_u16(), message, body, retry_after })
+        .unwrap_or_else(|| {
+            String::from_utf8_lossy(&bytes[..bytes.len().min(512)])
+                .trim()
+                .to_string()
+        });
+    Err(UpstreamError::Status {
+        status: status.as_u16(),
+        message,
+        body,
+        retry_after,
+    })
 }
 
 /// Reads SSE events from an upstream answer, with an idle timeout between events; `[DONE]` ends.
-pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<Item = Result<SseData, UpstreamError>> + Send {
+pub(crate) fn sse_data(
+    resp: reqwest::Response,
+    idle: Duration,
+) -> impl Stream<Item = Result<SseData, UpstreamError>> + Send {
     use futures::StreamExt;
     async_stream::stream! {
         let mut body = resp.bytes_stream();
@@ -352,7 +421,9 @@ pub(crate) fn sse_data(resp: reqwest::Response, idle: Duration) -> impl Stream<I
 }
 
 pub(crate) enum SseData {
-    Event { data: String },
+    Event {
+        data: String,
+    },
     /// `data: [DONE]`.
     Done,
     /// The body ended.

@@ -23,11 +23,18 @@ pub struct FieldError {
 
 impl FieldError {
     pub fn new(param: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError { param: param.into(), message: message.into(), code: None }
+        FieldError {
+            param: param.into(),
+            message: message.into(),
+            code: None,
+        }
     }
 
     pub fn invalid_value(param: impl Into<String>, message: impl Into<String>) -> Self {
-        FieldError { code: Some("invalid_value"), ..Self::new(param, message) }
+        FieldError {
+            code: Some("invalid_value"),
+            ..Self::new(param, message)
+        }
     }
 
     pub fn missing(param: impl Into<String>) -> Self {
@@ -49,6 +56,9 @@ impl FieldError {
     }
 
     pub fn unsupported(param: impl Into<String>, why: impl Into<String>) -> Self {
-        FieldError { code: Some("unsupported_parameter"), ..Self::new(param, why) }
+        FieldError {
+            code: Some("unsupported_parameter"),
+            ..Self::new(param, why)
+        }
     }
 }

@@ -23,13 +23,29 @@ pub enum Event {
     Failed { response: Box<Response> },
 
     #[serde(rename = "response.output_item.added")]
-    OutputItemAdded { output_index: usize, item: OutputItem },
+    OutputItemAdded {
+        output_index: usize,
+        item: OutputItem,
+    },
     #[serde(rename = "response.output_item.done")]
-    OutputItemDone { output_index: usize, item: OutputItem },
+    OutputItemDone {
+        output_index: usize,
+        item: OutputItem,
+    },
     #[serde(rename = "response.content_part.added")]
-    ContentPartAdded { item_id: String, output_index: usize, content_index: usize, part: ContentPart },
+    ContentPartAdded {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ContentPart,
+    },
     #[serde(rename = "response.content_part.done")]
-    ContentPartDone { item_id: String, output_index: usize, content_index: usize, part: ContentPart },
+    ContentPartDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        part: ContentPart,
+    },
 
     #[serde(rename = "response.output_text.delta")]
     OutputTextDelta {
@@ -48,35 +64,90 @@ pub enum Event {
         logprobs: Vec<Value>,
     },
     #[serde(rename = "response.refusal.delta")]
-    RefusalDelta { item_id: String, output_index: usize, content_index: usize, delta: String },
+    RefusalDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
     #[serde(rename = "response.refusal.done")]
-    RefusalDone { item_id: String, output_index: usize, content_index: usize, refusal: String },
+    RefusalDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        refusal: String,
+    },
     #[serde(rename = "response.reasoning_text.delta")]
-    ReasoningTextDelta { item_id: String, output_index: usize, content_index: usize, delta: String },
+    ReasoningTextDelta {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        delta: String,
+    },
     #[serde(rename = "response.reasoning_text.done")]
-    ReasoningTextDone { item_id: String, output_index: usize, content_index: usize, text: String },
+    ReasoningTextDone {
+        item_id: String,
+        output_index: usize,
+        content_index: usize,
+        text: String,
+    },
 
     #[serde(rename = "response.function_call_arguments.delta")]
-    FunctionCallArgumentsDelta { item_id: String, output_index: usize, delta: String },
+    FunctionCallArgumentsDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
     #[serde(rename = "response.function_call_arguments.done")]
-    FunctionCallArgumentsDone { item_id: String, name: String, output_index: usize, arguments: String },
+    FunctionCallArgumentsDone {
+        item_id: String,
+        name: String,
+        output_index: usize,
+        arguments: String,
+    },
 
     #[serde(rename = "response.mcp_list_tools.in_progress")]
-    McpListToolsInProgress { item_id: String, output_index: usize },
+    McpListToolsInProgress {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_list_tools.completed")]
-    McpListToolsCompleted { item_id: String, output_index: usize },
+    McpListToolsCompleted {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_list_tools.failed")]
-    McpListToolsFailed { item_id: String, output_index: usize },
+    McpListToolsFailed {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_call.in_progress")]
-    McpCallInProgress { item_id: String, output_index: usize },
+    McpCallInProgress {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_call.completed")]
-    McpCallCompleted { item_id: String, output_index: usize },
+    McpCallCompleted {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_call.failed")]
-    McpCallFailed { item_id: String, output_index: usize },
+    McpCallFailed {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.mcp_call_arguments.delta")]
-    McpCallArgumentsDelta { item_id: String, output_index: usize, delta: String },
+    McpCallArgumentsDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
     #[serde(rename = "response.mcp_call_arguments.done")]
-    McpCallArgumentsDone { item_id: String, output_index: usize, arguments: String },
+    McpCallArgumentsDone {
+        item_id: String,
+        output_index: usize,
+        arguments: String,
+    },
 }
 
 impl Event {
@@ -127,30 +198,99 @@ impl Event {
 
     /// Whether this event ends the stream (`completed`, `incomplete` or `failed`).
     pub fn is_terminal(&self) -> bool {
-        matches!(self, Event::Completed { .. } | Event::Incomplete { .. } | Event::Failed { .. })
+        matches!(
+            self,
+            Event::Completed { .. } | Event::Incomplete { .. } | Event::Failed { .. }
+        )
     }
 
     /// `(item_id, output_index)` for events scoped to one output item.
     pub fn item_scope(&self) -> Option<(&str, usize)> {
         match self {
-            Event::ContentPartAdded { item_id, output_index, .. }
-            | Event::ContentPartDone { item_id, output_index, .. }
-            | Event::OutputTextDelta { item_id, output_index, .. }
-            | Event::OutputTextDone { item_id, output_index, .. }
-            | Event::RefusalDelta { item_id, output_index, .. }
-            | Event::RefusalDone { item_id, output_index, .. }
-            | Event::ReasoningTextDelta { item_id, output_index, .. }
-            | Event::ReasoningTextDone { item_id, output_index, .. }
-            | Event::FunctionCallArgumentsDelta { item_id, output_index, .. }
-            | Event::FunctionCallArgumentsDone { item_id, output_index, .. }
-            | Event::McpListToolsInProgress { item_id, output_index }
-            | Event::McpListToolsCompleted { item_id, output_index }
-            | Event::McpListToolsFailed { item_id, output_index }
-            | Event::McpCallInProgress { item_id, output_index }
-            | Event::McpCallCompleted { item_id, output_index }
-            | Event::McpCallFailed { item_id, output_index }
-            | Event::McpCallArgumentsDelta { item_id, output_index, .. }
-            | Event::McpCallArgumentsDone { item_id, output_index, .. } => Some((item_id, *output_index)),
+            Event::ContentPartAdded {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ContentPartDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::OutputTextDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::OutputTextDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::RefusalDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::RefusalDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ReasoningTextDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ReasoningTextDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::FunctionCallArgumentsDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::FunctionCallArgumentsDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::McpListToolsInProgress {
+                item_id,
+                output_index,
+            }
+            | Event::McpListToolsCompleted {
+                item_id,
+                output_index,
+            }
+            | Event::McpListToolsFailed {
+                item_id,
+                output_index,
+            }
+            | Event::McpCallInProgress {
+                item_id,
+                output_index,
+            }
+            | Event::McpCallCompleted {
+                item_id,
+                output_index,
+            }
+            | Event::McpCallFailed {
+                item_id,
+                output_index,
+            }
+            | Event::McpCallArgumentsDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::McpCallArgumentsDone {
+                item_id,
+                output_index,
+                ..
+            } => Some((item_id, *output_index)),
             _ => None,
         }
     }

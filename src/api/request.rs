@@ -126,8 +126,13 @@ pub enum ToolChoice {
     Auto,
     None,
     Required,
-    Function { name: String },
-    Mcp { server_label: String, name: Option<String> },
+    Function {
+        name: String,
+    },
+    Mcp {
+        server_label: String,
+        name: Option<String>,
+    },
 }
 
 /// A message's role.
@@ -194,12 +199,15 @@ impl<'de> Deserialize<'de> for MessageContent {
                 let mut out = Vec::with_capacity(parts.len());
                 for (i, p) in parts.into_iter().enumerate() {
                     out.push(
-                        serde_json::from_value(p).map_err(|e| D::Error::custom(format!("content[{i}]: {e}")))?,
+                        serde_json::from_value(p)
+                            .map_err(|e| D::Error::custom(format!("content[{i}]: {e}")))?,
                     );
                 }
                 Ok(MessageContent::Parts(out))
             }
-            _ => Err(D::Error::custom("content must be a string or an array of content parts")),
+            _ => Err(D::Error::custom(
+                "content must be a string or an array of content parts",
+            )),
         }
     }
 }
@@ -212,7 +220,9 @@ impl MessageContent {
             MessageContent::Parts(parts) => parts
                 .iter()
                 .filter_map(|p| match p {
-                    InputPart::InputText { text } | InputPart::OutputText { text, .. } => Some(text.as_str()),
+                    InputPart::InputText { text } | InputPart::OutputText { text, .. } => {
+                        Some(text.as_str())
+                    }
                     InputPart::Refusal { refusal } => Some(refusal.as_str()),
                     _ => None,
                 })
@@ -400,7 +410,10 @@ pub fn parse_create(body: &[u8]) -> Result<CreateRequest, FieldError> {
         code: None,
     })?;
     if !value.is_object() {
-        return Err(FieldError::new("", "The request body must be a JSON object."));
+        return Err(FieldError::new(
+            "",
+            "The request body must be a JSON object.",
+        ));
     }
     let raw: CreateResponse = from_value_at(value, "")?;
     validate(raw)
@@ -408,7 +421,10 @@ pub fn parse_create(body: &[u8]) -> Result<CreateRequest, FieldError> {
 
 /// Deserializes `value`, turning a serde error into a [`FieldError`] whose `param` is the path of
 /// the bad field below `base`.
-pub fn from_value_at<T: serde::de::DeserializeOwned>(value: Value, base: &str) -> Result<T, FieldError> {
+pub fn from_value_at<T: serde::de::DeserializeOwned>(
+    value: Value,
+    base: &str,
+) -> Result<T, FieldError> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let path = e.path().to_string();
         let mut param = join_path(base, if path == "." { "" } else { &path });
@@ -436,15 +452,30 @@ pub fn from_value_at<T: serde::de::DeserializeOwned>(value: Value, base: &str) -
         }
         if msg.starts_with("unknown variant `") {
             param = join_path(&param, "type");
-            let got = msg.trim_start_matches("unknown variant `").split('`').next().unwrap_or_default();
-            let expected = msg.split("expected ").nth(1).unwrap_or("").trim_end_matches(|c| c == '.');
+            let got = msg
+                .trim_start_matches("unknown variant `")
+                .split('`')
+                .next()
+                .unwrap_or_default();
+            let expected = msg
+                .split("expected ")
+                .nth(1)
+                .unwrap_or("")
+                .trim_end_matches(|c| c == '.');
             return FieldError::invalid_value(
                 param.clone(),
                 format!("Invalid value: '{got}'. Supported values for '{param}' are: {expected}."),
             );
         }
-        let shown = if param.is_empty() { "body".to_string() } else { param.clone() };
-        FieldError { code: Some("invalid_type"), ..FieldError::new(param, format!("Invalid '{shown}': {msg}")) }
+        let shown = if param.is_empty() {
+            "body".to_string()
+        } else {
+            param.clone()
+        };
+        FieldError {
+            code: Some("invalid_type"),
+            ..FieldError::new(param, format!("Invalid '{shown}': {msg}"))
+        }
     })
 }
 
@@ -463,12 +494,17 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         _ => return Err(FieldError::missing("model")),
     };
     let input = match raw.input {
-        None | Some(Value::Null) if raw.previous_response_id.is_none() => return Err(FieldError::missing("input")),
+        None | Some(Value::Null) if raw.previous_response_id.is_none() => {
+            return Err(FieldError::missing("input"));
+        }
         None | Some(Value::Null) => Vec::new(),
         Some(v) => parse_input(v)?,
     };
     let tools = parse_tools(raw.tools.unwrap_or_default())?;
-    let tool_choice_echo = raw.tool_choice.clone().unwrap_or_else(|| Value::String("auto".into()));
+    let tool_choice_echo = raw
+        .tool_choice
+        .clone()
+        .unwrap_or_else(|| Value::String("auto".into()));
     let tool_choice = parse_tool_choice(raw.tool_choice, &tools)?;
     let range = |name: &str, v: Option<f64>, lo: f64, hi: f64| -> Result<Option<f64>, FieldError> {
         match v {
@@ -483,7 +519,9 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         match v {
             Some(x) if x < lo => Err(FieldError::invalid_value(
                 name,
-                format!("Invalid '{name}': integer below minimum value. Expected a value >= {lo}, but got {x} instead."),
+                format!(
+                    "Invalid '{name}': integer below minimum value. Expected a value >= {lo}, but got {x} instead."
+                ),
             )),
             other => Ok(other.map(|x| x as u64)),
         }
@@ -496,33 +534,56 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
     if let Some(n) = raw.top_logprobs
         && n != 0
     {
-        return Err(FieldError::unsupported("top_logprobs", "top_logprobs is not supported by this relay; omit it or send 0."));
+        return Err(FieldError::unsupported(
+            "top_logprobs",
+            "top_logprobs is not supported by this relay; omit it or send 0.",
+        ));
     }
     let metadata = raw.metadata.unwrap_or_default();
     if metadata.len() > 16 {
-        return Err(FieldError::invalid_value("metadata", "Invalid 'metadata': at most 16 key-value pairs are allowed."));
+        return Err(FieldError::invalid_value(
+            "metadata",
+            "Invalid 'metadata': at most 16 key-value pairs are allowed.",
+        ));
     }
     for (k, v) in &metadata {
         if k.chars().count() > 64 {
-            return Err(FieldError::invalid_value(format!("metadata.{k}"), "Invalid 'metadata': keys are at most 64 characters."));
+            return Err(FieldError::invalid_value(
+                format!("metadata.{k}"),
+                "Invalid 'metadata': keys are at most 64 characters.",
+            ));
         }
         match v {
             Value::String(s) if s.chars().count() <= 512 => {}
             Value::String(_) => {
-                return Err(FieldError::invalid_value(format!("metadata.{k}"), "Invalid 'metadata': values are at most 512 characters."));
+                return Err(FieldError::invalid_value(
+                    format!("metadata.{k}"),
+                    "Invalid 'metadata': values are at most 512 characters.",
+                ));
             }
-            _ => return Err(FieldError::new(format!("metadata.{k}"), "Invalid 'metadata': values must be strings.")),
+            _ => {
+                return Err(FieldError::new(
+                    format!("metadata.{k}"),
+                    "Invalid 'metadata': values must be strings.",
+                ));
+            }
         }
     }
     let store = raw.store.unwrap_or(true);
     let background = raw.background.unwrap_or(false);
     if background && !store {
-        return Err(FieldError::invalid_value("background", "Background mode requires 'store' to be true."));
+        return Err(FieldError::invalid_value(
+            "background",
+            "Background mode requires 'store' to be true.",
+        ));
     }
     if let Some(id) = &raw.previous_response_id
         && id.trim().is_empty()
     {
-        return Err(FieldError::invalid_value("previous_response_id", "Invalid 'previous_response_id': empty string."));
+        return Err(FieldError::invalid_value(
+            "previous_response_id",
+            "Invalid 'previous_response_id': empty string.",
+        ));
     }
     let text = raw.text.unwrap_or_default();
     if let Some(v) = &text.verbosity
@@ -537,11 +598,16 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         if !valid_name(name) {
             return Err(FieldError::invalid_value(
                 "text.format.name",
-                format!("Invalid 'text.format.name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'."),
+                format!(
+                    "Invalid 'text.format.name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'."
+                ),
             ));
         }
         if !schema.is_object() {
-            return Err(FieldError::new("text.format.schema", "Invalid 'text.format.schema': expected a JSON Schema object."));
+            return Err(FieldError::new(
+                "text.format.schema",
+                "Invalid 'text.format.schema': expected a JSON Schema object.",
+            ));
         }
     }
     let reasoning = raw.reasoning.unwrap_or_default();
@@ -550,7 +616,10 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
     {
         return Err(FieldError::invalid_value(
             "reasoning.effort",
-            format!("Invalid value: '{e}'. Supported values are: {}.", quoted(EFFORTS)),
+            format!(
+                "Invalid value: '{e}'. Supported values are: {}.",
+                quoted(EFFORTS)
+            ),
         ));
     }
     let summary = reasoning.summary.or(reasoning.generate_summary);
@@ -559,7 +628,9 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
     {
         return Err(FieldError::invalid_value(
             "reasoning.summary",
-            format!("Invalid value: '{s}'. Supported values are: 'auto', 'concise', and 'detailed'."),
+            format!(
+                "Invalid value: '{s}'. Supported values are: 'auto', 'concise', and 'detailed'."
+            ),
         ));
     }
     let truncation = raw.truncation.unwrap_or_else(|| "disabled".into());
@@ -573,7 +644,10 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         if !INCLUDE_VALUES.contains(&inc.as_str()) {
             return Err(FieldError::invalid_value(
                 format!("include[{i}]"),
-                format!("Invalid value: '{inc}'. Supported values are: {}.", quoted(INCLUDE_VALUES)),
+                format!(
+                    "Invalid value: '{inc}'. Supported values are: {}.",
+                    quoted(INCLUDE_VALUES)
+                ),
             ));
         }
     }
@@ -616,14 +690,20 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
 }
 
 fn quoted(values: &[&str]) -> String {
-    values.iter().map(|v| format!("'{v}'")).collect::<Vec<_>>().join(", ")
+    values
+        .iter()
+        .map(|v| format!("'{v}'"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Whether `name` is a valid function name for OpenAI-compatible upstreams.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 64
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// `input`: a string (one user message) or a list of items.
@@ -640,7 +720,10 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
             for (i, mut item) in items.into_iter().enumerate() {
                 let param = format!("input[{i}]");
                 let Some(obj) = item.as_object_mut() else {
-                    return Err(FieldError::new(param, format!("Invalid 'input[{i}]': expected an object.")));
+                    return Err(FieldError::new(
+                        param,
+                        format!("Invalid 'input[{i}]': expected an object."),
+                    ));
                 };
                 // EasyInputMessage: `{role, content}` without a type is a message.
                 if !obj.contains_key("type") || obj.get("type") == Some(&Value::Null) {
@@ -659,7 +742,10 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
             }
             Ok(out)
         }
-        _ => Err(FieldError::new("input", "Invalid 'input': expected a string or an array of input items.")),
+        _ => Err(FieldError::new(
+            "input",
+            "Invalid 'input': expected a string or an array of input items.",
+        )),
     }
 }
 
@@ -685,7 +771,10 @@ fn check_item_kind(item: &Value, param: &str) -> Result<(), FieldError> {
     if !ITEM_TYPES.contains(&kind) {
         return Err(FieldError::invalid_value(
             format!("{param}.type"),
-            format!("Invalid value: '{kind}'. Supported values are: {}.", quoted(ITEM_TYPES)),
+            format!(
+                "Invalid value: '{kind}'. Supported values are: {}.",
+                quoted(ITEM_TYPES)
+            ),
         ));
     }
     if kind == "message" {
@@ -695,7 +784,10 @@ fn check_item_kind(item: &Value, param: &str) -> Result<(), FieldError> {
             Some(other) => {
                 return Err(FieldError::invalid_value(
                     format!("{param}.role"),
-                    format!("Invalid value: {other}. Supported values are: {}.", quoted(ROLES)),
+                    format!(
+                        "Invalid value: {other}. Supported values are: {}.",
+                        quoted(ROLES)
+                    ),
                 ));
             }
         }
@@ -704,12 +796,18 @@ fn check_item_kind(item: &Value, param: &str) -> Result<(), FieldError> {
 }
 
 fn check_input_item(item: &InputItem, param: &str) -> Result<(), FieldError> {
-    let InputItem::Message(m) = item else { return Ok(()) };
-    let MessageContent::Parts(parts) = &m.content else { return Ok(()) };
+    let InputItem::Message(m) = item else {
+        return Ok(());
+    };
+    let MessageContent::Parts(parts) = &m.content else {
+        return Ok(());
+    };
     for (j, part) in parts.iter().enumerate() {
         let at = format!("{param}.content[{j}]");
         match part {
-            InputPart::InputImage { image_url, file_id, .. } => {
+            InputPart::InputImage {
+                image_url, file_id, ..
+            } => {
                 if file_id.is_some() {
                     return Err(FieldError::unsupported(
                         format!("{at}.file_id"),
@@ -720,19 +818,32 @@ fn check_input_item(item: &InputItem, param: &str) -> Result<(), FieldError> {
                     return Err(FieldError::missing(format!("{at}.image_url")));
                 }
             }
-            InputPart::InputFile { file_data, file_id, file_url, .. } => {
+            InputPart::InputFile {
+                file_data,
+                file_id,
+                file_url,
+                ..
+            } => {
                 if file_id.is_some() || file_url.is_some() {
-                    let which = if file_id.is_some() { "file_id" } else { "file_url" };
+                    let which = if file_id.is_some() {
+                        "file_id"
+                    } else {
+                        "file_url"
+                    };
                     return Err(FieldError::unsupported(
                         format!("{at}.{which}"),
-                        format!("'{which}' is not supported by this relay; send the file inline as 'file_data' (a data: URL)."),
+                        format!(
+                            "'{which}' is not supported by this relay; send the file inline as 'file_data' (a data: URL)."
+                        ),
                     ));
                 }
                 if file_data.is_none() {
                     return Err(FieldError::missing(format!("{at}.file_data")));
                 }
             }
-            InputPart::OutputText { .. } | InputPart::Refusal { .. } if m.role != Role::Assistant => {
+            InputPart::OutputText { .. } | InputPart::Refusal { .. }
+                if m.role != Role::Assistant =>
+            {
                 return Err(FieldError::invalid_value(
                     format!("{at}.type"),
                     "Output content parts ('output_text', 'refusal') are only valid in assistant messages.",
@@ -749,12 +860,20 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
     for (i, mut tool) in tools.into_iter().enumerate() {
         let param = format!("tools[{i}]");
         let Some(obj) = tool.as_object_mut() else {
-            return Err(FieldError::new(param, format!("Invalid 'tools[{i}]': expected an object.")));
+            return Err(FieldError::new(
+                param,
+                format!("Invalid 'tools[{i}]': expected an object."),
+            ));
         };
         let kind = match obj.remove("type") {
             Some(Value::String(k)) => k,
             None | Some(Value::Null) => return Err(FieldError::missing(format!("{param}.type"))),
-            Some(_) => return Err(FieldError::new(format!("{param}.type"), "Invalid type for 'type': expected a string.")),
+            Some(_) => {
+                return Err(FieldError::new(
+                    format!("{param}.type"),
+                    "Invalid type for 'type': expected a string.",
+                ));
+            }
         };
         match kind.as_str() {
             "function" => {
@@ -762,13 +881,18 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
                 if !valid_name(&f.name) {
                     return Err(FieldError::invalid_value(
                         format!("{param}.name"),
-                        format!("Invalid '{param}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."),
+                        format!(
+                            "Invalid '{param}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."
+                        ),
                     ));
                 }
                 if let Some(p) = &f.parameters
                     && !p.is_object()
                 {
-                    return Err(FieldError::new(format!("{param}.parameters"), "Invalid 'parameters': expected a JSON Schema object."));
+                    return Err(FieldError::new(
+                        format!("{param}.parameters"),
+                        "Invalid 'parameters': expected a JSON Schema object.",
+                    ));
                 }
                 out.push(ToolParam::Function(f));
             }
@@ -782,14 +906,19 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
                     ));
                 }
                 if out.iter().any(|t| matches!(t, ToolParam::ToolSearch(_))) {
-                    return Err(FieldError::invalid_value(format!("{param}.type"), "At most one 'tool_search' tool is allowed."));
+                    return Err(FieldError::invalid_value(
+                        format!("{param}.type"),
+                        "At most one 'tool_search' tool is allowed.",
+                    ));
                 }
                 out.push(ToolParam::ToolSearch(t));
             }
             other => {
                 return Err(FieldError::invalid_value(
                     format!("{param}.type"),
-                    format!("Tool type '{other}' is not supported by this relay. Supported tool types are: 'function', 'mcp' and 'tool_search'."),
+                    format!(
+                        "Tool type '{other}' is not supported by this relay. Supported tool types are: 'function', 'mcp' and 'tool_search'."
+                    ),
                 ));
             }
         }
@@ -809,24 +938,33 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
 }
 
 fn parse_tool_choice(choice: Option<Value>, tools: &[ToolParam]) -> Result<ToolChoice, FieldError> {
-    let Some(choice) = choice else { return Ok(ToolChoice::Auto) };
+    let Some(choice) = choice else {
+        return Ok(ToolChoice::Auto);
+    };
     let bad = |msg: String| FieldError::invalid_value("tool_choice", msg);
     match &choice {
         Value::Null => Ok(ToolChoice::Auto),
         Value::String(s) => match s.as_str() {
             "auto" => Ok(ToolChoice::Auto),
             "none" => Ok(ToolChoice::None),
-            "required" if tools.is_empty() => Err(bad("Invalid 'tool_choice': 'required' needs at least one tool in 'tools'.".into())),
+            "required" if tools.is_empty() => Err(bad(
+                "Invalid 'tool_choice': 'required' needs at least one tool in 'tools'.".into(),
+            )),
             "required" => Ok(ToolChoice::Required),
-            other => Err(bad(format!("Invalid value: '{other}'. Supported values are: 'none', 'auto', and 'required'."))),
+            other => Err(bad(format!(
+                "Invalid value: '{other}'. Supported values are: 'none', 'auto', and 'required'."
+            ))),
         },
         Value::Object(o) => {
             let kind = o.get("type").and_then(Value::as_str).unwrap_or_default();
             let str_field = |k: &str| o.get(k).and_then(Value::as_str).map(str::to_string);
             match kind {
                 "function" => {
-                    let name = str_field("name").ok_or_else(|| FieldError::missing("tool_choice.name"))?;
-                    let known = tools.iter().any(|t| matches!(t, ToolParam::Function(f) if f.name == name));
+                    let name =
+                        str_field("name").ok_or_else(|| FieldError::missing("tool_choice.name"))?;
+                    let known = tools
+                        .iter()
+                        .any(|t| matches!(t, ToolParam::Function(f) if f.name == name));
                     if !known {
                         return Err(FieldError::invalid_value(
                             "tool_choice.name",
@@ -836,26 +974,35 @@ fn parse_tool_choice(choice: Option<Value>, tools: &[ToolParam]) -> Result<ToolC
                     Ok(ToolChoice::Function { name })
                 }
                 "mcp" => {
-                    let server_label =
-                        str_field("server_label").ok_or_else(|| FieldError::missing("tool_choice.server_label"))?;
+                    let server_label = str_field("server_label")
+                        .ok_or_else(|| FieldError::missing("tool_choice.server_label"))?;
                     let known = tools.iter().any(
                         |t| matches!(t, ToolParam::Mcp(m) if m.server_label.as_deref() == Some(server_label.as_str())),
                     );
                     if !known {
                         return Err(FieldError::invalid_value(
                             "tool_choice.server_label",
-                            format!("MCP server '{server_label}' named in 'tool_choice' is not in 'tools'."),
+                            format!(
+                                "MCP server '{server_label}' named in 'tool_choice' is not in 'tools'."
+                            ),
                         ));
                     }
-                    Ok(ToolChoice::Mcp { server_label, name: str_field("name") })
+                    Ok(ToolChoice::Mcp {
+                        server_label,
+                        name: str_field("name"),
+                    })
                 }
                 "" => Err(FieldError::missing("tool_choice.type")),
                 other => Err(FieldError::invalid_value(
                     "tool_choice.type",
-                    format!("tool_choice type '{other}' is not supported by this relay. Supported: 'function', 'mcp', or the strings 'none', 'auto', 'required'."),
+                    format!(
+                        "tool_choice type '{other}' is not supported by this relay. Supported: 'function', 'mcp', or the strings 'none', 'auto', 'required'."
+                    ),
                 )),
             }
         }
-        _ => Err(bad("Invalid 'tool_choice': expected a string or an object.".into())),
+        _ => Err(bad(
+            "Invalid 'tool_choice': expected a string or an object.".into(),
+        )),
     }
 }

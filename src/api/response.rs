@@ -72,10 +72,19 @@ impl Usage {
     pub fn add(&mut self, other: &Usage) {
         let sum = |a: &mut u64, b: u64| *a = a.saturating_add(b);
         sum(&mut self.input_tokens, other.input_tokens);
-        sum(&mut self.input_tokens_details.cached_tokens, other.input_tokens_details.cached_tokens);
-        sum(&mut self.input_tokens_details.cache_write_tokens, other.input_tokens_details.cache_write_tokens);
+        sum(
+            &mut self.input_tokens_details.cached_tokens,
+            other.input_tokens_details.cached_tokens,
+        );
+        sum(
+            &mut self.input_tokens_details.cache_write_tokens,
+            other.input_tokens_details.cache_write_tokens,
+        );
         sum(&mut self.output_tokens, other.output_tokens);
-        sum(&mut self.output_tokens_details.reasoning_tokens, other.output_tokens_details.reasoning_tokens);
+        sum(
+            &mut self.output_tokens_details.reasoning_tokens,
+            other.output_tokens_details.reasoning_tokens,
+        );
         sum(&mut self.total_tokens, other.total_tokens);
     }
 }
@@ -128,14 +137,26 @@ pub struct Response {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum ContentPart {
-    OutputText { text: String, annotations: Vec<Value>, logprobs: Vec<Value> },
-    Refusal { refusal: String },
-    ReasoningText { text: String },
+    OutputText {
+        text: String,
+        annotations: Vec<Value>,
+        logprobs: Vec<Value>,
+    },
+    Refusal {
+        refusal: String,
+    },
+    ReasoningText {
+        text: String,
+    },
 }
 
 impl ContentPart {
     pub fn output_text(text: impl Into<String>) -> Self {
-        ContentPart::OutputText { text: text.into(), annotations: Vec::new(), logprobs: Vec::new() }
+        ContentPart::OutputText {
+            text: text.into(),
+            annotations: Vec::new(),
+            logprobs: Vec::new(),
+        }
     }
 
     /// The text this part carries, whatever its kind.

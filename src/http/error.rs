@@ -17,7 +17,13 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, kind: &str, message: impl Into<String>, param: Option<&str>, code: Option<&str>) -> Self {
+    pub fn new(
+        status: StatusCode,
+        kind: &str,
+        message: impl Into<String>,
+        param: Option<&str>,
+        code: Option<&str>,
+    ) -> Self {
         ApiError {
             status,
             body: ErrorBody {
@@ -45,15 +51,33 @@ impl ApiError {
 
     pub fn invalid(e: FieldError) -> Self {
         let param = (!e.param.is_empty()).then_some(e.param.as_str());
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", e.message.clone(), param, e.code)
+        Self::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            e.message.clone(),
+            param,
+            e.code,
+        )
     }
 
     pub fn not_found_route(method: &Method, path: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("Invalid URL ({method} {path})"), None, None)
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("Invalid URL ({method} {path})"),
+            None,
+            None,
+        )
     }
 
     pub fn response_not_found(id: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", format!("No response found with id '{id}'."), None, None)
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "invalid_request_error",
+            format!("No response found with id '{id}'."),
+            None,
+            None,
+        )
     }
 
     pub fn store(message: &str) -> Self {
@@ -69,7 +93,13 @@ impl ApiError {
             e.retry_after = Some(1);
             return e;
         }
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", "The relay's store failed; try again.", None, Some("store_error"))
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "server_error",
+            "The relay's store failed; try again.",
+            None,
+            Some("store_error"),
+        )
     }
 
     pub fn unauthorized() -> Self {
@@ -84,10 +114,23 @@ impl ApiError {
 
     pub fn upstream(e: &UpstreamError) -> Self {
         match e {
-            UpstreamError::Status { status, message, body, retry_after } if (400..500).contains(status) => {
+            UpstreamError::Status {
+                status,
+                message,
+                body,
+                retry_after,
+            } if (400..500).contains(status) => {
                 // The upstream's own 4xx, passed on with its envelope when it has one.
-                let inner = body.as_ref().and_then(|b| b.get("error")).filter(|e| e.is_object());
-                let field = |k: &str| inner.and_then(|i| i.get(k)).and_then(|v| v.as_str()).map(str::to_string);
+                let inner = body
+                    .as_ref()
+                    .and_then(|b| b.get("error"))
+                    .filter(|e| e.is_object());
+                let field = |k: &str| {
+                    inner
+                        .and_then(|i| i.get(k))
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                };
                 let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
                 ApiError {
                     status,
@@ -100,10 +143,20 @@ impl ApiError {
                     retry_after: retry_after.map(|d| d.as_secs().max(1)),
                 }
             }
-            UpstreamError::Timeout(_) => {
-                Self::new(StatusCode::GATEWAY_TIMEOUT, "server_error", e.to_string(), None, Some("upstream_timeout"))
-            }
-            _ => Self::new(StatusCode::BAD_GATEWAY, "server_error", e.to_string(), None, Some("upstream_error")),
+            UpstreamError::Timeout(_) => Self::new(
+                StatusCode::GATEWAY_TIMEOUT,
+                "server_error",
+                e.to_string(),
+                None,
+                Some("upstream_timeout"),
+            ),
+            _ => Self::new(
+                StatusCode::BAD_GATEWAY,
+                "server_error",
+                e.to_string(),
+                None,
+                Some("upstream_error"),
+            ),
         }
     }
 
@@ -111,7 +164,8 @@ impl ApiError {
         let body = serde_json::to_vec(&json!({"error": self.body})).expect("serializes");
         let mut resp = json_response(self.status, body);
         if let Some(s) = self.retry_after {
-            resp.headers_mut().insert(hyper::header::RETRY_AFTER, s.into());
+            resp.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, s.into());
         }
         resp
     }

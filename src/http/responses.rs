@@ -15,11 +15,18 @@ use crate::run;
 pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
     // The client's bearer goes upstream only when the relay has neither keys of its own nor an
     // upstream key (with relay keys, the bearer is a relay key and must stay here).
-    let client_bearer = if app.config().api_keys.is_empty() { super::bearer(&req) } else { None };
+    let client_bearer = if app.config().api_keys.is_empty() {
+        super::bearer(&req)
+    } else {
+        None
+    };
     let limit = app.config().max_body_bytes;
     let body = match Limited::new(req.into_body(), limit).collect().await {
         Ok(b) => b.to_bytes(),
-        Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "invalid_request_error",
@@ -29,7 +36,13 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
             ));
         }
         Err(e) => {
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", format!("Could not read the request body: {e}"), None, None));
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("Could not read the request body: {e}"),
+                None,
+                None,
+            ));
         }
     };
     let request = parse_create(&body)?;
@@ -39,12 +52,21 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
     let prepared = run::prepare(app, request, client_bearer).await?;
     let handle = run::start(app, prepared, permit);
     if stream {
-        let guard = (!background).then(|| CancelOnDrop::new(handle.cancel.clone(), handle.log.clone()));
-        return Ok(sse::stream(handle.log, 0, guard, app.config().limits.client_stall));
+        let guard =
+            (!background).then(|| CancelOnDrop::new(handle.cancel.clone(), handle.log.clone()));
+        return Ok(sse::stream(
+            handle.log,
+            0,
+            guard,
+            app.config().limits.client_stall,
+        ));
     }
     if background {
         // Answered at once with the run as created (`queued`); the run goes on without a client.
-        return Ok(json_response(StatusCode::OK, serde_json::to_vec(&handle.created).expect("serializes")));
+        return Ok(json_response(
+            StatusCode::OK,
+            serde_json::to_vec(&handle.created).expect("serializes"),
+        ));
     }
     // Not streamed: the client waits; if it goes away, the run is cancelled.
     let _guard = CancelOnDrop::new(handle.cancel.clone(), handle.log.clone());
@@ -52,8 +74,14 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
         let n = handle.log.len();
         handle.log.wait_past(n).await;
     }
-    let response = handle.log.snapshot().expect("a finished run has a response");
-    Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
+    let response = handle
+        .log
+        .snapshot()
+        .expect("a finished run has a response");
+    Ok(json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&response).expect("serializes"),
+    ))
 }
 
 /// `GET /v1/responses/{id}`, with `?stream=true&starting_after=N` for the log.
@@ -62,7 +90,12 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
     let stream = match q.get("stream") {
         None | Some("false") => false,
         Some("true") => true,
-        Some(other) => return Err(bad_query("stream", format!("Invalid value for 'stream': '{other}' (expected true or false)."))),
+        Some(other) => {
+            return Err(bad_query(
+                "stream",
+                format!("Invalid value for 'stream': '{other}' (expected true or false)."),
+            ));
+        }
     };
     if stream {
         let from = match q.get("starting_after") {
@@ -72,11 +105,27 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
                 .map(|n| n as usize + 1)
                 .map_err(|_| bad_query("starting_after", format!("Invalid value for 'starting_after': '{n}' (expected a non-negative integer).")))?,
         };
-        let log = app.store().log(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
-        return Ok(sse::stream(log, from, None, app.config().limits.client_stall));
+        let log = app
+            .store()
+            .log(id)
+            .await?
+            .ok_or_else(|| ApiError::response_not_found(id))?;
+        return Ok(sse::stream(
+            log,
+            from,
+            None,
+            app.config().limits.client_stall,
+        ));
     }
-    let response = app.store().response(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
-    Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
+    let response = app
+        .store()
+        .response(id)
+        .await?
+        .ok_or_else(|| ApiError::response_not_found(id))?;
+    Ok(json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&response).expect("serializes"),
+    ))
 }
 
 /// `DELETE /v1/responses/{id}`.
@@ -84,7 +133,10 @@ pub async fn delete(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
     if !app.store().delete(id).await? {
         return Err(ApiError::response_not_found(id));
     }
-    Ok(json_response(StatusCode::OK, json!({"id": id, "object": "response", "deleted": true}).to_string()))
+    Ok(json_response(
+        StatusCode::OK,
+        json!({"id": id, "object": "response", "deleted": true}).to_string(),
+    ))
 }
 
 /// `POST /v1/responses/{id}/cancel`: cancels a background run and answers with the cancelled
@@ -109,7 +161,11 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
         // Live on another relay sharing the store (Redis): its owner cancels it.
         app.store().cancel_elsewhere(id).await?;
     }
-    let response = app.store().response(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
+    let response = app
+        .store()
+        .response(id)
+        .await?
+        .ok_or_else(|| ApiError::response_not_found(id))?;
     if !response.background {
         return Err(synchronous());
     }
@@ -124,24 +180,45 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
             Some("response_already_finished"),
         ));
     }
-    Ok(json_response(StatusCode::OK, serde_json::to_vec(&response).expect("serializes")))
+    Ok(json_response(
+        StatusCode::OK,
+        serde_json::to_vec(&response).expect("serializes"),
+    ))
 }
 
 /// `GET /v1/responses/{id}/input_items`, paginated as OpenAI does.
-pub async fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
-    let record = app.store().record(id).await?.ok_or_else(|| ApiError::response_not_found(id))?;
+pub async fn input_items(
+    app: &App,
+    id: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
+    let record = app
+        .store()
+        .record(id)
+        .await?
+        .ok_or_else(|| ApiError::response_not_found(id))?;
     let q = Query::parse(query);
     let limit = match q.get("limit") {
         None => 20,
         Some(l) => match l.parse::<usize>() {
             Ok(n) if (1..=100).contains(&n) => n,
-            _ => return Err(bad_query("limit", format!("Invalid 'limit': '{l}'. Expected an integer between 1 and 100."))),
+            _ => {
+                return Err(bad_query(
+                    "limit",
+                    format!("Invalid 'limit': '{l}'. Expected an integer between 1 and 100."),
+                ));
+            }
         },
     };
     let desc = match q.get("order") {
         None | Some("desc") => true,
         Some("asc") => false,
-        Some(o) => return Err(bad_query("order", format!("Invalid value: '{o}'. Supported values are: 'asc' and 'desc'."))),
+        Some(o) => {
+            return Err(bad_query(
+                "order",
+                format!("Invalid value: '{o}'. Supported values are: 'asc' and 'desc'."),
+            ));
+        }
     };
     let mut items: Vec<_> = record.input.iter().collect();
     if desc {
@@ -149,11 +226,16 @@ pub async fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Res
     }
     let start = match q.get("after") {
         None => 0,
-        Some(after) => {
-            items.iter().position(|i| i.id() == Some(after)).map(|p| p + 1).ok_or_else(|| {
-                bad_query("after", format!("Item with id '{after}' not found in this response's input."))
-            })?
-        }
+        Some(after) => items
+            .iter()
+            .position(|i| i.id() == Some(after))
+            .map(|p| p + 1)
+            .ok_or_else(|| {
+                bad_query(
+                    "after",
+                    format!("Item with id '{after}' not found in this response's input."),
+                )
+            })?,
     };
     let page: Vec<_> = items.iter().skip(start).take(limit).collect();
     let has_more = start + page.len() < items.len();
@@ -169,13 +251,30 @@ pub async fn input_items(app: &App, id: &str, query: Option<&str>) -> Result<Res
 
 /// `GET /v1/models`, passed through from the upstream.
 pub async fn models(app: &App, req: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let client_bearer = if app.config().api_keys.is_empty() { super::bearer(req) } else { None };
-    let (status, body) = app.upstream().models(client_bearer.as_deref()).await.map_err(|e| ApiError::upstream(&e))?;
-    Ok(json_response(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY), body))
+    let client_bearer = if app.config().api_keys.is_empty() {
+        super::bearer(req)
+    } else {
+        None
+    };
+    let (status, body) = app
+        .upstream()
+        .models(client_bearer.as_deref())
+        .await
+        .map_err(|e| ApiError::upstream(&e))?;
+    Ok(json_response(
+        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        body,
+    ))
 }
 
 fn bad_query(param: &str, message: String) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message, Some(param), Some("invalid_value"))
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        message,
+        Some(param),
+        Some("invalid_value"),
+    )
 }
 
 /// A parsed query string (percent-decoded).
@@ -186,7 +285,11 @@ impl Query {
         Query(
             q.map(|q| {
                 reqwest::Url::parse(&format!("http://x/?{q}"))
-                    .map(|u| u.query_pairs().map(|(k, v)| (k.into_owned(), v.into_owned())).collect())
+                    .map(|u| {
+                        u.query_pairs()
+                            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                            .collect()
+                    })
                     .unwrap_or_default()
             })
             .unwrap_or_default(),
@@ -194,6 +297,9 @@ impl Query {
     }
 
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.0
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }

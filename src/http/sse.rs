@@ -41,7 +41,12 @@ impl Drop for CancelOnDrop {
 /// (a run this client owns), a client that stops reading for `stall` while events wait for it
 /// cancels the run: the relay never waits on a reader forever (and never buffers for one: readers
 /// are cursors over the run's one log).
-pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>, stall: Duration) -> Response<Body> {
+pub fn stream(
+    log: Arc<RunLog>,
+    from: usize,
+    guard: Option<CancelOnDrop>,
+    stall: Duration,
+) -> Response<Body> {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     let started = tokio::time::Instant::now();
     let progress = Arc::new((AtomicU64::new(0), AtomicUsize::new(from)));
@@ -55,9 +60,14 @@ pub fn stream(log: Arc<RunLog>, from: usize, guard: Option<CancelOnDrop>, stall:
                 if log.is_finished() && p.1.load(Ordering::Relaxed) >= log.len() {
                     return;
                 }
-                let idle = started.elapsed().saturating_sub(Duration::from_millis(p.0.load(Ordering::Relaxed)));
+                let idle = started
+                    .elapsed()
+                    .saturating_sub(Duration::from_millis(p.0.load(Ordering::Relaxed)));
                 if log.len() > p.1.load(Ordering::Relaxed) && idle > stall {
-                    tracing::warn!(stalled_ms = idle.as_millis() as u64, "the client stopped reading; cancelling its run");
+                    tracing::warn!(
+                        stalled_ms = idle.as_millis() as u64,
+                        "the client stopped reading; cancelling its run"
+                    );
                     token.cancel();
                     return;
                 }

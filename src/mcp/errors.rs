@@ -35,11 +35,18 @@ impl Failure {
 
     pub(super) fn into_call_error(self, spec: &ServerSpec) -> McpCallError {
         match self {
-            Failure::Protocol { code, message } => McpCallError::McpProtocolError { code, message: scrub(spec, &message) },
-            Failure::Http { status, message } => McpCallError::HttpError { code: status, message: scrub(spec, &message) },
-            Failure::Timeout { after } => {
-                McpCallError::McpProtocolError { code: -32001, message: format!("Request timed out after {}", human(after)) }
-            }
+            Failure::Protocol { code, message } => McpCallError::McpProtocolError {
+                code,
+                message: scrub(spec, &message),
+            },
+            Failure::Http { status, message } => McpCallError::HttpError {
+                code: status,
+                message: scrub(spec, &message),
+            },
+            Failure::Timeout { after } => McpCallError::McpProtocolError {
+                code: -32001,
+                message: format!("Request timed out after {}", human(after)),
+            },
         }
     }
 }
@@ -57,25 +64,46 @@ pub(super) fn human(d: Duration) -> String {
 
 pub(super) fn service_failure(e: &ServiceError) -> Failure {
     match e {
-        ServiceError::McpError(ed) => Failure::Protocol { code: i64::from(ed.code.0), message: ed.message.to_string() },
+        ServiceError::McpError(ed) => Failure::Protocol {
+            code: i64::from(ed.code.0),
+            message: ed.message.to_string(),
+        },
         ServiceError::TransportSend(dte) => transport_failure(dte.error.as_ref()),
-        ServiceError::TransportClosed => Failure::Http { status: 0, message: "the connection to the MCP server was closed".into() },
-        ServiceError::Cancelled { .. } => Failure::Http { status: 0, message: "the MCP session was cancelled".into() },
+        ServiceError::TransportClosed => Failure::Http {
+            status: 0,
+            message: "the connection to the MCP server was closed".into(),
+        },
+        ServiceError::Cancelled { .. } => Failure::Http {
+            status: 0,
+            message: "the MCP session was cancelled".into(),
+        },
         ServiceError::Timeout { timeout } => Failure::Timeout { after: *timeout },
-        other => Failure::Protocol { code: -32603, message: other.to_string() },
+        other => Failure::Protocol {
+            code: -32603,
+            message: other.to_string(),
+        },
     }
 }
 
 pub(super) fn init_failure(e: &ClientInitializeError) -> Failure {
     match e {
-        ClientInitializeError::JsonRpcError(ed) => {
-            Failure::Protocol { code: i64::from(ed.code.0), message: ed.message.to_string() }
+        ClientInitializeError::JsonRpcError(ed) => Failure::Protocol {
+            code: i64::from(ed.code.0),
+            message: ed.message.to_string(),
+        },
+        ClientInitializeError::TransportError { error, .. } => {
+            transport_failure(error.error.as_ref())
         }
-        ClientInitializeError::TransportError { error, .. } => transport_failure(error.error.as_ref()),
         ClientInitializeError::ConnectionClosed(_) | ClientInitializeError::Cancelled => {
-            Failure::Http { status: 0, message: "the connection to the MCP server was closed during initialization".into() }
+            Failure::Http {
+                status: 0,
+                message: "the connection to the MCP server was closed during initialization".into(),
+            }
         }
-        other => Failure::Protocol { code: -32603, message: format!("initialization failed: {other}") },
+        other => Failure::Protocol {
+            code: -32603,
+            message: format!("initialization failed: {other}"),
+        },
     }
 }
 
@@ -86,17 +114,38 @@ fn transport_failure(e: &(dyn StdError + Send + Sync + 'static)) -> Failure {
         if let Some(se) = c.downcast_ref::<HttpErr>() {
             match se {
                 StreamableHttpError::HttpStatus(h) => return status_failure(h.status, None),
-                StreamableHttpError::AuthRequired(_) => return status_failure(401, Some("authorization required")),
-                StreamableHttpError::InsufficientScope(_) => return status_failure(403, Some("insufficient scope")),
-                StreamableHttpError::SessionExpired => return status_failure(404, Some("session expired")),
+                StreamableHttpError::AuthRequired(_) => {
+                    return status_failure(401, Some("authorization required"));
+                }
+                StreamableHttpError::InsufficientScope(_) => {
+                    return status_failure(403, Some("insufficient scope"));
+                }
+                StreamableHttpError::SessionExpired => {
+                    return status_failure(404, Some("session expired"));
+                }
                 StreamableHttpError::UnexpectedServerResponse(m) => {
-                    if let Some(code) = m.strip_prefix("HTTP ").and_then(|r| r.get(..3)).and_then(|c| c.parse::<u16>().ok()) {
-                        return Failure::Http { status: code, message: m.to_string() };
+                    if let Some(code) = m
+                        .strip_prefix("HTTP ")
+                        .and_then(|r| r.get(..3))
+                        .and_then(|c| c.parse::<u16>().ok())
+                    {
+                        return Failure::Http {
+                            status: code,
+                            message: m.to_string(),
+                        };
                     }
-                    return Failure::Http { status: 0, message: format!("unexpected server response: {m}") };
+                    return Failure::Http {
+                        status: 0,
+                        message: format!("unexpected server response: {m}"),
+                    };
                 }
                 StreamableHttpError::Client(re) => return reqwest_failure(re),
-                other => return Failure::Http { status: 0, message: other.to_string() },
+                other => {
+                    return Failure::Http {
+                        status: 0,
+                        message: other.to_string(),
+                    };
+                }
             }
         }
         if let Some(h) = c.downcast_ref::<HttpStatusError>() {
@@ -107,16 +156,25 @@ fn transport_failure(e: &(dyn StdError + Send + Sync + 'static)) -> Failure {
         }
         cur = c.source();
     }
-    Failure::Http { status: 0, message: e.to_string() }
+    Failure::Http {
+        status: 0,
+        message: e.to_string(),
+    }
 }
 
 fn status_failure(status: u16, detail: Option<&str>) -> Failure {
-    let reason = reqwest::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
+    let reason = reqwest::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("");
     let message = match detail {
         Some(d) => format!("HTTP {status} {reason}: {d}"),
         None => format!("HTTP {status} {reason}"),
     };
-    Failure::Http { status, message: message.replace("  ", " ").trim_end().to_string() }
+    Failure::Http {
+        status,
+        message: message.replace("  ", " ").trim_end().to_string(),
+    }
 }
 
 /// A reqwest failure without its URL: what went wrong, then the causes.

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::model::ClientJsonRpcMessage;
-use rmcp::transport::streamable_http_client::{
-    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
-};
 use rmcp::transport::streamable_http_client::SseError;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
 use sse_stream::Sse;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +32,10 @@ impl SessionClient {
         SessionClient { inner, alive }
     }
 
-    async fn guarded<T>(&self, request: impl Future<Output = Result<T, Error>>) -> Result<T, Error> {
+    async fn guarded<T>(
+        &self,
+        request: impl Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
         tokio::select! {
             r = request => r.map_err(without_url),
             _ = self.alive.cancelled() => Err(StreamableHttpError::TransportChannelClosed),
@@ -57,7 +61,10 @@ impl StreamableHttpClient for SessionClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
-        self.guarded(self.inner.post_message(uri, message, session_id, auth_header, custom_headers))
+        self.guarded(
+            self.inner
+                .post_message(uri, message, session_id, auth_header, custom_headers),
+        )
     }
 
     fn post_message_with_max_sse_event_size(
@@ -88,7 +95,14 @@ impl StreamableHttpClient for SessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
-        self.guarded(self.inner.post_message_with_response_limits(uri, message, session_id, auth_header, custom_headers, limits))
+        self.guarded(self.inner.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        ))
     }
 
     fn delete_session(
@@ -99,7 +113,12 @@ impl StreamableHttpClient for SessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
         // Not guarded: ending the session politely happens after it was dropped.
-        async move { self.inner.delete_session(uri, session_id, auth_header, custom_headers).await.map_err(without_url) }
+        async move {
+            self.inner
+                .delete_session(uri, session_id, auth_header, custom_headers)
+                .await
+                .map_err(without_url)
+        }
     }
 
     fn get_stream(
@@ -109,8 +128,15 @@ impl StreamableHttpClient for SessionClient {
         last_event_id: Option<String>,
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, Error>> + Send + '_ {
-        self.guarded(self.inner.get_stream(uri, session_id, last_event_id, auth_header, custom_headers))
+    ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, Error>> + Send + '_
+    {
+        self.guarded(self.inner.get_stream(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+        ))
     }
 
     fn get_stream_with_max_sse_event_size(
@@ -121,7 +147,8 @@ impl StreamableHttpClient for SessionClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
-    ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, Error>> + Send + '_ {
+    ) -> impl Future<Output = Result<BoxStream<'static, Result<Sse, SseError>>, Error>> + Send + '_
+    {
         self.guarded(self.inner.get_stream_with_max_sse_event_size(
             uri,
             session_id,

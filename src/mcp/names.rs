@@ -15,7 +15,10 @@ const HASH_DIGITS: usize = 8;
 /// A name is `label__tool` when that is already valid and free; otherwise characters outside
 /// `[A-Za-z0-9_-]` become `_`, the name is cut to fit, and `_` plus a stable 8-digit hash of the
 /// original (label, tool) pair is appended, so lossy or colliding names never coincide.
-pub fn model_names(servers: &[(String, Vec<String>)], reserved: &HashSet<String>) -> Vec<(String, String, String)> {
+pub fn model_names(
+    servers: &[(String, Vec<String>)],
+    reserved: &HashSet<String>,
+) -> Vec<(String, String, String)> {
     let mut taken: HashSet<String> = reserved.clone();
     let mut out = Vec::new();
     // First pass: names that are exact and valid keep their readable form, so a tool's name does
@@ -48,11 +51,21 @@ pub fn model_names(servers: &[(String, Vec<String>)], reserved: &HashSet<String>
 fn valid(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= MAX_NAME
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 fn sanitize(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect()
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn hashed(label: &str, tool: &str, taken: &mut HashSet<String>) -> String {
@@ -60,7 +73,13 @@ fn hashed(label: &str, tool: &str, taken: &mut HashSet<String>) -> String {
     let keep = MAX_NAME - 1 - HASH_DIGITS;
     let stem = &base[..base.len().min(keep)];
     for salt in 0u32.. {
-        let h = fnv1a(&[label.as_bytes(), b"\0", tool.as_bytes(), b"\0", &salt.to_le_bytes()]);
+        let h = fnv1a(&[
+            label.as_bytes(),
+            b"\0",
+            tool.as_bytes(),
+            b"\0",
+            &salt.to_le_bytes(),
+        ]);
         let name = format!("{stem}_{:0width$x}", h & 0xffff_ffff, width = HASH_DIGITS);
         if taken.insert(name.clone()) {
             return name;
@@ -87,7 +106,10 @@ mod tests {
 
     #[test]
     fn lossy_names_get_a_hash_whatever_the_order() {
-        let s = vec![("srv".to_string(), vec!["a.b".to_string(), "a_b".to_string()])];
+        let s = vec![(
+            "srv".to_string(),
+            vec!["a.b".to_string(), "a_b".to_string()],
+        )];
         let n = model_names(&s, &HashSet::new());
         assert_eq!(n[1].0, "srv__a_b");
         assert!(n[0].0.starts_with("srv__a_b_") && n[0].0.len() == "srv__a_b_".len() + 8);

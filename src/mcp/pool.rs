@@ -12,14 +12,15 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
-    ServiceExt,
-    ClientHandler,
+    ClientHandler, ServiceExt,
     model::{
-        CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, PaginatedRequestParams,
-        ProtocolVersion,
+        CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation,
+        PaginatedRequestParams, ProtocolVersion,
     },
     service::{ClientCacheConfig, NotificationContext, RoleClient, RunningService},
-    transport::{StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig},
+    transport::{
+        StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
+    },
 };
 use serde_json::{Map, Value};
 
@@ -128,7 +129,10 @@ struct ToolCache {
 impl ToolCache {
     fn fresh(&self, ttl: Duration) -> Option<Arc<[ListedTool]>> {
         let listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
-        listed.as_ref().filter(|(at, _)| at.elapsed() < ttl).map(|(_, tools)| tools.clone())
+        listed
+            .as_ref()
+            .filter(|(at, _)| at.elapsed() < ttl)
+            .map(|(_, tools)| tools.clone())
     }
 
     fn generation(&self) -> u64 {
@@ -178,10 +182,17 @@ impl std::fmt::Debug for Key {
 
 impl Key {
     fn of(spec: &ServerSpec) -> Key {
-        let mut headers: Vec<(String, String)> =
-            spec.headers.iter().map(|(k, v)| (k.to_ascii_lowercase(), v.clone())).collect();
+        let mut headers: Vec<(String, String)> = spec
+            .headers
+            .iter()
+            .map(|(k, v)| (k.to_ascii_lowercase(), v.clone()))
+            .collect();
         headers.sort();
-        Key { url: spec.url.clone(), headers, authorization: spec.authorization.clone() }
+        Key {
+            url: spec.url.clone(),
+            headers,
+            authorization: spec.authorization.clone(),
+        }
     }
 }
 
@@ -228,10 +239,16 @@ impl Pool {
     /// A pool that sends through `http` (for example one whose resolver refuses private
     /// addresses). `http` should have a connect and a read timeout, not a total timeout.
     pub fn with_http_client(config: PoolConfig, http: reqwest::Client) -> Pool {
-        let inner = Arc::new(Inner { config, http, slots: Mutex::new(HashMap::new()), epoch: Instant::now() });
+        let inner = Arc::new(Inner {
+            config,
+            http,
+            slots: Mutex::new(HashMap::new()),
+            epoch: Instant::now(),
+        });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
             let weak = Arc::downgrade(&inner);
-            let every = (inner.config.idle_ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
+            let every =
+                (inner.config.idle_ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(60));
             rt.spawn(sweeper(weak, every));
         }
         Pool { inner }
@@ -239,7 +256,11 @@ impl Pool {
 
     /// How many sessions are pooled.
     pub fn len(&self) -> usize {
-        self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -248,14 +269,24 @@ impl Pool {
 
     /// Closes every pooled session (in-flight calls finish on theirs).
     pub fn clear(&self) {
-        let drained: Vec<_> = self.inner.slots.lock().unwrap_or_else(|e| e.into_inner()).drain().collect();
+        let drained: Vec<_> = self
+            .inner
+            .slots
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .drain()
+            .collect();
         drop(drained);
     }
 
     /// Lists the server's tools, following `tools/list` pagination, all within `timeout`, or
     /// gives the list kept from a listing under the same key less than `tools_ttl` ago.
     /// Tools listed twice are kept once. `allowed_tools` is not applied here.
-    pub async fn list_tools(&self, spec: &ServerSpec, timeout: Duration) -> Result<Vec<ListedTool>, ListError> {
+    pub async fn list_tools(
+        &self,
+        spec: &ServerSpec,
+        timeout: Duration,
+    ) -> Result<Vec<ListedTool>, ListError> {
         let ttl = self.inner.config.tools_ttl;
         let slot = self.slot(spec);
         if !ttl.is_zero()
@@ -293,8 +324,14 @@ impl Pool {
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
         for _ in 0..self.inner.config.max_list_pages {
-            let params = cursor.take().map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
-            let page = session.client.list_tools(params).await.map_err(|e| service_failure(&e))?;
+            let params = cursor
+                .take()
+                .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let page = session
+                .client
+                .list_tools(params)
+                .await
+                .map_err(|e| service_failure(&e))?;
             for t in page.tools {
                 if !names.insert(t.name.to_string()) {
                     continue;
@@ -303,7 +340,11 @@ impl Pool {
                     name: t.name.to_string(),
                     description: t.description.map(|d| d.to_string()),
                     input_schema: std::sync::Arc::new(Value::Object((*t.input_schema).clone())),
-                    read_only: t.annotations.as_ref().and_then(|a| a.read_only_hint).unwrap_or(false),
+                    read_only: t
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.read_only_hint)
+                        .unwrap_or(false),
                 });
             }
             match page.next_cursor.filter(|c| !c.is_empty()) {
@@ -321,13 +362,22 @@ impl Pool {
         }
         Err(Failure::Protocol {
             code: -32603,
-            message: format!("the tool list has more than {} pages", self.inner.config.max_list_pages),
+            message: format!(
+                "the tool list has more than {} pages",
+                self.inner.config.max_list_pages
+            ),
         })
     }
 
     /// Calls tool `name` with `arguments_json` (a JSON object; empty means `{}`) within
     /// `timeout`. Dropping the future, or running out of time, cancels the call on the server.
-    pub async fn call_tool(&self, spec: &ServerSpec, name: &str, arguments_json: &str, timeout: Duration) -> CallOutcome {
+    pub async fn call_tool(
+        &self,
+        spec: &ServerSpec,
+        name: &str,
+        arguments_json: &str,
+        timeout: Duration,
+    ) -> CallOutcome {
         let arguments: Map<String, Value> = if arguments_json.trim().is_empty() {
             Map::new()
         } else {
@@ -336,20 +386,25 @@ impl Pool {
                 Ok(_) => {
                     return Err(McpCallError::McpProtocolError {
                         code: -32602,
-                        message: format!("Invalid arguments for tool '{name}': expected a JSON object."),
+                        message: format!(
+                            "Invalid arguments for tool '{name}': expected a JSON object."
+                        ),
                     });
                 }
                 Err(e) => {
                     return Err(McpCallError::McpProtocolError {
                         code: -32602,
-                        message: format!("Invalid arguments for tool '{name}': not valid JSON ({e})."),
+                        message: format!(
+                            "Invalid arguments for tool '{name}': not valid JSON ({e})."
+                        ),
                     });
                 }
             }
         };
         let started = Instant::now();
         let slot = self.slot(spec);
-        let session = match tokio::time::timeout(timeout, self.session(&slot, spec, timeout)).await {
+        let session = match tokio::time::timeout(timeout, self.session(&slot, spec, timeout)).await
+        {
             Ok(Ok(s)) => s,
             Ok(Err(f)) => return Err(f.into_call_error(spec)),
             Err(_) => return Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
@@ -368,11 +423,20 @@ impl Pool {
                 Err(f.into_call_error(spec))
             }
             Ok(Ok(r)) => {
-                let content: Vec<Value> = r.content.iter().filter_map(|c| serde_json::to_value(c).ok()).collect();
+                let content: Vec<Value> = r
+                    .content
+                    .iter()
+                    .filter_map(|c| serde_json::to_value(c).ok())
+                    .collect();
                 if r.is_error == Some(true) {
-                    Err(McpCallError::McpToolExecutionError { content: Value::Array(content) })
+                    Err(McpCallError::McpToolExecutionError {
+                        content: Value::Array(content),
+                    })
                 } else {
-                    Ok(ToolResult { content, structured_content: r.structured_content.filter(|v| !v.is_null()) })
+                    Ok(ToolResult {
+                        content,
+                        structured_content: r.structured_content.filter(|v| !v.is_null()),
+                    })
                 }
             }
         }
@@ -380,7 +444,12 @@ impl Pool {
 
     /// A live session for `spec` (whose slot is `slot`): the pooled one, or a new one (connect +
     /// initialize within `timeout` and the pool's `init_timeout`).
-    async fn session(&self, slot: &Slot, spec: &ServerSpec, timeout: Duration) -> Result<Arc<Session>, Failure> {
+    async fn session(
+        &self,
+        slot: &Slot,
+        spec: &ServerSpec,
+        timeout: Duration,
+    ) -> Result<Arc<Session>, Failure> {
         let mut current = slot.session.lock().await;
         if let Some(s) = current.as_ref()
             && !s.broken.load(Ordering::SeqCst)
@@ -447,15 +516,27 @@ impl Pool {
         slot
     }
 
-    async fn connect(&self, spec: &ServerSpec, tools: Arc<ToolCache>, timeout: Duration) -> Result<Session, Failure> {
+    async fn connect(
+        &self,
+        spec: &ServerSpec,
+        tools: Arc<ToolCache>,
+        timeout: Duration,
+    ) -> Result<Session, Failure> {
         let mut headers: HashMap<HeaderName, HeaderValue> = HashMap::new();
         for (k, v) in &spec.headers {
-            let (Ok(name), Ok(value)) = (HeaderName::from_bytes(k.as_bytes()), HeaderValue::from_str(v)) else {
-                return Err(Failure::Http { status: 0, message: format!("invalid header '{k}'") });
+            let (Ok(name), Ok(value)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_str(v),
+            ) else {
+                return Err(Failure::Http {
+                    status: 0,
+                    message: format!("invalid header '{k}'"),
+                });
             };
             headers.insert(name, value);
         }
-        let mut config = StreamableHttpClientTransportConfig::with_uri(spec.url.clone()).custom_headers(headers);
+        let mut config =
+            StreamableHttpClientTransportConfig::with_uri(spec.url.clone()).custom_headers(headers);
         if let Some(token) = &spec.authorization {
             config = config.auth_header(token.clone());
         }
@@ -476,18 +557,31 @@ impl Pool {
             Implementation::new("responses-relay", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-        let client = match tokio::time::timeout(timeout, Listener { info, tools }.serve(transport)).await {
-            Err(_) => return Err(Failure::Timeout { after: timeout }),
-            Ok(Err(e)) => return Err(init_failure(&e)),
-            Ok(Ok(c)) => c,
-        };
-        client.peer().set_response_cache_config(ClientCacheConfig::disabled()).await;
+        let client =
+            match tokio::time::timeout(timeout, Listener { info, tools }.serve(transport)).await {
+                Err(_) => return Err(Failure::Timeout { after: timeout }),
+                Ok(Err(e)) => return Err(init_failure(&e)),
+                Ok(Ok(c)) => c,
+            };
+        client
+            .peer()
+            .set_response_cache_config(ClientCacheConfig::disabled())
+            .await;
         tracing::debug!(server_label = %spec.label, "MCP session initialized");
-        Ok(Session { client, broken: AtomicBool::new(false), _alive: guard })
+        Ok(Session {
+            client,
+            broken: AtomicBool::new(false),
+            _alive: guard,
+        })
     }
 }
 
-fn evict_idle(slots: &mut HashMap<Key, Arc<Slot>>, now: u64, ttl: Duration, evicted: &mut Vec<Arc<Slot>>) {
+fn evict_idle(
+    slots: &mut HashMap<Key, Arc<Slot>>,
+    now: u64,
+    ttl: Duration,
+    evicted: &mut Vec<Arc<Slot>>,
+) {
     let ttl = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     let idle: Vec<Key> = slots
         .iter()
@@ -507,29 +601,48 @@ async fn sweeper(inner: Weak<Inner>, every: Duration) {
         let Some(inner) = inner.upgrade() else { return };
         let now = u64::try_from(inner.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         let mut evicted = Vec::new();
-        evict_idle(&mut inner.slots.lock().unwrap_or_else(|e| e.into_inner()), now, inner.config.idle_ttl, &mut evicted);
+        evict_idle(
+            &mut inner.slots.lock().unwrap_or_else(|e| e.into_inner()),
+            now,
+            inner.config.idle_ttl,
+            &mut evicted,
+        );
         drop(evicted);
     }
 }
 
 fn list_error(spec: &ServerSpec, f: Failure) -> ListError {
-    let head = format!("Error retrieving tool list from MCP server: '{}'.", spec.label);
+    let head = format!(
+        "Error retrieving tool list from MCP server: '{}'.",
+        spec.label
+    );
     match f {
         Failure::Http { status, .. } if status != 0 => {
-            let reason = reqwest::StatusCode::from_u16(status).ok().and_then(|s| s.canonical_reason()).unwrap_or("Unknown");
-            ListError { message: format!("{head} Http status code: {status} ({reason})"), status: Some(status), timed_out: false }
+            let reason = reqwest::StatusCode::from_u16(status)
+                .ok()
+                .and_then(|s| s.canonical_reason())
+                .unwrap_or("Unknown");
+            ListError {
+                message: format!("{head} Http status code: {status} ({reason})"),
+                status: Some(status),
+                timed_out: false,
+            }
         }
-        Failure::Http { message, .. } => {
-            ListError { message: format!("{head} {}", capitalize(&scrub(spec, &message))), status: None, timed_out: false }
-        }
+        Failure::Http { message, .. } => ListError {
+            message: format!("{head} {}", capitalize(&scrub(spec, &message))),
+            status: None,
+            timed_out: false,
+        },
         Failure::Protocol { code, message } => ListError {
             message: format!("{head} MCP error {code}: {}", scrub(spec, &message)),
             status: None,
             timed_out: false,
         },
-        Failure::Timeout { after } => {
-            ListError { message: format!("{head} Timed out after {}.", human(after)), status: None, timed_out: true }
-        }
+        Failure::Timeout { after } => ListError {
+            message: format!("{head} Timed out after {}.", human(after)),
+            status: None,
+            timed_out: true,
+        },
     }
 }
 

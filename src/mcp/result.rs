@@ -30,7 +30,10 @@ pub fn result_images(result: &ToolResult) -> Vec<(String, String)> {
         .filter(|b| b.get("type").and_then(Value::as_str) == Some("image"))
         .filter_map(|b| {
             let data = b.get("data")?.as_str()?;
-            let mime = b.get("mimeType").and_then(Value::as_str).unwrap_or("application/octet-stream");
+            let mime = b
+                .get("mimeType")
+                .and_then(Value::as_str)
+                .unwrap_or("application/octet-stream");
             Some((mime.to_string(), data.to_string()))
         })
         .collect()
@@ -45,11 +48,21 @@ pub fn error_text(err: &McpCallError) -> String {
                 Value::String(s) => s.clone(),
                 other => other.to_string(),
             };
-            if text.is_empty() { "Error: the tool reported an error.".to_string() } else { format!("Error: {text}") }
+            if text.is_empty() {
+                "Error: the tool reported an error.".to_string()
+            } else {
+                format!("Error: {text}")
+            }
         }
-        McpCallError::McpProtocolError { code, message } => format!("Error: MCP error {code}: {message}"),
-        McpCallError::HttpError { code: 0, message } => format!("Error: could not reach the MCP server: {message}"),
-        McpCallError::HttpError { code, message } => format!("Error: the MCP server answered HTTP {code}: {message}"),
+        McpCallError::McpProtocolError { code, message } => {
+            format!("Error: MCP error {code}: {message}")
+        }
+        McpCallError::HttpError { code: 0, message } => {
+            format!("Error: could not reach the MCP server: {message}")
+        }
+        McpCallError::HttpError { code, message } => {
+            format!("Error: the MCP server answered HTTP {code}: {message}")
+        }
     }
 }
 
@@ -66,7 +79,10 @@ fn content_parts(blocks: &[Value]) -> (Vec<String>, bool) {
             }
             kind @ ("image" | "audio") => {
                 let mime = s("mimeType").unwrap_or("application/octet-stream");
-                parts.push(format!("[{kind}: {mime}, {} bytes]", base64_len(s("data").unwrap_or(""))));
+                parts.push(format!(
+                    "[{kind}: {mime}, {} bytes]",
+                    base64_len(s("data").unwrap_or(""))
+                ));
             }
             "resource" => {
                 let r = b.get("resource").unwrap_or(&Value::Null);
@@ -77,7 +93,10 @@ fn content_parts(blocks: &[Value]) -> (Vec<String>, bool) {
                     parts.push(text.to_string());
                 } else {
                     let mime = rs("mimeType").unwrap_or("application/octet-stream");
-                    parts.push(format!("[resource: {uri}, {mime}, {} bytes]", base64_len(rs("blob").unwrap_or(""))));
+                    parts.push(format!(
+                        "[resource: {uri}, {mime}, {} bytes]",
+                        base64_len(rs("blob").unwrap_or(""))
+                    ));
                 }
             }
             "resource_link" => parts.push(format!("[resource: {}]", s("uri").unwrap_or(""))),
@@ -90,8 +109,20 @@ fn content_parts(blocks: &[Value]) -> (Vec<String>, bool) {
 /// Decoded size of base64 `data`.
 fn base64_len(data: &str) -> usize {
     let n = data.bytes().filter(|b| !b.is_ascii_whitespace()).count();
-    let pad = data.trim_end().bytes().rev().take_while(|b| *b == b'=').count().min(2);
-    (n / 4 * 3 + match n % 4 { 2 => 1, 3 => 2, _ => 0 }).saturating_sub(pad)
+    let pad = data
+        .trim_end()
+        .bytes()
+        .rev()
+        .take_while(|b| *b == b'=')
+        .count()
+        .min(2);
+    (n / 4 * 3
+        + match n % 4 {
+            2 => 1,
+            3 => 2,
+            _ => 0,
+        })
+    .saturating_sub(pad)
 }
 
 fn truncate(mut text: String, cap: usize) -> String {

@@ -35,11 +35,16 @@ pub fn specs(
     max_servers: usize,
     default_approval: Approval,
 ) -> Result<Vec<(usize, ServerSpec)>, FieldError> {
-    let count = tools.iter().filter(|t| matches!(t, ToolParam::Mcp(_))).count();
+    let count = tools
+        .iter()
+        .filter(|t| matches!(t, ToolParam::Mcp(_)))
+        .count();
     if count > max_servers {
         return Err(FieldError::invalid_value(
             "tools",
-            format!("Too many MCP servers: {count} 'mcp' tools were given, at most {max_servers} are allowed per request."),
+            format!(
+                "Too many MCP servers: {count} 'mcp' tools were given, at most {max_servers} are allowed per request."
+            ),
         ));
     }
     let mut out = Vec::with_capacity(count);
@@ -50,7 +55,10 @@ pub fn specs(
         if !labels.insert(spec.label.to_ascii_lowercase()) {
             return Err(FieldError::invalid_value(
                 format!("tools[{i}].server_label"),
-                format!("Duplicate MCP server_label '{}' found in 'tools' parameter.", spec.label),
+                format!(
+                    "Duplicate MCP server_label '{}' found in 'tools' parameter.",
+                    spec.label
+                ),
             ));
         }
         out.push((i, spec));
@@ -83,7 +91,10 @@ fn spec(i: usize, m: &McpToolParam, default_approval: Approval) -> Result<Server
             if token.is_empty() || HeaderValue::from_str(&format!("Bearer {token}")).is_err() {
                 return Err(FieldError::invalid_value(
                     at("authorization"),
-                    format!("Invalid '{}': the token must be printable ASCII with no line breaks.", at("authorization")),
+                    format!(
+                        "Invalid '{}': the token must be printable ASCII with no line breaks.",
+                        at("authorization")
+                    ),
                 ));
             }
             Some(token.to_string())
@@ -93,16 +104,26 @@ fn spec(i: usize, m: &McpToolParam, default_approval: Approval) -> Result<Server
     let headers = validate_headers(&at("headers"), m.headers.as_ref(), authorization.is_some())?;
     let allowed = match &m.allowed_tools {
         None | Some(Value::Null) => ToolFilter::default(),
-        Some(Value::Array(items)) => ToolFilter { tool_names: Some(string_list(&at("allowed_tools"), items)?), read_only: None },
+        Some(Value::Array(items)) => ToolFilter {
+            tool_names: Some(string_list(&at("allowed_tools"), items)?),
+            read_only: None,
+        },
         Some(Value::Object(obj)) => filter_object(&at("allowed_tools"), obj)?,
         Some(_) => {
             return Err(FieldError::new(
                 at("allowed_tools"),
-                format!("Invalid '{}': expected a list of tool names or an object with 'tool_names' and 'read_only'.", at("allowed_tools")),
+                format!(
+                    "Invalid '{}': expected a list of tool names or an object with 'tool_names' and 'read_only'.",
+                    at("allowed_tools")
+                ),
             ));
         }
     };
-    let approval = validate_approval(&at("require_approval"), m.require_approval.as_ref(), default_approval)?;
+    let approval = validate_approval(
+        &at("require_approval"),
+        m.require_approval.as_ref(),
+        default_approval,
+    )?;
 
     Ok(ServerSpec {
         label,
@@ -111,7 +132,10 @@ fn spec(i: usize, m: &McpToolParam, default_approval: Approval) -> Result<Server
         headers,
         allowed,
         approval,
-        description: m.server_description.clone().filter(|d| !d.trim().is_empty()),
+        description: m
+            .server_description
+            .clone()
+            .filter(|d| !d.trim().is_empty()),
         defer_loading: m.defer_loading.unwrap_or(false),
     })
 }
@@ -125,7 +149,9 @@ fn validate_label(param: &str, label: Option<&str>) -> Result<String, FieldError
     if chars > MAX_LABEL {
         return Err(FieldError::invalid_value(
             param,
-            format!("Invalid '{param}': string too long. Expected a string with maximum length {MAX_LABEL}, but got a string with length {chars} instead."),
+            format!(
+                "Invalid '{param}': string too long. Expected a string with maximum length {MAX_LABEL}, but got a string with length {chars} instead."
+            ),
         ));
     }
     let mut bytes = label.bytes();
@@ -133,7 +159,9 @@ fn validate_label(param: &str, label: Option<&str>) -> Result<String, FieldError
     if !first_ok || !bytes.all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
         return Err(FieldError::invalid_value(
             param,
-            format!("Invalid input {label}: 'server_label' must start with a letter and consist of only letters, digits, '-' and '_'"),
+            format!(
+                "Invalid input {label}: 'server_label' must start with a letter and consist of only letters, digits, '-' and '_'"
+            ),
         ));
     }
     Ok(label.to_string())
@@ -147,7 +175,9 @@ fn validate_url(param: &str, url: Option<&str>) -> Result<String, FieldError> {
     let bad = || {
         FieldError::invalid_value(
             param,
-            format!("Invalid '{param}': expected an absolute http or https URL of a Streamable HTTP MCP server."),
+            format!(
+                "Invalid '{param}': expected an absolute http or https URL of a Streamable HTTP MCP server."
+            ),
         )
     };
     let parsed = reqwest::Url::parse(url).map_err(|_| bad())?;
@@ -169,38 +199,55 @@ fn validate_headers(
     headers: Option<&Map<String, Value>>,
     has_authorization: bool,
 ) -> Result<Vec<(String, String)>, FieldError> {
-    let Some(headers) = headers else { return Ok(Vec::new()) };
+    let Some(headers) = headers else {
+        return Ok(Vec::new());
+    };
     let mut seen = HashSet::new();
     let mut out = Vec::with_capacity(headers.len());
     for (name, value) in headers {
         let at = format!("{param}.{name}");
         let Value::String(value) = value else {
-            return Err(FieldError::new(at.clone(), format!("Invalid '{at}': header values must be strings.")));
+            return Err(FieldError::new(
+                at.clone(),
+                format!("Invalid '{at}': header values must be strings."),
+            ));
         };
         let Ok(parsed) = HeaderName::from_bytes(name.as_bytes()) else {
-            return Err(FieldError::invalid_value(at.clone(), format!("Invalid '{param}': '{name}' is not a valid HTTP header name.")));
+            return Err(FieldError::invalid_value(
+                at.clone(),
+                format!("Invalid '{param}': '{name}' is not a valid HTTP header name."),
+            ));
         };
         let lower = parsed.as_str();
         if RESERVED_HEADERS.contains(&lower) {
             return Err(FieldError::invalid_value(
                 at,
-                format!("Invalid '{param}': the header '{name}' is set by the MCP transport and cannot be given."),
+                format!(
+                    "Invalid '{param}': the header '{name}' is set by the MCP transport and cannot be given."
+                ),
             ));
         }
         if lower == "authorization" && has_authorization {
             return Err(FieldError::invalid_value(
                 at,
-                format!("Invalid '{param}': 'authorization' is given both as a field and in 'headers'; give it once."),
+                format!(
+                    "Invalid '{param}': 'authorization' is given both as a field and in 'headers'; give it once."
+                ),
             ));
         }
         if HeaderValue::from_str(value).is_err() {
             return Err(FieldError::invalid_value(
                 at,
-                format!("Invalid '{param}': the value of '{name}' must be printable ASCII with no line breaks."),
+                format!(
+                    "Invalid '{param}': the value of '{name}' must be printable ASCII with no line breaks."
+                ),
             ));
         }
         if !seen.insert(lower.to_string()) {
-            return Err(FieldError::invalid_value(at, format!("Invalid '{param}': the header '{name}' is given more than once.")));
+            return Err(FieldError::invalid_value(
+                at,
+                format!("Invalid '{param}': the header '{name}' is given more than once."),
+            ));
         }
         out.push((name.clone(), value.clone()));
     }
@@ -213,7 +260,10 @@ fn string_list(param: &str, items: &[Value]) -> Result<Vec<String>, FieldError> 
         .enumerate()
         .map(|(j, v)| match v {
             Value::String(s) => Ok(s.clone()),
-            _ => Err(FieldError::new(format!("{param}[{j}]"), format!("Invalid '{param}[{j}]': expected a string."))),
+            _ => Err(FieldError::new(
+                format!("{param}[{j}]"),
+                format!("Invalid '{param}[{j}]': expected a string."),
+            )),
         })
         .collect()
 }
@@ -225,23 +275,39 @@ fn filter_object(param: &str, obj: &Map<String, Value>) -> Result<ToolFilter, Fi
         let at = format!("{param}.{key}");
         match (key.as_str(), value) {
             (_, Value::Null) if key == "tool_names" || key == "read_only" => {}
-            ("tool_names", Value::Array(items)) => filter.tool_names = Some(string_list(&at, items)?),
+            ("tool_names", Value::Array(items)) => {
+                filter.tool_names = Some(string_list(&at, items)?)
+            }
             ("tool_names", _) => {
-                return Err(FieldError::new(at.clone(), format!("Invalid '{at}': expected a list of tool names.")));
+                return Err(FieldError::new(
+                    at.clone(),
+                    format!("Invalid '{at}': expected a list of tool names."),
+                ));
             }
             ("read_only", Value::Bool(b)) => filter.read_only = Some(*b),
-            ("read_only", _) => return Err(FieldError::new(at.clone(), format!("Invalid '{at}': expected a boolean."))),
+            ("read_only", _) => {
+                return Err(FieldError::new(
+                    at.clone(),
+                    format!("Invalid '{at}': expected a boolean."),
+                ));
+            }
             _ => return Err(FieldError::unknown(at)),
         }
     }
     Ok(filter)
 }
 
-fn validate_approval(param: &str, value: Option<&Value>, default: Approval) -> Result<ApprovalPolicy, FieldError> {
+fn validate_approval(
+    param: &str,
+    value: Option<&Value>,
+    default: Approval,
+) -> Result<ApprovalPolicy, FieldError> {
     let bad = || {
         FieldError::invalid_value(
             param,
-            format!("Invalid '{param}': expected 'always', 'never', or an object with 'always' and/or 'never' tool filters."),
+            format!(
+                "Invalid '{param}': expected 'always', 'never', or an object with 'always' and/or 'never' tool filters."
+            ),
         )
     };
     match value {
@@ -265,7 +331,9 @@ fn validate_approval(param: &str, value: Option<&Value>, default: Approval) -> R
                     _ => {
                         return Err(FieldError::new(
                             at.clone(),
-                            format!("Invalid '{at}': expected an object with 'tool_names' and/or 'read_only'."),
+                            format!(
+                                "Invalid '{at}': expected an object with 'tool_names' and/or 'read_only'."
+                            ),
                         ));
                     }
                 };
@@ -275,7 +343,11 @@ fn validate_approval(param: &str, value: Option<&Value>, default: Approval) -> R
                     _ => return Err(FieldError::unknown(at)),
                 }
             }
-            Ok(ApprovalPolicy::Filter { always, never, otherwise: default })
+            Ok(ApprovalPolicy::Filter {
+                always,
+                never,
+                otherwise: default,
+            })
         }
         Some(_) => Err(bad()),
     }

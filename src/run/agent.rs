@@ -40,9 +40,17 @@ pub struct StopSignal {
 
 /// Runs the whole agent loop and ends the log with one terminal event.
 pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: CancellationToken) {
-    let stop = StopSignal { token: cancel.child_token(), timed_out: Arc::default(), run: p.response.id.clone() };
+    let stop = StopSignal {
+        token: cancel.child_token(),
+        timed_out: Arc::default(),
+        run: p.response.id.clone(),
+    };
     let timer = {
-        let (token, flag, limit) = (stop.token.clone(), stop.timed_out.clone(), app.config().limits.max_run_time);
+        let (token, flag, limit) = (
+            stop.token.clone(),
+            stop.timed_out.clone(),
+            app.config().limits.max_run_time,
+        );
         tokio::spawn(async move {
             tokio::time::sleep(limit).await;
             flag.store(true, std::sync::atomic::Ordering::SeqCst);
@@ -56,19 +64,31 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
 async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopSignal) {
     let app = app.clone();
     let mut em = Emitter::new(log, app.store().sink(&p), app.ids().clone(), app.clock());
-    em.emit(Event::Created { response: Box::new(p.response.clone()) });
+    em.emit(Event::Created {
+        response: Box::new(p.response.clone()),
+    });
     if p.request.background {
-        em.emit(Event::Queued { response: Box::new(em.snapshot()) });
+        em.emit(Event::Queued {
+            response: Box::new(em.snapshot()),
+        });
     }
     let mut snapshot = em.snapshot();
     snapshot.status = crate::api::ResponseStatus::InProgress;
-    em.emit(Event::InProgress { response: Box::new(snapshot) });
+    em.emit(Event::InProgress {
+        response: Box::new(snapshot),
+    });
     emit_tool_lists(&mut em, &p);
 
     let tools = p.mcp.tools.clone();
     let mut usage = Usage::default();
     let mut conversation = p.history.clone();
-    conversation.extend(p.mcp.listed.iter().filter(|(_, fresh)| *fresh).map(|(l, _)| InputItem::McpListTools(l.clone())));
+    conversation.extend(
+        p.mcp
+            .listed
+            .iter()
+            .filter(|(_, fresh)| *fresh)
+            .map(|(l, _)| InputItem::McpListTools(l.clone())),
+    );
     let mut first = p.first_turn.take();
     // Deferred tools found by earlier searches of the chain stay callable.
     let mut found: Vec<FunctionDef> = Vec::new();
@@ -91,78 +111,113 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             }
         }
         loop {
-        let stream = match first.take() {
-            Some(s) => Ok(s),
-            None => {
-                let turn = turn_request_at(&p, &conversation, step, &found);
-                tokio::select! {
-                    biased;
-                    stop = stopped(&app, signal) => Err(stop),
-                    opened = app.upstream().open(&turn) => opened.map_err(Stop::Upstream),
+            let stream = match first.take() {
+                Some(s) => Ok(s),
+                None => {
+                    let turn = turn_request_at(&p, &conversation, step, &found);
+                    tokio::select! {
+                        biased;
+                        stop = stopped(&app, signal) => Err(stop),
+                        opened = app.upstream().open(&turn) => opened.map_err(Stop::Upstream),
+                    }
+                }
+            };
+            step += 1;
+            let (outcome, stop) = match stream {
+                Ok(stream) => run_turn(&app, stream, &mut em, &tools, signal).await,
+                Err(stop) => (TurnOutcome::default(), Some(stop)),
+            };
+            if let Some(u) = &outcome.usage {
+                usage.add(u);
+            }
+            if let Some(stop) = stop {
+                fail_open_calls(
+                    &mut em,
+                    &outcome.mcp_calls,
+                    "The run stopped before this call ran.",
+                );
+                break ending_for(stop);
+            }
+            match outcome.finish {
+                Some(FinishReason::Length) => {
+                    fail_open_calls(
+                        &mut em,
+                        &outcome.mcp_calls,
+                        "The model's output was cut off (max_output_tokens).",
+                    );
+                    break Ending::Incomplete("max_output_tokens".into());
+                }
+                Some(FinishReason::ContentFilter) => {
+                    fail_open_calls(
+                        &mut em,
+                        &outcome.mcp_calls,
+                        "The model's output was filtered.",
+                    );
+                    break Ending::Incomplete("content_filter".into());
+                }
+                _ => {}
+            }
+            conversation.extend(
+                outcome
+                    .items
+                    .iter()
+                    .filter(|i| !matches!(i, OutputItem::McpCall(_)))
+                    .filter_map(output_as_input),
+            );
+            if !outcome.mcp_calls.is_empty() {
+                let budget = p
+                    .request
+                    .max_tool_calls
+                    .map(|m| m.saturating_sub(calls_made) as usize)
+                    .unwrap_or(usize::MAX);
+                let (run_now, over): (Vec<_>, Vec<_>) = outcome
+                    .mcp_calls
+                    .iter()
+                    .cloned()
+                    .enumerate()
+                    .partition(|(i, _)| *i < budget);
+                let run_now: Vec<McpCallStarted> = run_now.into_iter().map(|(_, c)| c).collect();
+                let over: Vec<McpCallStarted> = over.into_iter().map(|(_, c)| c).collect();
+                calls_made += run_now.len() as u64;
+                match run_calls_with_images(&app, &p.mcp, &mut em, run_now, signal).await {
+                    Ok((done, images)) => {
+                        // This turn's calls and results as the model made them: one turn, so that
+                        // consecutive tool-only turns stay separate turns for the model.
+                        let done: Vec<InputItem> =
+                            done.iter().filter_map(output_as_input).collect();
+                        conversation.extend(super::model_view(&done, &p.mcp.tools));
+                        conversation.extend(images);
+                    }
+                    Err(stop) => {
+                        fail_open_calls(&mut em, &over, "The run stopped before this call ran.");
+                        break ending_for(stop);
+                    }
+                }
+                if !over.is_empty() {
+                    fail_open_calls(
+                        &mut em,
+                        &over,
+                        "Not run: the response reached its max_tool_calls limit.",
+                    );
+                    break Ending::Incomplete("max_tool_calls".into());
                 }
             }
-        };
-        step += 1;
-        let (outcome, stop) = match stream {
-            Ok(stream) => run_turn(&app, stream, &mut em, &tools, signal).await,
-            Err(stop) => (TurnOutcome::default(), Some(stop)),
-        };
-        if let Some(u) = &outcome.usage {
-            usage.add(u);
-        }
-        if let Some(stop) = stop {
-            fail_open_calls(&mut em, &outcome.mcp_calls, "The run stopped before this call ran.");
-            break ending_for(stop);
-        }
-        match outcome.finish {
-            Some(FinishReason::Length) => {
-                fail_open_calls(&mut em, &outcome.mcp_calls, "The model's output was cut off (max_output_tokens).");
-                break Ending::Incomplete("max_output_tokens".into());
+            for arguments in &outcome.searches {
+                conversation.extend(run_search(&p.mcp, &mut em, arguments, &mut found));
             }
-            Some(FinishReason::ContentFilter) => {
-                fail_open_calls(&mut em, &outcome.mcp_calls, "The model's output was filtered.");
-                break Ending::Incomplete("content_filter".into());
+            // Approval requests and client function calls hand the turn back to the client.
+            let acted = !outcome.mcp_calls.is_empty() || !outcome.searches.is_empty();
+            if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || !acted {
+                break Ending::Completed;
             }
-            _ => {}
-        }
-        conversation.extend(outcome.items.iter().filter(|i| !matches!(i, OutputItem::McpCall(_))).filter_map(output_as_input));
-        if !outcome.mcp_calls.is_empty() {
-            let budget = p.request.max_tool_calls.map(|m| m.saturating_sub(calls_made) as usize).unwrap_or(usize::MAX);
-            let (run_now, over): (Vec<_>, Vec<_>) =
-                outcome.mcp_calls.iter().cloned().enumerate().partition(|(i, _)| *i < budget);
-            let run_now: Vec<McpCallStarted> = run_now.into_iter().map(|(_, c)| c).collect();
-            let over: Vec<McpCallStarted> = over.into_iter().map(|(_, c)| c).collect();
-            calls_made += run_now.len() as u64;
-            match run_calls_with_images(&app, &p.mcp, &mut em, run_now, signal).await {
-                Ok((done, images)) => {
-                    // This turn's calls and results as the model made them: one turn, so that
-                    // consecutive tool-only turns stay separate turns for the model.
-                    let done: Vec<InputItem> = done.iter().filter_map(output_as_input).collect();
-                    conversation.extend(super::model_view(&done, &p.mcp.tools));
-                    conversation.extend(images);
-                }
-                Err(stop) => {
-                    fail_open_calls(&mut em, &over, "The run stopped before this call ran.");
-                    break ending_for(stop);
-                }
+            let max_steps = p
+                .request
+                .max_steps
+                .unwrap_or(u64::MAX)
+                .min(app.config().limits.max_steps);
+            if step as u64 >= max_steps {
+                break Ending::Incomplete("max_steps".into());
             }
-            if !over.is_empty() {
-                fail_open_calls(&mut em, &over, "Not run: the response reached its max_tool_calls limit.");
-                break Ending::Incomplete("max_tool_calls".into());
-            }
-        }
-        for arguments in &outcome.searches {
-            conversation.extend(run_search(&p.mcp, &mut em, arguments, &mut found));
-        }
-        // Approval requests and client function calls hand the turn back to the client.
-        let acted = !outcome.mcp_calls.is_empty() || !outcome.searches.is_empty();
-        if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || !acted {
-            break Ending::Completed;
-        }
-        let max_steps = p.request.max_steps.unwrap_or(u64::MAX).min(app.config().limits.max_steps);
-        if step as u64 >= max_steps {
-            break Ending::Incomplete("max_steps".into());
-        }
         }
     };
     em.finish(ending, Some(usage));
@@ -194,14 +249,35 @@ async fn answer_approvals(
             status: ItemStatus::InProgress,
             approval_request_id: Some(req.id.clone()),
         };
-        em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpCall(item.clone()) });
-        em.emit(Event::McpCallInProgress { item_id: item.id.clone(), output_index });
+        em.emit(Event::OutputItemAdded {
+            output_index,
+            item: OutputItem::McpCall(item.clone()),
+        });
+        em.emit(Event::McpCallInProgress {
+            item_id: item.id.clone(),
+            output_index,
+        });
         if !req.arguments.is_empty() {
-            em.emit(Event::McpCallArgumentsDelta { item_id: item.id.clone(), output_index, delta: req.arguments.clone() });
+            em.emit(Event::McpCallArgumentsDelta {
+                item_id: item.id.clone(),
+                output_index,
+                delta: req.arguments.clone(),
+            });
         }
-        em.emit(Event::McpCallArgumentsDone { item_id: item.id.clone(), output_index, arguments: req.arguments.clone() });
-        let item = McpCallItem { arguments: req.arguments.clone(), ..item };
-        started.push(McpCallStarted { output_index, item, model_name: String::new() });
+        em.emit(Event::McpCallArgumentsDone {
+            item_id: item.id.clone(),
+            output_index,
+            arguments: req.arguments.clone(),
+        });
+        let item = McpCallItem {
+            arguments: req.arguments.clone(),
+            ..item
+        };
+        started.push(McpCallStarted {
+            output_index,
+            item,
+            model_name: String::new(),
+        });
     }
     let ran = started.len() as u64;
     let done = run_calls(app, mcp, em, started, cancel).await?;
@@ -215,7 +291,10 @@ async fn answer_approvals(
             items.extend(ran.and_then(output_as_input));
             continue;
         }
-        let mut text = format!("The user refused this call of '{}' on MCP server '{}'.", req.name, req.server_label);
+        let mut text = format!(
+            "The user refused this call of '{}' on MCP server '{}'.",
+            req.name, req.server_label
+        );
         if let Some(r) = answer.reason.as_deref().filter(|r| !r.is_empty()) {
             text.push_str(&format!(" Reason: {r}"));
         }
@@ -239,11 +318,17 @@ const SEARCH_TOP_K: usize = 5;
 /// Runs one tool search: reports it as a `tool_search_call` and a `tool_search_output` item
 /// (found tools grouped per server as namespaces), makes the found tools callable, and returns
 /// what the model is told.
-fn run_search(mcp: &super::McpSetup, em: &mut Emitter, arguments: &str, found: &mut Vec<FunctionDef>) -> Vec<InputItem> {
+fn run_search(
+    mcp: &super::McpSetup,
+    em: &mut Emitter,
+    arguments: &str,
+    found: &mut Vec<FunctionDef>,
+) -> Vec<InputItem> {
+    use super::search;
     use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     use crate::api::response::{ToolSearchCallItem, ToolSearchOutputItem};
-    use super::search;
-    let args: serde_json::Value = serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::json!({"query": arguments}));
+    let args: serde_json::Value =
+        serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::json!({"query": arguments}));
     let query = search::query_of(&args);
     let call_id = em.mint("call");
     let mut call = ToolSearchCallItem {
@@ -254,19 +339,33 @@ fn run_search(mcp: &super::McpSetup, em: &mut Emitter, arguments: &str, found: &
         arguments: args,
     };
     let at = em.next_output_index();
-    em.emit(Event::OutputItemAdded { output_index: at, item: OutputItem::ToolSearchCall(call.clone()) });
+    em.emit(Event::OutputItemAdded {
+        output_index: at,
+        item: OutputItem::ToolSearchCall(call.clone()),
+    });
     let hits = search::rank(&query, &mcp.deferred, SEARCH_TOP_K);
     call.status = ItemStatus::Completed;
-    em.emit(Event::OutputItemDone { output_index: at, item: OutputItem::ToolSearchCall(call) });
+    em.emit(Event::OutputItemDone {
+        output_index: at,
+        item: OutputItem::ToolSearchCall(call),
+    });
 
     let mut namespaces: Vec<serde_json::Value> = Vec::new();
     for &i in &hits {
         let c = &mcp.deferred[i];
         let tool = serde_json::json!({"type": "function", "name": c.tool, "description": c.description, "parameters": c.parameters});
-        match namespaces.iter_mut().find(|ns| ns["name"] == c.label.as_str()) {
+        match namespaces
+            .iter_mut()
+            .find(|ns| ns["name"] == c.label.as_str())
+        {
             Some(ns) => ns["tools"].as_array_mut().expect("tools array").push(tool),
             None => {
-                let description = mcp.servers.iter().find(|s| s.label == c.label).and_then(|s| s.description.clone()).unwrap_or_default();
+                let description = mcp
+                    .servers
+                    .iter()
+                    .find(|s| s.label == c.label)
+                    .and_then(|s| s.description.clone())
+                    .unwrap_or_default();
                 namespaces.push(serde_json::json!({"type": "namespace", "name": c.label, "description": description, "tools": [tool]}));
             }
         }
@@ -280,31 +379,79 @@ fn run_search(mcp: &super::McpSetup, em: &mut Emitter, arguments: &str, found: &
         tools: namespaces,
     };
     let at = em.next_output_index();
-    em.emit(Event::OutputItemAdded { output_index: at, item: OutputItem::ToolSearchOutput(output.clone()) });
-    em.emit(Event::OutputItemDone { output_index: at, item: OutputItem::ToolSearchOutput(output) });
+    em.emit(Event::OutputItemAdded {
+        output_index: at,
+        item: OutputItem::ToolSearchOutput(output.clone()),
+    });
+    em.emit(Event::OutputItemDone {
+        output_index: at,
+        item: OutputItem::ToolSearchOutput(output),
+    });
 
     let text = if hits.is_empty() {
         format!("No tools matched '{query}'. Search again with other words.")
     } else {
-        let lines: Vec<String> = hits.iter().map(|&i| format!("- {}: {}", mcp.deferred[i].model_name, mcp.deferred[i].description)).collect();
-        format!("Found {} tools; you can call them now:\n{}", hits.len(), lines.join("\n"))
+        let lines: Vec<String> = hits
+            .iter()
+            .map(|&i| {
+                format!(
+                    "- {}: {}",
+                    mcp.deferred[i].model_name, mcp.deferred[i].description
+                )
+            })
+            .collect();
+        format!(
+            "Found {} tools; you can call them now:\n{}",
+            hits.len(),
+            lines.join("\n")
+        )
     };
-    let name = mcp.search_tool.as_ref().map(|t| t.name.clone()).unwrap_or_else(|| "tool_search".into());
+    let name = mcp
+        .search_tool
+        .as_ref()
+        .map(|t| t.name.clone())
+        .unwrap_or_else(|| "tool_search".into());
     vec![
-        InputItem::FunctionCall(InputFunctionCall { id: None, call_id: call_id.clone(), name, arguments: arguments.to_string(), status: None }),
-        InputItem::FunctionCallOutput(InputFunctionCallOutput { id: None, call_id, output: ToolOutput::Text(text), status: None }),
+        InputItem::FunctionCall(InputFunctionCall {
+            id: None,
+            call_id: call_id.clone(),
+            name,
+            arguments: arguments.to_string(),
+            status: None,
+        }),
+        InputItem::FunctionCallOutput(InputFunctionCallOutput {
+            id: None,
+            call_id,
+            output: ToolOutput::Text(text),
+            status: None,
+        }),
     ]
 }
 
 /// Makes the tools of `namespaces` (a `tool_search_output`'s tools) callable.
-fn load_found(mcp: &super::McpSetup, namespaces: &[serde_json::Value], found: &mut Vec<FunctionDef>) {
+fn load_found(
+    mcp: &super::McpSetup,
+    namespaces: &[serde_json::Value],
+    found: &mut Vec<FunctionDef>,
+) {
     for ns in namespaces {
         let label = ns["name"].as_str().unwrap_or_default();
         for tool in ns["tools"].as_array().into_iter().flatten() {
             let name = tool["name"].as_str().unwrap_or_default();
-            let Some(c) = mcp.deferred.iter().find(|c| c.label == label && c.tool == name) else { continue };
+            let Some(c) = mcp
+                .deferred
+                .iter()
+                .find(|c| c.label == label && c.tool == name)
+            else {
+                continue;
+            };
             if !found.iter().any(|f| f.name == c.model_name) {
-                found.push(FunctionDef { name: c.model_name.clone(), description: c.description.clone(), parameters: c.parameters.clone(), strict: None });
+                found.push(FunctionDef {
+                    name: c.model_name.clone(),
+                    description: c.description.clone(),
+                    parameters: c.parameters.clone(),
+                    strict: None,
+                });
             }
         }
     }
@@ -317,15 +464,35 @@ fn emit_tool_lists(em: &mut Emitter, p: &Prepared) {
             continue;
         }
         let output_index = em.next_output_index();
-        let added = McpListToolsItem { id: item.id.clone(), server_label: item.server_label.clone(), tools: Arc::new([]), error: None };
-        em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpListTools(added) });
-        em.emit(Event::McpListToolsInProgress { item_id: item.id.clone(), output_index });
-        em.emit(if item.error.is_some() {
-            Event::McpListToolsFailed { item_id: item.id.clone(), output_index }
-        } else {
-            Event::McpListToolsCompleted { item_id: item.id.clone(), output_index }
+        let added = McpListToolsItem {
+            id: item.id.clone(),
+            server_label: item.server_label.clone(),
+            tools: Arc::new([]),
+            error: None,
+        };
+        em.emit(Event::OutputItemAdded {
+            output_index,
+            item: OutputItem::McpListTools(added),
         });
-        em.emit(Event::OutputItemDone { output_index, item: OutputItem::McpListTools(item.clone()) });
+        em.emit(Event::McpListToolsInProgress {
+            item_id: item.id.clone(),
+            output_index,
+        });
+        em.emit(if item.error.is_some() {
+            Event::McpListToolsFailed {
+                item_id: item.id.clone(),
+                output_index,
+            }
+        } else {
+            Event::McpListToolsCompleted {
+                item_id: item.id.clone(),
+                output_index,
+            }
+        });
+        em.emit(Event::OutputItemDone {
+            output_index,
+            item: OutputItem::McpListTools(item.clone()),
+        });
     }
 }
 
@@ -355,16 +522,28 @@ async fn run_calls_with_images(
     use crate::api::request::{InputMessage, InputPart, MessageContent, Role};
     let cfg = &app.config().mcp;
     let mut results = futures::stream::iter(calls.clone().into_iter().map(|c| {
-        let spec = mcp.servers.iter().find(|s| s.label == c.item.server_label).cloned();
+        let spec = mcp
+            .servers
+            .iter()
+            .find(|s| s.label == c.item.server_label)
+            .cloned();
         let pool = app.mcp().clone();
         let (timeout, cap) = (cfg.call_timeout, cfg.max_output_bytes);
         async move {
             let Some(spec) = spec else {
-                return Err(McpCallError::McpProtocolError { code: -32602, message: "unknown MCP server".into() });
+                return Err(McpCallError::McpProtocolError {
+                    code: -32602,
+                    message: "unknown MCP server".into(),
+                });
             };
             pool.call_tool(&spec, &c.item.name, &c.item.arguments, timeout)
                 .await
-                .map(|result| (crate::mcp::result_text(&result, cap), crate::mcp::result_images(&result)))
+                .map(|result| {
+                    (
+                        crate::mcp::result_text(&result, cap),
+                        crate::mcp::result_images(&result),
+                    )
+                })
         }
     }))
     .buffered(cfg.max_concurrent_calls.max(1));
@@ -386,30 +565,49 @@ async fn run_calls_with_images(
             Ok((text, images)) => {
                 if app.config().upstream_vision && !images.is_empty() {
                     image_parts.push(InputPart::InputText {
-                        text: format!("Images returned by the call {} of '{}' on MCP server '{}':", item.id, item.name, item.server_label),
+                        text: format!(
+                            "Images returned by the call {} of '{}' on MCP server '{}':",
+                            item.id, item.name, item.server_label
+                        ),
                     });
-                    image_parts.extend(images.into_iter().map(|(mime, data)| InputPart::InputImage {
-                        image_url: Some(format!("data:{mime};base64,{data}")),
-                        file_id: None,
-                        detail: None,
+                    image_parts.extend(images.into_iter().map(|(mime, data)| {
+                        InputPart::InputImage {
+                            image_url: Some(format!("data:{mime};base64,{data}")),
+                            file_id: None,
+                            detail: None,
+                        }
                     }));
                 }
                 item.status = ItemStatus::Completed;
                 item.output = Some(text);
-                em.emit(Event::McpCallCompleted { item_id, output_index });
+                em.emit(Event::McpCallCompleted {
+                    item_id,
+                    output_index,
+                });
             }
             Err(error) => {
                 item.status = ItemStatus::Failed;
                 item.error = Some(error);
-                em.emit(Event::McpCallFailed { item_id, output_index });
+                em.emit(Event::McpCallFailed {
+                    item_id,
+                    output_index,
+                });
             }
         }
         let item = OutputItem::McpCall(item);
-        em.emit(Event::OutputItemDone { output_index, item: item.clone() });
+        em.emit(Event::OutputItemDone {
+            output_index,
+            item: item.clone(),
+        });
         done.push(item);
     }
     let images = (!image_parts.is_empty()).then(|| {
-        InputItem::Message(InputMessage { id: None, role: Role::User, content: MessageContent::Parts(image_parts), status: None })
+        InputItem::Message(InputMessage {
+            id: None,
+            role: Role::User,
+            content: MessageContent::Parts(image_parts),
+            status: None,
+        })
     });
     Ok((done, images))
 }
@@ -422,8 +620,14 @@ fn fail_open_calls(em: &mut Emitter, calls: &[McpCallStarted], message: &str) {
         item.error = Some(McpCallError::McpToolExecutionError {
             content: serde_json::json!([{"type": "text", "text": message}]),
         });
-        em.emit(Event::McpCallFailed { item_id: item.id.clone(), output_index: call.output_index });
-        em.emit(Event::OutputItemDone { output_index: call.output_index, item: OutputItem::McpCall(item) });
+        em.emit(Event::McpCallFailed {
+            item_id: item.id.clone(),
+            output_index: call.output_index,
+        });
+        em.emit(Event::OutputItemDone {
+            output_index: call.output_index,
+            item: OutputItem::McpCall(item),
+        });
     }
 }
 
@@ -452,7 +656,11 @@ async fn run_turn(
         }
     };
     if stop.is_some() {
-        tc.on(crate::upstream::ModelEvent::Finish(FinishReason::Length), em, tools);
+        tc.on(
+            crate::upstream::ModelEvent::Finish(FinishReason::Length),
+            em,
+            tools,
+        );
     }
     (tc.finish(em), stop)
 }
@@ -479,10 +687,16 @@ fn ending_for(stop: Stop) -> Ending {
             code: "server_error".into(),
             message: "The relay shut down before the response finished.".into(),
         }),
-        Stop::Store(message) => Ending::Failed(ResponseError { code: "server_error".into(), message }),
+        Stop::Store(message) => Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message,
+        }),
         Stop::Deadline(limit) => Ending::Failed(ResponseError {
             code: "server_error".into(),
-            message: format!("The response took longer than the relay's limit of {} s.", limit.as_secs_f64()),
+            message: format!(
+                "The response took longer than the relay's limit of {} s.",
+                limit.as_secs_f64()
+            ),
         }),
         Stop::Upstream(e) => Ending::Failed(ResponseError {
             code: match e {

@@ -64,7 +64,13 @@ pub struct Emitter {
 
 impl Emitter {
     pub fn new(log: Arc<RunLog>, sink: Arc<dyn LogSink>, ids: IdSource, clock: Clock) -> Self {
-        Emitter { log, sink, ids, clock, started: Instant::now() }
+        Emitter {
+            log,
+            sink,
+            ids,
+            clock,
+            started: Instant::now(),
+        }
     }
 
     pub fn log(&self) -> &Arc<RunLog> {
@@ -86,7 +92,9 @@ impl Emitter {
 
     /// The Response as emitted so far.
     pub fn snapshot(&self) -> Response {
-        self.log.snapshot().expect("snapshot before response.created")
+        self.log
+            .snapshot()
+            .expect("snapshot before response.created")
     }
 
     /// Emits one event. An event that breaks the stream rules is a relay bug: it panics in debug
@@ -102,10 +110,18 @@ impl Emitter {
                 tracing::error!(error = %e, "dropping an event that breaks the stream rules");
                 return None;
             }
-            Some(LogEntry { seq, offset_ms, frame: encode(&event, seq) })
+            Some(LogEntry {
+                seq,
+                offset_ms,
+                frame: encode(&event, seq),
+            })
         });
         if let Some(entry) = appended {
-            let terminal = if event.is_terminal() { event.response() } else { None };
+            let terminal = if event.is_terminal() {
+                event.response()
+            } else {
+                None
+            };
             self.sink.append(&self.log, &entry, terminal);
         }
     }
@@ -133,7 +149,10 @@ impl Emitter {
                 OutputItem::ToolSearchOutput(t) => t.status = ItemStatus::Incomplete,
                 OutputItem::McpListTools(_) | OutputItem::McpApprovalRequest(_) => {}
             }
-            self.emit(Event::OutputItemDone { output_index: index, item });
+            self.emit(Event::OutputItemDone {
+                output_index: index,
+                item,
+            });
         }
     }
 
@@ -147,24 +166,32 @@ impl Emitter {
             Ending::Completed => {
                 response.status = ResponseStatus::Completed;
                 response.completed_at = Some(now);
-                Event::Completed { response: Box::new(response.clone()) }
+                Event::Completed {
+                    response: Box::new(response.clone()),
+                }
             }
             Ending::Incomplete(reason) => {
                 response.status = ResponseStatus::Incomplete;
                 response.incomplete_details = Some(IncompleteDetails { reason });
-                Event::Incomplete { response: Box::new(response.clone()) }
+                Event::Incomplete {
+                    response: Box::new(response.clone()),
+                }
             }
             Ending::Failed(error) => {
                 response.status = ResponseStatus::Failed;
                 response.error = Some(error);
-                Event::Failed { response: Box::new(response.clone()) }
+                Event::Failed {
+                    response: Box::new(response.clone()),
+                }
             }
             Ending::Cancelled => {
                 // There is no `response.cancelled` event: the log ends with `response.failed`
                 // whose Response says `cancelled`, so every reader still gets a terminal event.
                 response.status = ResponseStatus::Cancelled;
                 response.error = None;
-                Event::Failed { response: Box::new(response.clone()) }
+                Event::Failed {
+                    response: Box::new(response.clone()),
+                }
             }
         };
         self.emit(event);

@@ -2,8 +2,8 @@
 //! strictest SDK accumulator checks (PROTOCOL §5.2). The relay folds its own events with this to
 //! build the terminal and non-streaming Response; tests fold recorded streams with it too.
 
-use crate::api::{Event, OutputItem, Response};
 use crate::api::response::ContentPart;
+use crate::api::{Event, OutputItem, Response};
 
 /// An event that breaks the stream rules, with the reason.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -46,16 +46,23 @@ impl Fold {
 
     /// Applies one event, or says which rule it breaks (the snapshot is then unchanged).
     pub fn apply(&mut self, event: &Event) -> Result<(), FoldError> {
-        let err = |reason: String| FoldError { kind: event.kind(), reason };
+        let err = |reason: String| FoldError {
+            kind: event.kind(),
+            reason,
+        };
         if self.terminal {
             return Err(err("event after the terminal event".into()));
         }
         if let Some(r) = event.response() {
             match (event, &self.response) {
-                (Event::Created { .. }, Some(_)) => return Err(err("second response.created".into())),
+                (Event::Created { .. }, Some(_)) => {
+                    return Err(err("second response.created".into()));
+                }
                 (Event::Created { .. }, None) => {}
                 (_, None) => return Err(err("first event must be response.created".into())),
-                (_, Some(prev)) if prev.id != r.id => return Err(err(format!("response id changed to {}", r.id))),
+                (_, Some(prev)) if prev.id != r.id => {
+                    return Err(err(format!("response id changed to {}", r.id)));
+                }
                 _ => {}
             }
             if event.is_terminal() {
@@ -64,7 +71,10 @@ impl Fold {
                 }
                 let prev = self.response.as_ref().map(|p| p.output.len()).unwrap_or(0);
                 if r.output.len() != prev {
-                    return Err(err(format!("terminal response has {} output items, stream had {prev}", r.output.len())));
+                    return Err(err(format!(
+                        "terminal response has {} output items, stream had {prev}",
+                        r.output.len()
+                    )));
                 }
                 self.terminal = true;
             }
@@ -77,10 +87,16 @@ impl Fold {
         match event {
             Event::OutputItemAdded { output_index, item } => {
                 if *output_index != resp.output.len() {
-                    return Err(err(format!("output_index {output_index}, expected {}", resp.output.len())));
+                    return Err(err(format!(
+                        "output_index {output_index}, expected {}",
+                        resp.output.len()
+                    )));
                 }
                 if item.id().is_empty() || resp.output.iter().any(|o| o.id() == item.id()) {
-                    return Err(err(format!("item id '{}' is empty or not unique", item.id())));
+                    return Err(err(format!(
+                        "item id '{}' is empty or not unique",
+                        item.id()
+                    )));
                 }
                 resp.output.push(item.clone());
                 self.open.push(true);
@@ -89,7 +105,13 @@ impl Fold {
             Event::OutputItemDone { output_index, item } => {
                 let slot = open_item(resp, &self.open, *output_index).map_err(err)?;
                 if slot.id() != item.id() || slot.kind() != item.kind() {
-                    return Err(err(format!("done item {} '{}' differs from added {} '{}'", item.kind(), item.id(), slot.kind(), slot.id())));
+                    return Err(err(format!(
+                        "done item {} '{}' differs from added {} '{}'",
+                        item.kind(),
+                        item.id(),
+                        slot.kind(),
+                        slot.id()
+                    )));
                 }
                 *slot = item.clone();
                 self.open[*output_index] = false;
@@ -101,7 +123,10 @@ impl Fold {
                 };
                 let slot = open_item(resp, &self.open, index).map_err(err)?;
                 if slot.id() != item_id {
-                    return Err(err(format!("expected item_id '{}', got '{item_id}'", slot.id())));
+                    return Err(err(format!(
+                        "expected item_id '{}', got '{item_id}'",
+                        slot.id()
+                    )));
                 }
                 apply_item_event(slot, event).map_err(err)
             }
@@ -109,7 +134,11 @@ impl Fold {
     }
 }
 
-fn open_item<'a>(resp: &'a mut Response, open: &[bool], index: usize) -> Result<&'a mut OutputItem, String> {
+fn open_item<'a>(
+    resp: &'a mut Response,
+    open: &[bool],
+    index: usize,
+) -> Result<&'a mut OutputItem, String> {
     if !open.get(index).copied().unwrap_or(false) {
         return Err(format!("output item {index} is not open"));
     }
@@ -120,30 +149,57 @@ fn expect_kind(item: &OutputItem, kinds: &[&str]) -> Result<(), String> {
     if kinds.contains(&item.kind()) {
         Ok(())
     } else {
-        Err(format!("targets a {} item, expected {}", item.kind(), kinds.join(" or ")))
+        Err(format!(
+            "targets a {} item, expected {}",
+            item.kind(),
+            kinds.join(" or ")
+        ))
     }
 }
 
 fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> {
     match event {
-        Event::ContentPartAdded { content_index, part, .. } => {
+        Event::ContentPartAdded {
+            content_index,
+            part,
+            ..
+        } => {
             expect_kind(item, &["message", "reasoning"])?;
             let content = item.content_mut().expect("message or reasoning");
             if *content_index != content.len() {
-                return Err(format!("content_index {content_index}, expected {}", content.len()));
+                return Err(format!(
+                    "content_index {content_index}, expected {}",
+                    content.len()
+                ));
             }
             content.push(part.clone());
             Ok(())
         }
-        Event::ContentPartDone { content_index, part, .. } => {
+        Event::ContentPartDone {
+            content_index,
+            part,
+            ..
+        } => {
             expect_kind(item, &["message", "reasoning"])?;
             let slot = part_at(item, *content_index)?;
             *slot = part.clone();
             Ok(())
         }
-        Event::OutputTextDelta { content_index, delta, .. }
-        | Event::RefusalDelta { content_index, delta, .. }
-        | Event::ReasoningTextDelta { content_index, delta, .. } => {
+        Event::OutputTextDelta {
+            content_index,
+            delta,
+            ..
+        }
+        | Event::RefusalDelta {
+            content_index,
+            delta,
+            ..
+        }
+        | Event::ReasoningTextDelta {
+            content_index,
+            delta,
+            ..
+        } => {
             let (kind, part) = part_kind(event);
             expect_kind(item, &[kind])?;
             let slot = part_at(item, *content_index)?;
@@ -151,9 +207,21 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             slot.text_mut().push_str(delta);
             Ok(())
         }
-        Event::OutputTextDone { content_index, text, .. }
-        | Event::RefusalDone { content_index, refusal: text, .. }
-        | Event::ReasoningTextDone { content_index, text, .. } => {
+        Event::OutputTextDone {
+            content_index,
+            text,
+            ..
+        }
+        | Event::RefusalDone {
+            content_index,
+            refusal: text,
+            ..
+        }
+        | Event::ReasoningTextDone {
+            content_index,
+            text,
+            ..
+        } => {
             let (kind, part) = part_kind(event);
             expect_kind(item, &[kind])?;
             let slot = part_at(item, *content_index)?;
@@ -189,9 +257,9 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             }
             _ => expect_kind(item, &["mcp_call"]),
         },
-        Event::McpCallInProgress { .. } | Event::McpCallCompleted { .. } | Event::McpCallFailed { .. } => {
-            expect_kind(item, &["mcp_call"])
-        }
+        Event::McpCallInProgress { .. }
+        | Event::McpCallCompleted { .. }
+        | Event::McpCallFailed { .. } => expect_kind(item, &["mcp_call"]),
         Event::McpListToolsInProgress { .. }
         | Event::McpListToolsCompleted { .. }
         | Event::McpListToolsFailed { .. } => expect_kind(item, &["mcp_list_tools"]),
@@ -210,7 +278,9 @@ fn part_kind(event: &Event) -> (&'static str, &'static str) {
 fn part_at(item: &mut OutputItem, index: usize) -> Result<&mut ContentPart, String> {
     let content = item.content_mut().ok_or("item has no content")?;
     let len = content.len();
-    content.get_mut(index).ok_or_else(|| format!("content_index {index} out of range ({len} parts)"))
+    content
+        .get_mut(index)
+        .ok_or_else(|| format!("content_index {index} out of range ({len} parts)"))
 }
 
 fn check_part(part: &ContentPart, expected: &str) -> Result<(), String> {
@@ -219,5 +289,9 @@ fn check_part(part: &ContentPart, expected: &str) -> Result<(), String> {
         ContentPart::Refusal { .. } => "refusal",
         ContentPart::ReasoningText { .. } => "reasoning_text",
     };
-    if actual == expected { Ok(()) } else { Err(format!("targets a {actual} part, expected {expected}")) }
+    if actual == expected {
+        Ok(())
+    } else {
+        Err(format!("targets a {actual} part, expected {expected}"))
+    }
 }

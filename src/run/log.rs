@@ -25,7 +25,12 @@ pub struct LogEntry {
 impl LogEntry {
     /// The event's JSON (the `data:` line of the frame).
     pub fn json(&self) -> Bytes {
-        let start = self.frame.iter().position(|b| *b == b'\n').map(|i| i + 1 + "data: ".len()).unwrap_or(0);
+        let start = self
+            .frame
+            .iter()
+            .position(|b| *b == b'\n')
+            .map(|i| i + 1 + "data: ".len())
+            .unwrap_or(0);
         self.frame.slice(start..self.frame.len() - 2)
     }
 
@@ -78,7 +83,12 @@ impl Default for RunLog {
 impl RunLog {
     pub fn new() -> Self {
         RunLog {
-            inner: Mutex::new(Inner { entries: Vec::new(), visible: 0, finished: false, fold: Fold::new() }),
+            inner: Mutex::new(Inner {
+                entries: Vec::new(),
+                visible: 0,
+                finished: false,
+                fold: Fold::new(),
+            }),
             changed: Notify::new(),
         }
     }
@@ -88,7 +98,12 @@ impl RunLog {
     pub fn from_entries(entries: Vec<LogEntry>, fold: Fold, finished: bool) -> Self {
         let n = entries.len();
         RunLog {
-            inner: Mutex::new(Inner { entries, visible: n, finished, fold }),
+            inner: Mutex::new(Inner {
+                entries,
+                visible: n,
+                finished,
+                fold,
+            }),
             changed: Notify::new(),
         }
     }
@@ -123,7 +138,10 @@ impl RunLog {
 
     /// Applies `f` to the fold and appends the entry it returns (if any), atomically.
     /// Used by the emitter only.
-    pub(crate) fn append_with(&self, f: impl FnOnce(&mut Fold, u64) -> Option<LogEntry>) -> Option<LogEntry> {
+    pub(crate) fn append_with(
+        &self,
+        f: impl FnOnce(&mut Fold, u64) -> Option<LogEntry>,
+    ) -> Option<LogEntry> {
         let mut inner = self.inner.lock().expect("run log poisoned");
         if inner.finished || inner.fold.is_terminal() {
             return None;
@@ -138,13 +156,21 @@ impl RunLog {
     /// Appends an entry another relay already kept (read back from the store), applies its
     /// event to the fold and makes it visible at once. Refuses an entry out of sequence or one
     /// that breaks the log.
-    pub(crate) fn append_kept(&self, entry: LogEntry, event: &crate::api::Event) -> Result<(), String> {
+    pub(crate) fn append_kept(
+        &self,
+        entry: LogEntry,
+        event: &crate::api::Event,
+    ) -> Result<(), String> {
         let mut inner = self.inner.lock().expect("run log poisoned");
         if inner.finished || inner.fold.is_terminal() {
             return Err("the log is already finished".into());
         }
         if entry.seq != inner.entries.len() as u64 {
-            return Err(format!("expected event {}, got {}", inner.entries.len(), entry.seq));
+            return Err(format!(
+                "expected event {}, got {}",
+                inner.entries.len(),
+                entry.seq
+            ));
         }
         inner.fold.apply(event).map_err(|e| e.to_string())?;
         inner.entries.push(entry);
@@ -183,25 +209,44 @@ impl RunLog {
 
     /// The Response as the visible and pending events describe it now.
     pub fn snapshot(&self) -> Option<Response> {
-        self.inner.lock().expect("run log poisoned").fold.response().cloned()
+        self.inner
+            .lock()
+            .expect("run log poisoned")
+            .fold
+            .response()
+            .cloned()
     }
 
     /// The number of output items so far (the next free `output_index`).
     pub fn output_len(&self) -> usize {
-        self.inner.lock().expect("run log poisoned").fold.response().map(|r| r.output.len()).unwrap_or(0)
+        self.inner
+            .lock()
+            .expect("run log poisoned")
+            .fold
+            .response()
+            .map(|r| r.output.len())
+            .unwrap_or(0)
     }
 
     /// All appended entries, for the store.
     pub fn entries_from(&self, from: usize) -> Vec<LogEntry> {
         let inner = self.inner.lock().expect("run log poisoned");
-        inner.entries.get(from..).map(<[LogEntry]>::to_vec).unwrap_or_default()
+        inner
+            .entries
+            .get(from..)
+            .map(<[LogEntry]>::to_vec)
+            .unwrap_or_default()
     }
 
     /// Visible entries from `cursor` on (at most `max`).
     pub fn read(&self, cursor: usize, max: usize) -> Batch {
         let inner = self.inner.lock().expect("run log poisoned");
         let end = inner.visible.min(cursor.saturating_add(max));
-        let entries = if cursor < end { inner.entries[cursor..end].to_vec() } else { Vec::new() };
+        let entries = if cursor < end {
+            inner.entries[cursor..end].to_vec()
+        } else {
+            Vec::new()
+        };
         let finished = inner.finished && end >= inner.visible;
         Batch { entries, finished }
     }

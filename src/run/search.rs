@@ -15,7 +15,10 @@ pub struct Candidate {
     pub parameters: std::sync::Arc<Value>,
 }
 
-const STOPWORDS: &[&str] = &["a", "an", "the", "to", "of", "for", "and", "or", "in", "on", "with", "by", "me", "my", "is", "it", "that", "this", "tool", "tools"];
+const STOPWORDS: &[&str] = &[
+    "a", "an", "the", "to", "of", "for", "and", "or", "in", "on", "with", "by", "me", "my", "is",
+    "it", "that", "this", "tool", "tools",
+];
 
 /// Lower-case word tokens: split on non-alphanumerics and camelCase boundaries.
 pub fn tokens(s: &str) -> Vec<String> {
@@ -54,14 +57,20 @@ pub fn rank(query: &str, candidates: &[Candidate], k: usize) -> Vec<usize> {
     let docs: Vec<(HashSet<String>, HashSet<String>)> = candidates
         .iter()
         .map(|c| {
-            let name: HashSet<String> = tokens(&c.tool).into_iter().chain(tokens(&c.label)).collect();
+            let name: HashSet<String> = tokens(&c.tool)
+                .into_iter()
+                .chain(tokens(&c.label))
+                .collect();
             (name, tokens(&c.description).into_iter().collect())
         })
         .collect();
     let n = candidates.len() as f64;
     let mut df: HashMap<&str, f64> = HashMap::new();
     for term in &q {
-        let count = docs.iter().filter(|(name, desc)| name.contains(term) || desc.contains(term)).count();
+        let count = docs
+            .iter()
+            .filter(|(name, desc)| name.contains(term) || desc.contains(term))
+            .count();
         df.insert(term, count as f64);
     }
     let mut scored: Vec<(f64, usize)> = docs
@@ -76,7 +85,12 @@ pub fn rank(query: &str, candidates: &[Candidate], k: usize) -> Vec<usize> {
                         3.0 * idf
                     } else if desc.contains(term) {
                         idf
-                    } else if term.len() >= 4 && name.iter().chain(desc.iter()).any(|t| t.starts_with(term.as_str()) || term.starts_with(t.as_str()) && t.len() >= 4) {
+                    } else if term.len() >= 4
+                        && name.iter().chain(desc.iter()).any(|t| {
+                            t.starts_with(term.as_str())
+                                || term.starts_with(t.as_str()) && t.len() >= 4
+                        })
+                    {
                         0.5 * idf
                     } else {
                         0.0
@@ -87,7 +101,10 @@ pub fn rank(query: &str, candidates: &[Candidate], k: usize) -> Vec<usize> {
         })
         .filter(|(s, _)| *s > 0.0)
         .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| candidates[a.1].model_name.cmp(&candidates[b.1].model_name)));
+    scored.sort_by(|a, b| {
+        b.0.total_cmp(&a.0)
+            .then_with(|| candidates[a.1].model_name.cmp(&candidates[b.1].model_name))
+    });
     scored.into_iter().take(k).map(|(_, i)| i).collect()
 }
 
@@ -96,7 +113,11 @@ pub fn query_of(arguments: &Value) -> String {
     match arguments.get("query").and_then(Value::as_str) {
         Some(q) => q.to_string(),
         None => match arguments {
-            Value::Object(o) => o.values().filter_map(Value::as_str).collect::<Vec<_>>().join(" "),
+            Value::Object(o) => o
+                .values()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(" "),
             Value::String(s) => s.clone(),
             _ => String::new(),
         },

@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 
 use super::emitter::Emitter;
-use crate::api::response::{ContentPart, FunctionCallItem, McpApprovalRequestItem, McpCallItem, MessageItem, ReasoningItem};
+use crate::api::response::{
+    ContentPart, FunctionCallItem, McpApprovalRequestItem, McpCallItem, MessageItem, ReasoningItem,
+};
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::upstream::{FinishReason, ModelEvent};
 
@@ -117,7 +119,12 @@ impl Transcoder {
             ModelEvent::Reasoning(delta) => self.text_delta(TextKind::Reasoning, false, delta, em),
             ModelEvent::Text(delta) => self.text_delta(TextKind::Message, false, delta, em),
             ModelEvent::Refusal(delta) => self.text_delta(TextKind::Message, true, delta, em),
-            ModelEvent::ToolCall { index, id: _, name, arguments } => self.tool_call(index, name, arguments, em, tools),
+            ModelEvent::ToolCall {
+                index,
+                id: _,
+                name,
+                arguments,
+            } => self.tool_call(index, name, arguments, em, tools),
             ModelEvent::Usage(u) => match &mut self.outcome.usage {
                 // Some servers repeat cumulative usage; keep the last report of the turn.
                 slot => *slot = Some(u),
@@ -163,7 +170,13 @@ impl Transcoder {
                     }
                 };
                 em.emit(Event::OutputItemAdded { output_index, item });
-                self.text.insert(OpenText { kind, output_index, item_id, part: None, parts: Vec::new() })
+                self.text.insert(OpenText {
+                    kind,
+                    output_index,
+                    item_id,
+                    part: None,
+                    parts: Vec::new(),
+                })
             }
         };
         if open.part.as_ref().is_some_and(|(_, r, _)| *r != refusal) {
@@ -182,18 +195,35 @@ impl Transcoder {
         }
         let (content_index, _, text) = open.part.as_mut().expect("part is open");
         text.push_str(&delta);
-        let (item_id, output_index, content_index) = (open.item_id.clone(), open.output_index, *content_index);
+        let (item_id, output_index, content_index) =
+            (open.item_id.clone(), open.output_index, *content_index);
         em.emit(match (kind, refusal) {
-            (TextKind::Reasoning, _) => Event::ReasoningTextDelta { item_id, output_index, content_index, delta },
-            (TextKind::Message, false) => {
-                Event::OutputTextDelta { item_id, output_index, content_index, delta, logprobs: Vec::new() }
-            }
-            (TextKind::Message, true) => Event::RefusalDelta { item_id, output_index, content_index, delta },
+            (TextKind::Reasoning, _) => Event::ReasoningTextDelta {
+                item_id,
+                output_index,
+                content_index,
+                delta,
+            },
+            (TextKind::Message, false) => Event::OutputTextDelta {
+                item_id,
+                output_index,
+                content_index,
+                delta,
+                logprobs: Vec::new(),
+            },
+            (TextKind::Message, true) => Event::RefusalDelta {
+                item_id,
+                output_index,
+                content_index,
+                delta,
+            },
         });
     }
 
     fn close_text(&mut self, em: &mut Emitter, status: ItemStatus) {
-        let Some(mut open) = self.text.take() else { return };
+        let Some(mut open) = self.text.take() else {
+            return;
+        };
         if open.part.is_some() {
             close_part(&mut open, em);
         }
@@ -213,14 +243,27 @@ impl Transcoder {
             }),
         };
         self.outcome.items.push(item.clone());
-        em.emit(Event::OutputItemDone { output_index: open.output_index, item });
+        em.emit(Event::OutputItemDone {
+            output_index: open.output_index,
+            item,
+        });
     }
 
-    fn tool_call(&mut self, index: u32, name: Option<String>, arguments: String, em: &mut Emitter, tools: &ToolMap) {
+    fn tool_call(
+        &mut self,
+        index: u32,
+        name: Option<String>,
+        arguments: String,
+        em: &mut Emitter,
+        tools: &ToolMap,
+    ) {
         if let Some(call) = self.calls.iter_mut().find(|c| c.upstream_index == index) {
             if !arguments.is_empty() {
                 call.arguments.push_str(&arguments);
-                if !matches!(call.target, CallTarget::Approval { .. } | CallTarget::Search) {
+                if !matches!(
+                    call.target,
+                    CallTarget::Approval { .. } | CallTarget::Search
+                ) {
                     em.emit(args_delta(call, arguments));
                 }
             }
@@ -229,13 +272,23 @@ impl Transcoder {
         let pending = self.pending.entry(index).or_default();
         pending.arguments.push_str(&arguments);
         let Some(name) = name else { return };
-        let arguments = self.pending.remove(&index).map(|p| p.arguments).unwrap_or_default();
+        let arguments = self
+            .pending
+            .remove(&index)
+            .map(|p| p.arguments)
+            .unwrap_or_default();
         self.close_text(em, ItemStatus::Completed);
         let output_index = em.next_output_index();
         let target = match tools.get(&name) {
             Some(t) if t.search => CallTarget::Search,
-            Some(t) if t.needs_approval => CallTarget::Approval { server_label: t.server_label.clone(), tool: t.tool.clone() },
-            Some(t) => CallTarget::Mcp { server_label: t.server_label.clone(), tool: t.tool.clone() },
+            Some(t) if t.needs_approval => CallTarget::Approval {
+                server_label: t.server_label.clone(),
+                tool: t.tool.clone(),
+            },
+            Some(t) => CallTarget::Mcp {
+                server_label: t.server_label.clone(),
+                tool: t.tool.clone(),
+            },
             None => CallTarget::Function,
         };
         if matches!(target, CallTarget::Approval { .. } | CallTarget::Search) {
@@ -267,7 +320,8 @@ impl Transcoder {
                 status: ItemStatus::InProgress,
             }),
             CallTarget::Search => unreachable!("searches are buffered above"),
-            CallTarget::Mcp { server_label, tool } | CallTarget::Approval { server_label, tool } => OutputItem::McpCall(McpCallItem {
+            CallTarget::Mcp { server_label, tool }
+            | CallTarget::Approval { server_label, tool } => OutputItem::McpCall(McpCallItem {
                 id: item_id.clone(),
                 server_label: server_label.clone(),
                 name: tool.clone(),
@@ -280,9 +334,20 @@ impl Transcoder {
         };
         em.emit(Event::OutputItemAdded { output_index, item });
         if matches!(target, CallTarget::Mcp { .. }) {
-            em.emit(Event::McpCallInProgress { item_id: item_id.clone(), output_index });
+            em.emit(Event::McpCallInProgress {
+                item_id: item_id.clone(),
+                output_index,
+            });
         }
-        let mut call = OpenCall { upstream_index: index, output_index, item_id, call_id, name, target, arguments: String::new() };
+        let mut call = OpenCall {
+            upstream_index: index,
+            output_index,
+            item_id,
+            call_id,
+            name,
+            target,
+            arguments: String::new(),
+        };
         if !arguments.is_empty() {
             call.arguments.push_str(&arguments);
             em.emit(args_delta(&call, arguments));
@@ -293,11 +358,26 @@ impl Transcoder {
     /// Ends the turn: closes the text item and function calls (marked `incomplete` when the
     /// model was cut off), finishes MCP calls' arguments, and returns what the turn produced.
     pub fn finish(mut self, em: &mut Emitter) -> TurnOutcome {
-        let cut = matches!(self.outcome.finish, Some(FinishReason::Length | FinishReason::ContentFilter));
-        let status = if cut { ItemStatus::Incomplete } else { ItemStatus::Completed };
+        let cut = matches!(
+            self.outcome.finish,
+            Some(FinishReason::Length | FinishReason::ContentFilter)
+        );
+        let status = if cut {
+            ItemStatus::Incomplete
+        } else {
+            ItemStatus::Completed
+        };
         self.close_text(em, status);
         for call in std::mem::take(&mut self.calls) {
-            let OpenCall { output_index, item_id, call_id, name, target, arguments, .. } = call;
+            let OpenCall {
+                output_index,
+                item_id,
+                call_id,
+                name,
+                target,
+                arguments,
+                ..
+            } = call;
             match target {
                 CallTarget::Function => {
                     em.emit(Event::FunctionCallArgumentsDone {
@@ -306,13 +386,28 @@ impl Transcoder {
                         output_index,
                         arguments: arguments.clone(),
                     });
-                    let item = FunctionCallItem { id: item_id, call_id, name, arguments, status };
-                    self.outcome.items.push(OutputItem::FunctionCall(item.clone()));
-                    em.emit(Event::OutputItemDone { output_index, item: OutputItem::FunctionCall(item.clone()) });
+                    let item = FunctionCallItem {
+                        id: item_id,
+                        call_id,
+                        name,
+                        arguments,
+                        status,
+                    };
+                    self.outcome
+                        .items
+                        .push(OutputItem::FunctionCall(item.clone()));
+                    em.emit(Event::OutputItemDone {
+                        output_index,
+                        item: OutputItem::FunctionCall(item.clone()),
+                    });
                     self.outcome.function_calls.push(item);
                 }
                 CallTarget::Mcp { server_label, tool } => {
-                    em.emit(Event::McpCallArgumentsDone { item_id: item_id.clone(), output_index, arguments: arguments.clone() });
+                    em.emit(Event::McpCallArgumentsDone {
+                        item_id: item_id.clone(),
+                        output_index,
+                        arguments: arguments.clone(),
+                    });
                     let item = McpCallItem {
                         id: item_id,
                         server_label,
@@ -323,7 +418,11 @@ impl Transcoder {
                         status: ItemStatus::InProgress,
                         approval_request_id: None,
                     };
-                    self.outcome.mcp_calls.push(McpCallStarted { output_index, item, model_name: name });
+                    self.outcome.mcp_calls.push(McpCallStarted {
+                        output_index,
+                        item,
+                        model_name: name,
+                    });
                 }
                 CallTarget::Search => {
                     if !cut {
@@ -334,11 +433,24 @@ impl Transcoder {
                     if cut {
                         continue;
                     }
-                    let item = McpApprovalRequestItem { id: em.mint("mcpr"), server_label, name: tool, arguments };
+                    let item = McpApprovalRequestItem {
+                        id: em.mint("mcpr"),
+                        server_label,
+                        name: tool,
+                        arguments,
+                    };
                     let output_index = em.next_output_index();
-                    em.emit(Event::OutputItemAdded { output_index, item: OutputItem::McpApprovalRequest(item.clone()) });
-                    em.emit(Event::OutputItemDone { output_index, item: OutputItem::McpApprovalRequest(item.clone()) });
-                    self.outcome.items.push(OutputItem::McpApprovalRequest(item.clone()));
+                    em.emit(Event::OutputItemAdded {
+                        output_index,
+                        item: OutputItem::McpApprovalRequest(item.clone()),
+                    });
+                    em.emit(Event::OutputItemDone {
+                        output_index,
+                        item: OutputItem::McpApprovalRequest(item.clone()),
+                    });
+                    self.outcome
+                        .items
+                        .push(OutputItem::McpApprovalRequest(item.clone()));
                     self.outcome.approvals.push(item);
                 }
             }
@@ -349,18 +461,29 @@ impl Transcoder {
 
 fn empty_part(kind: TextKind, refusal: bool) -> ContentPart {
     match (kind, refusal) {
-        (TextKind::Reasoning, _) => ContentPart::ReasoningText { text: String::new() },
+        (TextKind::Reasoning, _) => ContentPart::ReasoningText {
+            text: String::new(),
+        },
         (TextKind::Message, false) => ContentPart::output_text(""),
-        (TextKind::Message, true) => ContentPart::Refusal { refusal: String::new() },
+        (TextKind::Message, true) => ContentPart::Refusal {
+            refusal: String::new(),
+        },
     }
 }
 
 fn close_part(open: &mut OpenText, em: &mut Emitter) {
-    let Some((content_index, refusal, text)) = open.part.take() else { return };
+    let Some((content_index, refusal, text)) = open.part.take() else {
+        return;
+    };
     let (item_id, output_index) = (open.item_id.clone(), open.output_index);
     let part = match (open.kind, refusal) {
         (TextKind::Reasoning, _) => {
-            em.emit(Event::ReasoningTextDone { item_id: item_id.clone(), output_index, content_index, text: text.clone() });
+            em.emit(Event::ReasoningTextDone {
+                item_id: item_id.clone(),
+                output_index,
+                content_index,
+                text: text.clone(),
+            });
             ContentPart::ReasoningText { text }
         }
         (TextKind::Message, false) => {
@@ -374,21 +497,37 @@ fn close_part(open: &mut OpenText, em: &mut Emitter) {
             ContentPart::output_text(text)
         }
         (TextKind::Message, true) => {
-            em.emit(Event::RefusalDone { item_id: item_id.clone(), output_index, content_index, refusal: text.clone() });
+            em.emit(Event::RefusalDone {
+                item_id: item_id.clone(),
+                output_index,
+                content_index,
+                refusal: text.clone(),
+            });
             ContentPart::Refusal { refusal: text }
         }
     };
-    em.emit(Event::ContentPartDone { item_id, output_index, content_index, part: part.clone() });
+    em.emit(Event::ContentPartDone {
+        item_id,
+        output_index,
+        content_index,
+        part: part.clone(),
+    });
     open.parts.push(part);
 }
 
 fn args_delta(call: &OpenCall, delta: String) -> Event {
     match call.target {
-        CallTarget::Function => {
-            Event::FunctionCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
-        }
+        CallTarget::Function => Event::FunctionCallArgumentsDelta {
+            item_id: call.item_id.clone(),
+            output_index: call.output_index,
+            delta,
+        },
         CallTarget::Mcp { .. } | CallTarget::Approval { .. } | CallTarget::Search => {
-            Event::McpCallArgumentsDelta { item_id: call.item_id.clone(), output_index: call.output_index, delta }
+            Event::McpCallArgumentsDelta {
+                item_id: call.item_id.clone(),
+                output_index: call.output_index,
+                delta,
+            }
         }
     }
 }

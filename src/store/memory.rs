@@ -33,17 +33,27 @@ impl Memory {
         let id = record.response.id.clone();
         for item in &record.input {
             if let Some(item_id) = item.id() {
-                st.items.insert(item_id.to_string(), (id.clone(), item.clone()));
+                st.items
+                    .insert(item_id.to_string(), (id.clone(), item.clone()));
             }
         }
-        st.runs.insert(id, Kept { record, log, expires_at });
+        st.runs.insert(
+            id,
+            Kept {
+                record,
+                log,
+                expires_at,
+            },
+        );
     }
 
     /// Keeps the final Response and indexes its output items.
     pub fn finish(&self, response: &Response) {
         let mut st = self.state.lock().expect("memory store poisoned");
         let State { runs, items } = &mut *st;
-        let Some(kept) = runs.get_mut(&response.id) else { return };
+        let Some(kept) = runs.get_mut(&response.id) else {
+            return;
+        };
         kept.record.response = response.clone();
         for o in &response.output {
             if let Some(i) = output_as_input(o) {
@@ -63,11 +73,21 @@ impl Memory {
     }
 
     pub fn log(&self, id: &str) -> Option<Arc<RunLog>> {
-        self.state.lock().expect("memory store poisoned").runs.get(id).map(|k| k.log.clone())
+        self.state
+            .lock()
+            .expect("memory store poisoned")
+            .runs
+            .get(id)
+            .map(|k| k.log.clone())
     }
 
     pub fn find_item(&self, id: &str) -> Option<InputItem> {
-        self.state.lock().expect("memory store poisoned").items.get(id).map(|(_, i)| i.clone())
+        self.state
+            .lock()
+            .expect("memory store poisoned")
+            .items
+            .get(id)
+            .map(|(_, i)| i.clone())
     }
 
     pub fn delete(&self, id: &str) -> bool {

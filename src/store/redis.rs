@@ -208,7 +208,11 @@ struct Conn {
 
 impl Conn {
     fn new(client: Client, config: AsyncConnectionConfig) -> Self {
-        Conn { client, config, cur: tokio::sync::Mutex::new(None) }
+        Conn {
+            client,
+            config,
+            cur: tokio::sync::Mutex::new(None),
+        }
     }
 
     async fn get(&self) -> Result<MultiplexedConnection, RedisError> {
@@ -216,7 +220,10 @@ impl Conn {
         if let Some(c) = &*cur {
             return Ok(c.clone());
         }
-        let c = self.client.get_multiplexed_async_connection_with_config(&self.config).await?;
+        let c = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
         *cur = Some(c.clone());
         Ok(c)
     }
@@ -246,10 +253,23 @@ struct Owned {
 }
 
 enum Cmd {
-    Insert { id: String, cmd: ::redis::Cmd, owned: Option<Owned> },
+    Insert {
+        id: String,
+        cmd: ::redis::Cmd,
+        owned: Option<Owned>,
+    },
     /// `args`: the event's group of [`APPEND`]'s ARGV (without its length).
-    Append { id: String, log: Arc<RunLog>, entry: LogEntry, terminal: bool, args: Vec<String>, fail: Option<FailHook> },
-    Flush { reply: oneshot::Sender<()> },
+    Append {
+        id: String,
+        log: Arc<RunLog>,
+        entry: LogEntry,
+        terminal: bool,
+        args: Vec<String>,
+        fail: Option<FailHook>,
+    },
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
 }
 
 struct Inner {
@@ -300,7 +320,14 @@ impl LogSink for Sink {
             }
             None => args.extend(["0".into(), String::new(), String::new()]),
         }
-        let c = Cmd::Append { id: self.id.clone(), log: log.clone(), entry: entry.clone(), terminal: terminal.is_some(), args, fail: self.fail.clone() };
+        let c = Cmd::Append {
+            id: self.id.clone(),
+            log: log.clone(),
+            entry: entry.clone(),
+            terminal: terminal.is_some(),
+            args,
+            fail: self.fail.clone(),
+        };
         if self.tx.send(c).is_err() {
             tracing::error!("the Redis writer is gone; an event could not be kept");
         }
@@ -314,12 +341,15 @@ impl Redis {
         crate::install_tls();
         let shown = mask_url(url);
         let client = Client::open(url).map_err(|e| StoreError(format!("{shown}: {e}")))?;
-        let rt = tokio::runtime::Handle::try_current().map_err(|_| StoreError("the Redis store needs a tokio runtime".into()))?;
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| StoreError("the Redis store needs a tokio runtime".into()))?;
         // Fail fast on a wrong address or password (one short blocking round trip at start-up).
         let mut probe = client
             .get_connection_with_timeout(Duration::from_secs(2))
             .map_err(|e| StoreError(format!("cannot reach Redis at {shown}: {e}")))?;
-        ::redis::cmd("PING").query::<String>(&mut probe).map_err(|e| StoreError(format!("Redis at {shown}: {e}")))?;
+        ::redis::cmd("PING")
+            .query::<String>(&mut probe)
+            .map_err(|e| StoreError(format!("Redis at {shown}: {e}")))?;
         drop(probe);
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
@@ -328,7 +358,15 @@ impl Redis {
         let (tx, rx) = mpsc::unbounded_channel();
         let owned: Arc<Mutex<HashMap<String, Owned>>> = Arc::default();
         let instance = format!("relay-{:016x}", rand::random::<u64>());
-        let inner = Arc::new(Inner { client, conn: conn.clone(), tx, instance, ttl, owned: owned.clone(), tails: Mutex::default() });
+        let inner = Arc::new(Inner {
+            client,
+            conn: conn.clone(),
+            tx,
+            instance,
+            ttl,
+            owned: owned.clone(),
+            tails: Mutex::default(),
+        });
         rt.spawn(write_loop(conn, rx, owned, inner.instance.clone()));
         rt.spawn(keep_leases(Arc::downgrade(&inner)));
         tracing::info!(redis = %shown, instance = %inner.instance, "Redis store ready");
@@ -345,17 +383,31 @@ impl Redis {
 
     /// The sink a run's emitter appends through; `fail` ends the run if its events cannot be kept.
     pub fn sink(&self, id: &str, fail: Option<FailHook>) -> Sink {
-        Sink { id: id.to_string(), tx: self.inner.tx.clone(), fail }
+        Sink {
+            id: id.to_string(),
+            tx: self.inner.tx.clone(),
+            fail,
+        }
     }
 
     /// Keeps a starting run (queued behind nothing: before its first event) and takes its lease.
-    pub fn insert(&self, record: &Record, expires_at: Option<i64>, cancel: CancellationToken, fail: FailHook) {
+    pub fn insert(
+        &self,
+        record: &Record,
+        expires_at: Option<i64>,
+        cancel: CancellationToken,
+        fail: FailHook,
+    ) {
         let r = &record.response;
         let mut args: Vec<String> = vec![
             r.id.clone(),
             self.inner.instance.clone(),
             LEASE_MS.to_string(),
-            self.inner.ttl.map(|t| t.as_secs().max(1)).unwrap_or(0).to_string(),
+            self.inner
+                .ttl
+                .map(|t| t.as_secs().max(1))
+                .unwrap_or(0)
+                .to_string(),
             serde_json::to_string(r).expect("serializes"),
             serde_json::to_string(&record.input).expect("serializes"),
             status_of(r),
@@ -371,7 +423,11 @@ impl Redis {
         }
         let mut cmd = script(INSERT, &[Self::resp_key(&r.id)]);
         cmd.arg(args);
-        let _ = self.inner.tx.send(Cmd::Insert { id: r.id.clone(), cmd, owned: Some(Owned { cancel, fail }) });
+        let _ = self.inner.tx.send(Cmd::Insert {
+            id: r.id.clone(),
+            cmd,
+            owned: Some(Owned { cancel, fail }),
+        });
     }
 
     async fn fields(&self, id: &str, names: &[&str]) -> Result<Vec<Option<String>>, StoreError> {
@@ -382,7 +438,13 @@ impl Redis {
 
     /// Claims the run if its owner's lease lapsed and finishes it as failed. True if it did.
     async fn recover(&self, id: &str) -> Result<bool, StoreError> {
-        if self.inner.owned.lock().expect("owned poisoned").contains_key(id) {
+        if self
+            .inner
+            .owned
+            .lock()
+            .expect("owned poisoned")
+            .contains_key(id)
+        {
             return Ok(false);
         }
         let mut claim = script(CLAIM, &[Self::resp_key(id)]);
@@ -399,7 +461,12 @@ impl Redis {
             return Ok(true);
         }
         let log = Arc::new(RunLog::from_entries(entries, fold, false));
-        let mut em = Emitter::new(log.clone(), Arc::new(self.sink(id, None)), crate::api::id::IdSource::Random, Clock::System);
+        let mut em = Emitter::new(
+            log.clone(),
+            Arc::new(self.sink(id, None)),
+            crate::api::id::IdSource::Random,
+            Clock::System,
+        );
         em.finish(
             Ending::Failed(ResponseError {
                 code: "server_error".into(),
@@ -407,8 +474,13 @@ impl Redis {
             }),
             log.snapshot().and_then(|r| r.usage),
         );
-        if tokio::time::timeout(Duration::from_secs(10), log.wait_finished()).await.is_err() {
-            return Err(StoreError(format!("could not finish the abandoned run {id}")));
+        if tokio::time::timeout(Duration::from_secs(10), log.wait_finished())
+            .await
+            .is_err()
+        {
+            return Err(StoreError(format!(
+                "could not finish the abandoned run {id}"
+            )));
         }
         tracing::warn!(response_id = %id, "finished a run whose relay stopped (its lease lapsed)");
         Ok(true)
@@ -423,7 +495,9 @@ impl Redis {
     }
 
     pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        let Some((record, status)) = self.raw_record(id).await? else { return Ok(None) };
+        let Some((record, status)) = self.raw_record(id).await? else {
+            return Ok(None);
+        };
         if !unfinished(&status) {
             return Ok(Some(record));
         }
@@ -432,7 +506,13 @@ impl Redis {
         }
         // Live on another relay: its Response as the kept events describe it now.
         let mut record = record;
-        let tailed = self.inner.tails.lock().expect("tails poisoned").get(id).and_then(Weak::upgrade);
+        let tailed = self
+            .inner
+            .tails
+            .lock()
+            .expect("tails poisoned")
+            .get(id)
+            .and_then(Weak::upgrade);
         let now = match tailed {
             Some(log) => log.snapshot(),
             None => fold_entries(&self.entries(id).await?)?.response().cloned(),
@@ -445,22 +525,37 @@ impl Redis {
 
     async fn raw_record(&self, id: &str) -> Result<Option<(Record, String)>, StoreError> {
         let f = self.fields(id, &["response", "input", "status"]).await?;
-        let (Some(response), Some(input), Some(status)) = (f[0].clone(), f[1].clone(), f[2].clone()) else {
+        let (Some(response), Some(input), Some(status)) =
+            (f[0].clone(), f[1].clone(), f[2].clone())
+        else {
             return Ok(None);
         };
-        let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
-        let record = Record { response: serde_json::from_str(&response).map_err(bad)?, input: serde_json::from_str(&input).map_err(bad)? };
+        let bad =
+            |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+        let record = Record {
+            response: serde_json::from_str(&response).map_err(bad)?,
+            input: serde_json::from_str(&input).map_err(bad)?,
+        };
         Ok(Some((record, status)))
     }
 
     /// A run's log: complete for a finished run; for a run live on another relay, the kept
     /// events then, appended as that relay keeps them, the rest (tailed with `XREAD BLOCK`).
     pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
-        if let Some(log) = self.inner.tails.lock().expect("tails poisoned").get(id).and_then(Weak::upgrade) {
+        if let Some(log) = self
+            .inner
+            .tails
+            .lock()
+            .expect("tails poisoned")
+            .get(id)
+            .and_then(Weak::upgrade)
+        {
             return Ok(Some(log));
         }
         let f = self.fields(id, &["status"]).await?;
-        let Some(status) = f[0].clone() else { return Ok(None) };
+        let Some(status) = f[0].clone() else {
+            return Ok(None);
+        };
         if unfinished(&status) {
             self.recover(id).await?;
         }
@@ -486,14 +581,27 @@ impl Redis {
         let mut cmd = ::redis::cmd("HGET");
         cmd.arg(format!("{ITEM}{id}")).arg("item");
         let item: Option<String> = self.inner.conn.query(&cmd).await?;
-        item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string()))).transpose()
+        item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string())))
+            .transpose()
     }
 
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         let mut items: Vec<String> = Vec::new();
         if let Some((record, _)) = self.raw_record(id).await? {
-            items.extend(record.input.iter().filter_map(|i| i.id().map(str::to_string)));
-            items.extend(record.response.output.iter().filter(|o| output_as_input(o).is_some()).map(|o| o.id().to_string()));
+            items.extend(
+                record
+                    .input
+                    .iter()
+                    .filter_map(|i| i.id().map(str::to_string)),
+            );
+            items.extend(
+                record
+                    .response
+                    .output
+                    .iter()
+                    .filter(|o| output_as_input(o).is_some())
+                    .map(|o| o.id().to_string()),
+            );
         }
         let mut cmd = script(DELETE, &[Self::resp_key(id), Self::log_key(id)]);
         cmd.arg(id).arg(ITEM).arg(items);
@@ -525,11 +633,17 @@ impl Redis {
     /// renewal) and waits for its terminal event. Does nothing for other runs.
     pub async fn cancel_elsewhere(&self, id: &str) -> Result<(), StoreError> {
         let f = self.fields(id, &["status", "background"]).await?;
-        let (Some(status), Some(background)) = (f[0].clone(), f[1].clone()) else { return Ok(()) };
+        let (Some(status), Some(background)) = (f[0].clone(), f[1].clone()) else {
+            return Ok(());
+        };
         if !unfinished(&status) || background != "1" {
             return Ok(());
         }
-        let _: i64 = self.inner.conn.query(&script(CANCEL, &[Self::resp_key(id)])).await?;
+        let _: i64 = self
+            .inner
+            .conn
+            .query(&script(CANCEL, &[Self::resp_key(id)]))
+            .await?;
         if let Some(log) = self.log(id).await? {
             let _ = tokio::time::timeout(Duration::from_secs(10), log.wait_finished()).await;
         }
@@ -544,21 +658,32 @@ impl Redis {
 }
 
 fn entry_of(f: &HashMap<String, String>) -> Result<LogEntry, StoreError> {
-    let field = |k: &str| f.get(k).ok_or_else(|| StoreError(format!("a kept event has no '{k}'")));
-    let seq = field("seq")?.parse().map_err(|_| StoreError("a kept event has a bad 'seq'".into()))?;
+    let field = |k: &str| {
+        f.get(k)
+            .ok_or_else(|| StoreError(format!("a kept event has no '{k}'")))
+    };
+    let seq = field("seq")?
+        .parse()
+        .map_err(|_| StoreError("a kept event has a bad 'seq'".into()))?;
     let offset_ms = field("offset_ms")?.parse().unwrap_or(0);
-    Ok(LogEntry { seq, offset_ms, frame: LogEntry::frame_for(field("kind")?, field("data")?.as_bytes()) })
+    Ok(LogEntry {
+        seq,
+        offset_ms,
+        frame: LogEntry::frame_for(field("kind")?, field("data")?.as_bytes()),
+    })
 }
 
 fn event_of(e: &LogEntry) -> Result<crate::api::Event, StoreError> {
-    let s: Sequenced = serde_json::from_slice(&e.json()).map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
+    let s: Sequenced = serde_json::from_slice(&e.json())
+        .map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
     Ok(s.event)
 }
 
 fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
     let mut fold = Fold::new();
     for e in entries {
-        fold.apply(&event_of(e)?).map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
+        fold.apply(&event_of(e)?)
+            .map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
     }
     Ok(fold)
 }
@@ -566,13 +691,20 @@ fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
 /// Feeds `log` with the events another relay appends to the run's stream, from `next` on,
 /// until the terminal event (or until no reader holds the log any more).
 async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
-    let config = AsyncConnectionConfig::new().set_connection_timeout(Some(Duration::from_secs(1))).set_response_timeout(None);
+    let config = AsyncConnectionConfig::new()
+        .set_connection_timeout(Some(Duration::from_secs(1)))
+        .set_response_timeout(None);
     let mut conn: Option<MultiplexedConnection> = None;
     let key = Redis::log_key(&id);
     while !log.is_finished() && Arc::strong_count(&log) > 1 {
         let c = match &mut conn {
             Some(c) => c,
-            None => match store.inner.client.get_multiplexed_async_connection_with_config(&config).await {
+            None => match store
+                .inner
+                .client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+            {
                 Ok(c) => conn.insert(c),
                 Err(e) => {
                     tracing::warn!(response_id = %id, error = %e, "cannot tail a run: Redis is unavailable; retrying");
@@ -582,7 +714,13 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
             },
         };
         let mut cmd = ::redis::cmd("XREAD");
-        cmd.arg("COUNT").arg(256).arg("BLOCK").arg(BLOCK_MS).arg("STREAMS").arg(&key).arg(format!("0-{next}"));
+        cmd.arg("COUNT")
+            .arg(256)
+            .arg("BLOCK")
+            .arg(BLOCK_MS)
+            .arg("STREAMS")
+            .arg(&key)
+            .arg(format!("0-{next}"));
         let read: Result<Option<StreamReply>, RedisError> = cmd.query_async(c).await;
         match read {
             Ok(Some(streams)) => {
@@ -626,14 +764,24 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
             }
         }
     }
-    store.inner.tails.lock().expect("tails poisoned").retain(|_, w| w.strong_count() > 0);
+    store
+        .inner
+        .tails
+        .lock()
+        .expect("tails poisoned")
+        .retain(|_, w| w.strong_count() > 0);
 }
 
 /// The writer: takes every write from the channel in order, sends them as pipelined scripts,
 /// then makes each kept event visible. A run whose write fails is failed through its hook; its
 /// later events are shown to its live clients without being kept (so they get their terminal
 /// event) and the run is left unfinished in Redis, where a relay finishes it as `failed`.
-async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned: Arc<Mutex<HashMap<String, Owned>>>, instance: String) {
+async fn write_loop(
+    conn: Arc<Conn>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    owned: Arc<Mutex<HashMap<String, Owned>>>,
+    instance: String,
+) {
     let mut broken: HashSet<String> = HashSet::new();
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
@@ -676,9 +824,17 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
             pipe.add_command(append_call(&instance, &group));
         }
         drop(group);
-        let mut results = if calls.is_empty() { Vec::new().into_iter() } else { send(&conn, &pipe, &calls).await.into_iter() };
+        let mut results = if calls.is_empty() {
+            Vec::new().into_iter()
+        } else {
+            send(&conn, &pipe, &calls).await.into_iter()
+        };
         for (c, was_sent) in batch.drain(..).zip(sent) {
-            let result = if was_sent { Some(results.next().unwrap_or_else(|| Err("no reply".into()))) } else { None };
+            let result = if was_sent {
+                Some(results.next().unwrap_or_else(|| Err("no reply".into())))
+            } else {
+                None
+            };
             match c {
                 Cmd::Insert { id, owned: o, .. } => match result {
                     Some(Ok(_)) => {
@@ -696,7 +852,14 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
                         }
                     }
                 },
-                Cmd::Append { id, log, entry, terminal, fail, .. } => {
+                Cmd::Append {
+                    id,
+                    log,
+                    entry,
+                    terminal,
+                    fail,
+                    ..
+                } => {
                     let kept = matches!(result, Some(Ok(1)));
                     if kept {
                         log.publish(entry.seq as usize + 1, terminal);
@@ -709,7 +872,10 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
                     if let Some(r) = result {
                         let message = match r {
                             Ok(0) => "This response was deleted while it ran.".to_string(),
-                            Ok(-1) | Ok(-2) => "Another relay took this response over (this relay lost its lease).".to_string(),
+                            Ok(-1) | Ok(-2) => {
+                                "Another relay took this response over (this relay lost its lease)."
+                                    .to_string()
+                            }
                             Ok(-3) => {
                                 tracing::error!(response_id = %id, "Redis refused an event of the run's log (out of order)");
                                 "The relay's store (Redis) refused an event; this response was not kept.".to_string()
@@ -745,7 +911,10 @@ async fn write_loop(conn: Arc<Conn>, mut rx: mpsc::UnboundedReceiver<Cmd>, owned
 
 /// One [`APPEND`] call for `events` (run id, group), in order.
 fn append_call(instance: &str, events: &[(&str, &[String])]) -> ::redis::Cmd {
-    let keys: Vec<String> = events.iter().flat_map(|(id, _)| [Redis::resp_key(id), Redis::log_key(id)]).collect();
+    let keys: Vec<String> = events
+        .iter()
+        .flat_map(|(id, _)| [Redis::resp_key(id), Redis::log_key(id)])
+        .collect();
     let mut cmd = script(APPEND, &keys);
     cmd.arg(instance).arg(ITEM);
     for (_, args) in events {
@@ -758,8 +927,14 @@ fn append_call(instance: &str, events: &[(&str, &[String])]) -> ::redis::Cmd {
 /// its code (every write of a command that failed gets that command's error).
 async fn send(conn: &Conn, pipe: &::redis::Pipeline, calls: &[usize]) -> Vec<Result<i64, String>> {
     let replies: Vec<Result<::redis::Value, String>> = match conn.get().await {
-        Ok(mut c) => match pipe.query_async::<Vec<::redis::RedisResult<::redis::Value>>>(&mut c).await {
-            Ok(v) => v.into_iter().map(|r| r.map_err(|e| e.to_string())).collect(),
+        Ok(mut c) => match pipe
+            .query_async::<Vec<::redis::RedisResult<::redis::Value>>>(&mut c)
+            .await
+        {
+            Ok(v) => v
+                .into_iter()
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect(),
             Err(e) => {
                 conn.failed(&e).await;
                 vec![Err(e.to_string()); calls.len()]
@@ -768,12 +943,19 @@ async fn send(conn: &Conn, pipe: &::redis::Pipeline, calls: &[usize]) -> Vec<Res
         Err(e) => vec![Err(e.to_string()); calls.len()],
     };
     let mut out = Vec::with_capacity(calls.iter().map(|n| (*n).max(1)).sum());
-    for (events, reply) in calls.iter().zip(replies.into_iter().chain(std::iter::repeat(Err("no reply".to_string())))) {
+    for (events, reply) in calls.iter().zip(
+        replies
+            .into_iter()
+            .chain(std::iter::repeat(Err("no reply".to_string()))),
+    ) {
         match (*events, reply) {
             (0, r) => out.push(r.and_then(|v| i64::from_redis_value(v).map_err(|e| e.to_string()))),
             (n, Ok(v)) => match Vec::<i64>::from_redis_value(v) {
                 Ok(codes) if codes.len() == n => out.extend(codes.into_iter().map(Ok)),
-                Ok(codes) => out.extend(std::iter::repeat_n(Err(format!("{} codes for {n} events", codes.len())), n)),
+                Ok(codes) => out.extend(std::iter::repeat_n(
+                    Err(format!("{} codes for {n} events", codes.len())),
+                    n,
+                )),
                 Err(e) => out.extend(std::iter::repeat_n(Err(e.to_string()), n)),
             },
             (n, Err(e)) => out.extend(std::iter::repeat_n(Err(e), n)),
@@ -793,14 +975,26 @@ async fn keep_leases(inner: Weak<Inner>) {
         let Some(inner) = inner.upgrade() else { return };
         let store = Redis { inner };
         n = n.wrapping_add(1);
-        let ids: Vec<String> = store.inner.owned.lock().expect("owned poisoned").keys().cloned().collect();
+        let ids: Vec<String> = store
+            .inner
+            .owned
+            .lock()
+            .expect("owned poisoned")
+            .keys()
+            .cloned()
+            .collect();
         if !ids.is_empty() {
             let mut cmd = script(RENEW, &[]);
-            cmd.arg(&store.inner.instance).arg(LEASE_MS).arg(RESP).arg(&ids);
+            cmd.arg(&store.inner.instance)
+                .arg(LEASE_MS)
+                .arg(RESP)
+                .arg(&ids);
             match store.inner.conn.query::<Vec<String>>(&cmd).await {
                 Ok(stops) => {
                     for s in stops {
-                        let Some((what, id)) = s.split_once(':') else { continue };
+                        let Some((what, id)) = s.split_once(':') else {
+                            continue;
+                        };
                         let mut owned = store.inner.owned.lock().expect("owned poisoned");
                         match what {
                             "cancel" => {

@@ -68,14 +68,38 @@ const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(2
 const TRIM_ROWS: i64 = 4096;
 
 enum Cmd {
-    Insert { id: String, created_at: i64, expires_at: Option<i64>, status: String, response: String, input: String, items: Vec<(String, String)> },
-    Append { id: String, log: Arc<RunLog>, entry: LogEntry, terminal: Option<Box<Response>> },
-    Delete { id: String, reply: oneshot::Sender<Result<bool, StoreError>> },
-    Expire { now: i64, live: Vec<String>, reply: oneshot::Sender<Result<usize, StoreError>> },
-    Flush { reply: oneshot::Sender<()> },
+    Insert {
+        id: String,
+        created_at: i64,
+        expires_at: Option<i64>,
+        status: String,
+        response: String,
+        input: String,
+        items: Vec<(String, String)>,
+    },
+    Append {
+        id: String,
+        log: Arc<RunLog>,
+        entry: LogEntry,
+        terminal: Option<Box<Response>>,
+    },
+    Delete {
+        id: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    Expire {
+        now: i64,
+        live: Vec<String>,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
     /// Start-up recovery finished every run: the journal is emptied (no run is live yet), then
     /// the reply (outside the async runtime).
-    Recovered { reply: mpsc::Sender<()> },
+    Recovered {
+        reply: mpsc::Sender<()>,
+    },
 }
 
 #[derive(Clone)]
@@ -94,7 +118,12 @@ pub struct Sink {
 
 impl LogSink for Sink {
     fn append(&self, log: &Arc<RunLog>, entry: &LogEntry, terminal: Option<&Response>) {
-        let cmd = Cmd::Append { id: self.id.clone(), log: log.clone(), entry: entry.clone(), terminal: terminal.cloned().map(Box::new) };
+        let cmd = Cmd::Append {
+            id: self.id.clone(),
+            log: log.clone(),
+            entry: entry.clone(),
+            terminal: terminal.cloned().map(Box::new),
+        };
         if self.tx.send(cmd).is_err() {
             tracing::error!("the SQLite writer is gone; an event could not be kept");
         }
@@ -114,7 +143,8 @@ impl Sqlite {
     /// left unfinished.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
         }
         let writer = connect(path)?;
         // A 64 MB page cache keeps the hot pages in memory (with SQLite's 2 MB default the writer
@@ -140,13 +170,20 @@ impl Sqlite {
             .name("sqlite-checkpoint".into())
             .spawn(move || checkpoints(checkpointer, weak))
             .map_err(|e| StoreError(e.to_string()))?;
-        let store = Sqlite { tx, read: Arc::new(Mutex::new(read)), _alive: alive };
+        let store = Sqlite {
+            tx,
+            read: Arc::new(Mutex::new(read)),
+            _alive: alive,
+        };
         store.recover()?;
         Ok(store)
     }
 
     pub fn sink(&self, id: &str) -> Sink {
-        Sink { id: id.to_string(), tx: self.tx.clone() }
+        Sink {
+            id: id.to_string(),
+            tx: self.tx.clone(),
+        }
     }
 
     pub fn insert(&self, record: &Record, expires_at: Option<i64>) {
@@ -168,7 +205,10 @@ impl Sqlite {
         let _ = self.tx.send(cmd);
     }
 
-    async fn read<T: Send + 'static>(&self, f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static) -> Result<T, StoreError> {
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
         let conn = self.read.clone();
         tokio::task::spawn_blocking(move || f(&conn.lock().expect("sqlite reader poisoned")))
             .await
@@ -185,8 +225,14 @@ impl Sqlite {
     pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
         let id = id.to_string();
         self.read(move |c| {
-            let Some(status) = status(c, &id)? else { return Ok(None) };
-            Ok(Some(Arc::new(RunLog::kept(read_entries(c, &id, unfinished(&status))?))))
+            let Some(status) = status(c, &id)? else {
+                return Ok(None);
+            };
+            Ok(Some(Arc::new(RunLog::kept(read_entries(
+                c,
+                &id,
+                unfinished(&status),
+            )?))))
         })
         .await
     }
@@ -194,21 +240,31 @@ impl Sqlite {
     pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
         let id = id.to_string();
         self.read(move |c| {
-            let item: Option<String> = c.query_row("SELECT item FROM items WHERE id = ?1", [&id], |r| r.get(0)).optional()?;
-            item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string()))).transpose()
+            let item: Option<String> = c
+                .query_row("SELECT item FROM items WHERE id = ?1", [&id], |r| r.get(0))
+                .optional()?;
+            item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string())))
+                .transpose()
         })
         .await
     }
 
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Cmd::Delete { id: id.to_string(), reply }).map_err(|_| StoreError("writer gone".into()))?;
+        self.tx
+            .send(Cmd::Delete {
+                id: id.to_string(),
+                reply,
+            })
+            .map_err(|_| StoreError("writer gone".into()))?;
         rx.await.map_err(|_| StoreError("writer gone".into()))?
     }
 
     pub async fn expire(&self, now: i64, live: Vec<String>) -> Result<usize, StoreError> {
         let (reply, rx) = oneshot::channel();
-        self.tx.send(Cmd::Expire { now, live, reply }).map_err(|_| StoreError("writer gone".into()))?;
+        self.tx
+            .send(Cmd::Expire { now, live, reply })
+            .map_err(|_| StoreError("writer gone".into()))?;
         rx.await.map_err(|_| StoreError("writer gone".into()))?
     }
 
@@ -223,8 +279,11 @@ impl Sqlite {
     /// closed and `response.failed` is appended, through the same emitter as a live run.
     fn recover(&self) -> Result<(), StoreError> {
         let conn = self.read.lock().expect("sqlite reader poisoned");
-        let mut stmt = conn.prepare("SELECT id FROM responses WHERE status IN ('queued', 'in_progress')")?;
-        let ids: Vec<String> = stmt.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+        let mut stmt =
+            conn.prepare("SELECT id FROM responses WHERE status IN ('queued', 'in_progress')")?;
+        let ids: Vec<String> = stmt
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
         // Every unfinished run's events are read before any is finished: finishing one lets the
         // writer trim the journal.
         let mut left = Vec::with_capacity(ids.len());
@@ -240,7 +299,12 @@ impl Sqlite {
                 continue;
             }
             let log = Arc::new(RunLog::from_entries(entries, fold, false));
-            let mut em = Emitter::new(log.clone(), Arc::new(self.sink(&id)), crate::api::id::IdSource::Random, Clock::System);
+            let mut em = Emitter::new(
+                log.clone(),
+                Arc::new(self.sink(&id)),
+                crate::api::id::IdSource::Random,
+                Clock::System,
+            );
             em.finish(
                 Ending::Failed(crate::api::response::ResponseError {
                     code: "server_error".into(),
@@ -261,22 +325,38 @@ impl Sqlite {
 
 fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
     let row: Option<(String, String)> = c
-        .query_row("SELECT response, input FROM responses WHERE id = ?1", [id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .query_row(
+            "SELECT response, input FROM responses WHERE id = ?1",
+            [id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .optional()?;
-    let Some((response, input)) = row else { return Ok(None) };
+    let Some((response, input)) = row else {
+        return Ok(None);
+    };
     let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
-    Ok(Some(Record { response: serde_json::from_str(&response).map_err(bad)?, input: serde_json::from_str(&input).map_err(bad)? }))
+    Ok(Some(Record {
+        response: serde_json::from_str(&response).map_err(bad)?,
+        input: serde_json::from_str(&input).map_err(bad)?,
+    }))
 }
 
 /// The kept events of a run, in order: from `events`, and for an `unfinished` run also from the
 /// journal (read whole: only recovery and `logs export` of a stopped relay ask for those).
 fn read_entries(c: &Connection, id: &str, unfinished: bool) -> Result<Vec<LogEntry>, StoreError> {
     let row = |r: &rusqlite::Row| -> rusqlite::Result<LogEntry> {
-        let (seq, offset_ms, kind, data): (i64, i64, String, String) = (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
-        Ok(LogEntry { seq: seq as u64, offset_ms: offset_ms as u64, frame: LogEntry::frame_for(&kind, data.as_bytes()) })
+        let (seq, offset_ms, kind, data): (i64, i64, String, String) =
+            (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?);
+        Ok(LogEntry {
+            seq: seq as u64,
+            offset_ms: offset_ms as u64,
+            frame: LogEntry::frame_for(&kind, data.as_bytes()),
+        })
     };
     let mut entries: Vec<LogEntry> = c
-        .prepare_cached("SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq")?
+        .prepare_cached(
+            "SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq",
+        )?
         .query_map([id], row)?
         .collect::<Result<_, _>>()?;
     if unfinished {
@@ -294,9 +374,10 @@ fn read_entries(c: &Connection, id: &str, unfinished: bool) -> Result<Vec<LogEnt
 fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
     let mut fold = Fold::new();
     for e in entries {
-        let s: crate::api::Sequenced =
-            serde_json::from_slice(&e.json()).map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
-        fold.apply(&s.event).map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
+        let s: crate::api::Sequenced = serde_json::from_slice(&e.json())
+            .map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
+        fold.apply(&s.event)
+            .map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
     }
     Ok(fold)
 }
@@ -304,13 +385,19 @@ fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
 /// Opens a database read-only and reads one run's events (for `logs export` on a stopped relay).
 pub fn export(path: &Path, id: &str) -> Result<Option<Vec<LogEntry>>, StoreError> {
     let c = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let Some(status) = status(&c, id)? else { return Ok(None) };
+    let Some(status) = status(&c, id)? else {
+        return Ok(None);
+    };
     read_entries(&c, id, unfinished(&status)).map(Some)
 }
 
 /// A kept run's status, without reading the run.
 fn status(c: &Connection, id: &str) -> Result<Option<String>, StoreError> {
-    Ok(c.prepare_cached("SELECT status FROM responses WHERE id = ?1")?.query_row([id], |r| r.get(0)).optional()?)
+    Ok(
+        c.prepare_cached("SELECT status FROM responses WHERE id = ?1")?
+            .query_row([id], |r| r.get(0))
+            .optional()?,
+    )
 }
 
 /// Copies the WAL's new pages into the database every [`CHECKPOINT_EVERY`] without blocking the
@@ -352,9 +439,20 @@ impl Journal {
 
     /// Removes the rows no live run needs, once there are enough of them.
     fn trim(&mut self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
-        let next: i64 = tx.query_row("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal", [], |r| r.get(0))?;
-        let live = self.first_row.iter().filter(|(id, _)| !self.ended.contains(*id)).map(|(_, row)| *row);
-        let started = self.started.iter().filter(|(id, _)| !self.ended.contains(*id)).map(|(_, row)| *row);
+        let next: i64 =
+            tx.query_row("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal", [], |r| {
+                r.get(0)
+            })?;
+        let live = self
+            .first_row
+            .iter()
+            .filter(|(id, _)| !self.ended.contains(*id))
+            .map(|(_, row)| *row);
+        let started = self
+            .started
+            .iter()
+            .filter(|(id, _)| !self.ended.contains(*id))
+            .map(|(_, row)| *row);
         let keep_from = live.chain(started).min().unwrap_or(next);
         if keep_from - self.trimmed_below >= TRIM_ROWS {
             tx.execute("DELETE FROM journal WHERE rowid < ?1", [keep_from])?;
@@ -418,7 +516,12 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             match cmd {
                 // Visible only once kept. A failed commit leaves the events invisible: readers
                 // then never see what was not kept (and the run's log stalls rather than lies).
-                Cmd::Append { log, entry, terminal, .. } if result.is_ok() => {
+                Cmd::Append {
+                    log,
+                    entry,
+                    terminal,
+                    ..
+                } if result.is_ok() => {
                     log.publish(entry.seq as usize + 1, terminal.is_some());
                 }
                 Cmd::Flush { reply } => {
@@ -428,10 +531,20 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                     let _ = reply.send(());
                 }
                 Cmd::Delete { reply, .. } => {
-                    let _ = reply.send(result.as_ref().map(|_| count > 0).map_err(|e| StoreError(e.0.clone())));
+                    let _ = reply.send(
+                        result
+                            .as_ref()
+                            .map(|_| count > 0)
+                            .map_err(|e| StoreError(e.0.clone())),
+                    );
                 }
                 Cmd::Expire { reply, .. } => {
-                    let _ = reply.send(result.as_ref().map(|_| count).map_err(|e| StoreError(e.0.clone())));
+                    let _ = reply.send(
+                        result
+                            .as_ref()
+                            .map(|_| count)
+                            .map_err(|e| StoreError(e.0.clone())),
+                    );
                 }
                 _ => {}
             }
@@ -440,41 +553,81 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
 }
 
 /// Applies one write; returns how many runs it removed (for delete and expire).
-fn apply(tx: &rusqlite::Transaction, cmd: &Cmd, journal: &mut Journal) -> Result<usize, StoreError> {
+fn apply(
+    tx: &rusqlite::Transaction,
+    cmd: &Cmd,
+    journal: &mut Journal,
+) -> Result<usize, StoreError> {
     match cmd {
-        Cmd::Insert { id, created_at, expires_at, status, response, input, items } => {
+        Cmd::Insert {
+            id,
+            created_at,
+            expires_at,
+            status,
+            response,
+            input,
+            items,
+        } => {
             tx.execute(
                 "INSERT OR REPLACE INTO responses (id, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![id, created_at, expires_at, status, response, input],
             )?;
-            let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)")?;
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
+            )?;
             for (item_id, item) in items.iter() {
                 stmt.execute(params![item_id, id, item])?;
             }
         }
-        Cmd::Append { id, entry, terminal: None, .. } => {
+        Cmd::Append {
+            id,
+            entry,
+            terminal: None,
+            ..
+        } => {
             let json = entry.json();
             tx.prepare_cached("INSERT INTO journal (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
                 .execute(params![id, entry.seq as i64, entry.offset_ms as i64, entry.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
             journal.journaled(id, tx.last_insert_rowid());
         }
-        Cmd::Append { id, log, entry, terminal: Some(r) } => {
+        Cmd::Append {
+            id,
+            log,
+            entry,
+            terminal: Some(r),
+        } => {
             // The whole log, this terminal event included, goes to `events` in one piece.
             let mut stmt =
                 tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
             for e in log.entries_upto(entry.seq as usize + 1) {
                 let json = e.json();
-                stmt.execute(params![id, e.seq as i64, e.offset_ms as i64, e.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
+                stmt.execute(params![
+                    id,
+                    e.seq as i64,
+                    e.offset_ms as i64,
+                    e.kind(),
+                    std::str::from_utf8(&json).unwrap_or("")
+                ])?;
             }
             journal.ended.insert(id.clone());
             tx.execute(
                 "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
-                params![id, status_of(r), serde_json::to_string(&**r).expect("serializes")],
+                params![
+                    id,
+                    status_of(r),
+                    serde_json::to_string(&**r).expect("serializes")
+                ],
             )?;
-            let mut stmt = tx.prepare_cached("INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)")?;
+            let mut stmt = tx.prepare_cached(
+                "INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
+            )?;
             for o in &r.output {
                 if let Some(i) = output_as_input(o) {
-                    stmt.execute(params![o.id(), id, serde_json::to_string(&i).expect("serializes")])?;
+                    stmt.execute(params![
+                        o.id(),
+                        id,
+                        serde_json::to_string(&i).expect("serializes")
+                    ])?;
                 }
             }
         }
@@ -486,8 +639,11 @@ fn apply(tx: &rusqlite::Transaction, cmd: &Cmd, journal: &mut Journal) -> Result
         }
         Cmd::Expire { now, live, .. } => {
             let ids: Vec<String> = {
-                let mut stmt = tx.prepare("SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?1")?;
-                stmt.query_map([*now], |r| r.get(0))?.collect::<Result<_, _>>()?
+                let mut stmt = tx.prepare(
+                    "SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?1",
+                )?;
+                stmt.query_map([*now], |r| r.get(0))?
+                    .collect::<Result<_, _>>()?
             };
             let mut n = 0;
             for id in ids.iter().filter(|i| !live.contains(i)) {

@@ -8,7 +8,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::{Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
+use super::{
+    Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice,
+    UpstreamError,
+};
 use crate::api::Usage;
 use crate::api::request::{InputItem, InputPart, MessageContent, Role, TextFormat};
 use crate::api::response::{InputTokensDetails, OutputTokensDetails};
@@ -34,7 +37,10 @@ struct ChatFunction<'a> {
 pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("messages".into(), Value::Array(messages(req.instructions.as_deref(), &req.items)));
+    body.insert(
+        "messages".into(),
+        Value::Array(messages(req.instructions.as_deref(), &req.items)),
+    );
     body.insert("stream".into(), json!(true));
     body.insert("stream_options".into(), json!({"include_usage": true}));
     let tools: Vec<ChatTool<'_>> = req
@@ -42,7 +48,12 @@ pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
         .iter()
         .map(|t| ChatTool {
             kind: "function",
-            function: ChatFunction { name: &t.name, description: &t.description, parameters: &t.parameters, strict: t.strict },
+            function: ChatFunction {
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+                strict: t.strict,
+            },
         })
         .collect();
     if !tools.is_empty() {
@@ -51,7 +62,9 @@ pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
             TurnToolChoice::Auto => json!("auto"),
             TurnToolChoice::None => json!("none"),
             TurnToolChoice::Required => json!("required"),
-            TurnToolChoice::Function(name) => json!({"type": "function", "function": {"name": name}}),
+            TurnToolChoice::Function(name) => {
+                json!({"type": "function", "function": {"name": name}})
+            }
         };
         body.insert("tool_choice".into(), choice);
     }
@@ -64,7 +77,12 @@ pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
         Some(TextFormat::JsonObject) => {
             body.insert("response_format".into(), json!({"type": "json_object"}));
         }
-        Some(TextFormat::JsonSchema { name, schema, description, strict }) => {
+        Some(TextFormat::JsonSchema {
+            name,
+            schema,
+            description,
+            strict,
+        }) => {
             let mut js = json!({"name": name, "schema": schema});
             if let Some(d) = description {
                 js["description"] = json!(d);
@@ -72,10 +90,16 @@ pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
             if let Some(s) = strict {
                 js["strict"] = json!(s);
             }
-            body.insert("response_format".into(), json!({"type": "json_schema", "json_schema": js}));
+            body.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": js}),
+            );
         }
     }
-    Body { fields: body, tools }
+    Body {
+        fields: body,
+        tools,
+    }
 }
 
 /// The conversation as chat `messages`: instructions first as a system message; consecutive
@@ -103,9 +127,13 @@ pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
                 };
                 out.push(json!({"role": role, "content": content}));
             }
-            InputItem::FunctionCall(f) => push_tool_call(&mut out, &f.call_id, &f.name, &f.arguments),
+            InputItem::FunctionCall(f) => {
+                push_tool_call(&mut out, &f.call_id, &f.name, &f.arguments)
+            }
             InputItem::FunctionCallOutput(o) => {
-                out.push(json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output.text()}));
+                out.push(
+                    json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output.text()}),
+                );
             }
             // MCP calls reach the upstream as function calls and outputs (`run::model_view`).
             InputItem::McpCall(_)
@@ -139,16 +167,24 @@ fn push_tool_call(out: &mut Vec<Value>, call_id: &str, name: &str, arguments: &s
 
 fn user_part(p: &InputPart) -> Option<Value> {
     Some(match p {
-        InputPart::InputText { text } | InputPart::OutputText { text, .. } => json!({"type": "text", "text": text}),
+        InputPart::InputText { text } | InputPart::OutputText { text, .. } => {
+            json!({"type": "text", "text": text})
+        }
         InputPart::Refusal { refusal } => json!({"type": "text", "text": refusal}),
-        InputPart::InputImage { image_url, detail, .. } => {
+        InputPart::InputImage {
+            image_url, detail, ..
+        } => {
             let mut img = json!({"url": image_url.as_deref()?});
             if let Some(d) = detail {
                 img["detail"] = json!(d);
             }
             json!({"type": "image_url", "image_url": img})
         }
-        InputPart::InputFile { file_data, filename, .. } => {
+        InputPart::InputFile {
+            file_data,
+            filename,
+            ..
+        } => {
             let mut f = json!({"file_data": file_data.as_deref()?});
             if let Some(n) = filename {
                 f["filename"] = json!(n);
@@ -224,7 +260,12 @@ struct ChatUsage {
 
 impl From<ChatUsage> for Usage {
     fn from(u: ChatUsage) -> Usage {
-        let detail = |v: &Option<Value>, k: &str| v.as_ref().and_then(|d| d.get(k)).and_then(Value::as_u64).unwrap_or(0);
+        let detail = |v: &Option<Value>, k: &str| {
+            v.as_ref()
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        };
         Usage {
             input_tokens: u.prompt_tokens,
             input_tokens_details: InputTokensDetails {
@@ -235,7 +276,9 @@ impl From<ChatUsage> for Usage {
             output_tokens_details: OutputTokensDetails {
                 reasoning_tokens: detail(&u.completion_tokens_details, "reasoning_tokens"),
             },
-            total_tokens: u.total_tokens.unwrap_or(u.prompt_tokens.saturating_add(u.completion_tokens)),
+            total_tokens: u
+                .total_tokens
+                .unwrap_or(u.prompt_tokens.saturating_add(u.completion_tokens)),
         }
     }
 }
@@ -260,16 +303,34 @@ impl ChunkParser {
 
     /// Parses one `data:` payload.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
-        let chunk: Chunk = serde_json::from_str(data)
-            .map_err(|e| UpstreamError::Protocol(format!("chunk is not valid JSON ({e}): {}", preview(data))))?;
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            UpstreamError::Protocol(format!("chunk is not valid JSON ({e}): {}", preview(data)))
+        })?;
         if let Some(err) = chunk.error {
-            let message = err.get("message").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| err.to_string());
-            let status = err.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502) as u16;
-            return Err(UpstreamError::Status { status, message, body: Some(err), retry_after: None });
+            let message = err
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+                .unwrap_or_else(|| err.to_string());
+            let status = err
+                .get("code")
+                .and_then(Value::as_u64)
+                .filter(|c| (400..600).contains(c))
+                .unwrap_or(502) as u16;
+            return Err(UpstreamError::Status {
+                status,
+                message,
+                body: Some(err),
+                retry_after: None,
+            });
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {
-                if let Some(r) = delta.reasoning_content.or(delta.reasoning).filter(|r| !r.is_empty()) {
+                if let Some(r) = delta
+                    .reasoning_content
+                    .or(delta.reasoning)
+                    .filter(|r| !r.is_empty())
+                {
                     out.push(ModelEvent::Reasoning(r));
                 }
                 if let Some(t) = delta.content.filter(|t| !t.is_empty()) {
@@ -282,15 +343,26 @@ impl ChunkParser {
                     let index = match call.index {
                         Some(i) => i,
                         // No index: a new call when it carries an id, else the current one.
-                        None if call.id.is_some() => self.last_index.map(|i| i.saturating_add(1)).unwrap_or(pos as u32),
+                        None if call.id.is_some() => self
+                            .last_index
+                            .map(|i| i.saturating_add(1))
+                            .unwrap_or(pos as u32),
                         None => self.last_index.unwrap_or(0),
                     };
                     self.last_index = Some(index);
                     let (name, arguments) = match call.function {
-                        Some(f) => (f.name.filter(|n| !n.is_empty()), f.arguments.unwrap_or_default()),
+                        Some(f) => (
+                            f.name.filter(|n| !n.is_empty()),
+                            f.arguments.unwrap_or_default(),
+                        ),
                         None => (None, String::new()),
                     };
-                    out.push(ModelEvent::ToolCall { index, id: call.id.filter(|i| !i.is_empty()), name, arguments });
+                    out.push(ModelEvent::ToolCall {
+                        index,
+                        id: call.id.filter(|i| !i.is_empty()),
+                        name,
+                        arguments,
+                    });
                 }
             }
             if let Some(reason) = choice.finish_reason.filter(|r| !r.is_empty()) {

@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use super::{Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice, UpstreamError};
+use super::{
+    Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice,
+    UpstreamError,
+};
 use crate::api::Usage;
 use crate::api::request::{InputItem, TextFormat};
 
@@ -62,7 +65,10 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
     {
         body.insert("text".into(), json!({"format": f}));
     }
-    Body { fields: body, tools }
+    Body {
+        fields: body,
+        tools,
+    }
 }
 
 /// Conversation items in the upstream's input format. Item ids are dropped (the upstream stores
@@ -119,10 +125,19 @@ impl EventParser {
     }
 
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
-        let ev: Value = serde_json::from_str(data)
-            .map_err(|e| UpstreamError::Protocol(format!("event is not valid JSON ({e}): {}", super::chat::preview(data))))?;
+        let ev: Value = serde_json::from_str(data).map_err(|e| {
+            UpstreamError::Protocol(format!(
+                "event is not valid JSON ({e}): {}",
+                super::chat::preview(data)
+            ))
+        })?;
         let kind = ev.get("type").and_then(Value::as_str).unwrap_or_default();
-        let s = |k: &str| ev.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        let s = |k: &str| {
+            ev.get(k)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string()
+        };
         match kind {
             "response.output_text.delta" => out.push(ModelEvent::Text(s("delta"))),
             "response.refusal.delta" => out.push(ModelEvent::Refusal(s("delta"))),
@@ -149,11 +164,18 @@ impl EventParser {
             "response.function_call_arguments.delta" => {
                 let at = ev["output_index"].as_u64().unwrap_or(0);
                 let Some((index, seen)) = self.calls.get_mut(&at) else {
-                    return Err(UpstreamError::Protocol(format!("arguments for unknown output item {at}")));
+                    return Err(UpstreamError::Protocol(format!(
+                        "arguments for unknown output item {at}"
+                    )));
                 };
                 let delta = s("delta");
                 *seen += delta.len();
-                out.push(ModelEvent::ToolCall { index: *index, id: None, name: None, arguments: delta });
+                out.push(ModelEvent::ToolCall {
+                    index: *index,
+                    id: None,
+                    name: None,
+                    arguments: delta,
+                });
             }
             // Some servers (LM Studio) send the arguments only whole, at the end: pass on
             // whatever the deltas did not carry.
@@ -173,31 +195,65 @@ impl EventParser {
                 {
                     let rest = whole[*seen..].to_string();
                     *seen = whole.len();
-                    out.push(ModelEvent::ToolCall { index: *index, id: None, name: None, arguments: rest });
+                    out.push(ModelEvent::ToolCall {
+                        index: *index,
+                        id: None,
+                        name: None,
+                        arguments: rest,
+                    });
                 }
             }
             "response.completed" | "response.incomplete" => {
                 let r = &ev["response"];
                 if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
-                    out.push(ModelEvent::Usage(serde_json::from_value::<Usage>(u.clone()).unwrap_or_else(|_| lenient_usage(u))));
+                    out.push(ModelEvent::Usage(
+                        serde_json::from_value::<Usage>(u.clone())
+                            .unwrap_or_else(|_| lenient_usage(u)),
+                    ));
                 }
                 let reason = if kind == "response.completed" {
-                    if self.saw_call { FinishReason::ToolCalls } else { FinishReason::Stop }
+                    if self.saw_call {
+                        FinishReason::ToolCalls
+                    } else {
+                        FinishReason::Stop
+                    }
                 } else {
-                    FinishReason::parse(r.pointer("/incomplete_details/reason").and_then(Value::as_str).unwrap_or("length"))
+                    FinishReason::parse(
+                        r.pointer("/incomplete_details/reason")
+                            .and_then(Value::as_str)
+                            .unwrap_or("length"),
+                    )
                 };
                 self.finished = true;
                 out.push(ModelEvent::Finish(reason));
             }
             "response.failed" => {
                 let e = &ev["response"]["error"];
-                let message = e.get("message").and_then(Value::as_str).unwrap_or("the upstream response failed").to_string();
-                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()), retry_after: None });
+                let message = e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("the upstream response failed")
+                    .to_string();
+                return Err(UpstreamError::Status {
+                    status: 502,
+                    message,
+                    body: Some(e.clone()),
+                    retry_after: None,
+                });
             }
             "error" => {
                 let e = ev.get("error").unwrap_or(&ev);
-                let message = e.get("message").and_then(Value::as_str).unwrap_or("upstream error").to_string();
-                return Err(UpstreamError::Status { status: 502, message, body: Some(e.clone()), retry_after: None });
+                let message = e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .unwrap_or("upstream error")
+                    .to_string();
+                return Err(UpstreamError::Status {
+                    status: 502,
+                    message,
+                    body: Some(e.clone()),
+                    retry_after: None,
+                });
             }
             _ => {}
         }
@@ -207,10 +263,17 @@ impl EventParser {
 
 fn lenient_usage(u: &Value) -> Usage {
     let n = |p: &str| u.pointer(p).and_then(Value::as_u64).unwrap_or(0);
-    let mut usage = Usage { input_tokens: n("/input_tokens"), output_tokens: n("/output_tokens"), ..Usage::default() };
+    let mut usage = Usage {
+        input_tokens: n("/input_tokens"),
+        output_tokens: n("/output_tokens"),
+        ..Usage::default()
+    };
     usage.input_tokens_details.cached_tokens = n("/input_tokens_details/cached_tokens");
     usage.output_tokens_details.reasoning_tokens = n("/output_tokens_details/reasoning_tokens");
-    usage.total_tokens = u.get("total_tokens").and_then(Value::as_u64).unwrap_or(usage.input_tokens.saturating_add(usage.output_tokens));
+    usage.total_tokens = u
+        .get("total_tokens")
+        .and_then(Value::as_u64)
+        .unwrap_or(usage.input_tokens.saturating_add(usage.output_tokens));
     usage
 }
 

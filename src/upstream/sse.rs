@@ -54,7 +54,10 @@ impl SseDecoder {
         // Bytes before `scanned` hold no line end (a long line arriving in pieces is scanned once).
         let mut from = self.scanned.max(self.pos);
         self.scanned = self.buf.len();
-        while let Some(end) = self.buf[from..].iter().position(|b| *b == b'\n' || *b == b'\r') {
+        while let Some(end) = self.buf[from..]
+            .iter()
+            .position(|b| *b == b'\n' || *b == b'\r')
+        {
             let line_end = from + end;
             let next = match self.buf[line_end] {
                 b'\r' => match self.buf.get(line_end + 1) {
@@ -135,16 +138,25 @@ mod tests {
     fn same_at_every_split(body: &[u8]) -> Vec<String> {
         let whole = decode_in(&[body]).expect("valid");
         for i in 0..=body.len() {
-            assert_eq!(decode_in(&[&body[..i], &body[i..]]).expect("valid"), whole, "split at {i}");
+            assert_eq!(
+                decode_in(&[&body[..i], &body[i..]]).expect("valid"),
+                whole,
+                "split at {i}"
+            );
         }
         let bytewise: Vec<&[u8]> = body.chunks(1).collect();
-        assert_eq!(decode_in(&bytewise).expect("valid"), whole, "one byte at a time");
+        assert_eq!(
+            decode_in(&bytewise).expect("valid"),
+            whole,
+            "one byte at a time"
+        );
         whole
     }
 
     #[test]
     fn data_lines_are_joined_and_events_end_at_a_blank_line() {
-        let out = same_at_every_split(b"data: {\"a\":1}\n\ndata: one\ndata:two\n\ndata: [DONE]\n\n");
+        let out =
+            same_at_every_split(b"data: {\"a\":1}\n\ndata: one\ndata:two\n\ndata: [DONE]\n\n");
         assert_eq!(out, vec!["{\"a\":1}", "one\ntwo", "[DONE]"]);
     }
 
@@ -165,14 +177,20 @@ mod tests {
 
     #[test]
     fn only_one_space_after_the_colon_is_removed() {
-        assert_eq!(same_at_every_split(b"data:  two spaces\n\n"), vec![" two spaces"]);
+        assert_eq!(
+            same_at_every_split(b"data:  two spaces\n\n"),
+            vec![" two spaces"]
+        );
     }
 
     #[test]
     fn a_byte_order_mark_at_the_start_is_skipped() {
         assert_eq!(same_at_every_split(b"\xEF\xBB\xBFdata: a\n\n"), vec!["a"]);
         // Only at the start: later it is part of the line (here a field name, so ignored).
-        assert_eq!(same_at_every_split(b"data: a\n\n\xEF\xBB\xBFdata: b\n\n"), vec!["a"]);
+        assert_eq!(
+            same_at_every_split(b"data: a\n\n\xEF\xBB\xBFdata: b\n\n"),
+            vec!["a"]
+        );
     }
 
     #[test]
@@ -183,7 +201,10 @@ mod tests {
 
     #[test]
     fn multibyte_characters_split_across_chunks_survive() {
-        assert_eq!(same_at_every_split("data: héllo ✓\n\n".as_bytes()), vec!["héllo ✓"]);
+        assert_eq!(
+            same_at_every_split("data: héllo ✓\n\n".as_bytes()),
+            vec!["héllo ✓"]
+        );
     }
 
     #[test]
@@ -196,10 +217,15 @@ mod tests {
         let mut d = SseDecoder::new();
         let mut out = Vec::new();
         for i in 0..10_000 {
-            d.push(format!("data: {i}\n\n").as_bytes(), &mut out).expect("valid");
+            d.push(format!("data: {i}\n\n").as_bytes(), &mut out)
+                .expect("valid");
         }
         assert_eq!(out.len(), 10_000);
         assert_eq!(out[9_999], "9999");
-        assert!(d.buf.capacity() < 4096, "buffer grew to {}", d.buf.capacity());
+        assert!(
+            d.buf.capacity() < 4096,
+            "buffer grew to {}",
+            d.buf.capacity()
+        );
     }
 }

@@ -15,7 +15,12 @@ struct World {
 
 async fn world() -> World {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), mcp_test_server::Options::default()).await.unwrap();
+    let server = mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        mcp_test_server::Options::default(),
+    )
+    .await
+    .unwrap();
     // Every request lists its servers unless the context carries their list, so that the
     // tests below see whether a chain reused its list (not the pool's time-bound reuse).
     let mut c = config(&up.base_url());
@@ -39,12 +44,21 @@ impl World {
     }
 
     fn golden(&self, name: &str, body: &SseBody) {
-        golden_at(name, body, &[(&self.server.url(), "http://mcp-test-server/mcp")]);
+        golden_at(
+            name,
+            body,
+            &[(&self.server.url(), "http://mcp-test-server/mcp")],
+        );
     }
 }
 
 fn types(r: &Value) -> Vec<String> {
-    r["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap().to_string()).collect()
+    r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn approve(id: &Value, yes: bool) -> Value {
@@ -63,14 +77,25 @@ async fn an_approved_call_runs_first_and_carries_the_approval_request_id() {
                         "input": [approve(&req_id, true)]}))
         .await;
     let folded = check_events(&b.events);
-    assert_eq!(types(&folded), ["mcp_call", "message"], "the list is reused, the call runs first");
+    assert_eq!(
+        types(&folded),
+        ["mcp_call", "message"],
+        "the list is reused, the call runs first"
+    );
     let call = &folded["output"][0];
     assert_eq!(call["approval_request_id"], req_id);
     assert_eq!(call["status"], "completed");
     assert!(call["output"].as_str().unwrap().contains('5'));
-    assert_eq!(folded["output"][1]["content"][0]["text"], format!("Tool results: {}", call["output"].as_str().unwrap()));
+    assert_eq!(
+        folded["output"][1]["content"][0]["text"],
+        format!("Tool results: {}", call["output"].as_str().unwrap())
+    );
     assert_eq!(w.server.count("tools/call"), 1);
-    assert_eq!(w.server.count("tools/list"), 1, "the chain's list was reused");
+    assert_eq!(
+        w.server.count("tools/list"),
+        1,
+        "the chain's list was reused"
+    );
     w.golden("approval_approve", &b);
 }
 
@@ -86,7 +111,10 @@ async fn a_denied_call_is_not_run_and_the_model_is_told_why() {
     let folded = check_events(&b.events);
     assert_eq!(types(&folded), ["message"]);
     let text = folded["output"][0]["content"][0]["text"].as_str().unwrap();
-    assert!(text.contains("refused") && text.contains("not today"), "{text}");
+    assert!(
+        text.contains("refused") && text.contains("not today"),
+        "{text}"
+    );
     assert_eq!(w.server.count("tools/call"), 0);
     w.golden("approval_deny", &b);
 }
@@ -99,13 +127,24 @@ async fn calls_of_one_turn_that_need_no_approval_still_run_and_answers_can_be_mi
         .create(json!({"model": "fake-model", "tools": tools,
                         "input": "CALL echo {\"text\":\"free\"}\nCALL add {\"a\":1,\"b\":2}\nCALL add {\"a\":3,\"b\":4}"}))
         .await;
-    assert_eq!(types(&a), ["mcp_list_tools", "mcp_call", "mcp_approval_request", "mcp_approval_request"], "{a}");
+    assert_eq!(
+        types(&a),
+        [
+            "mcp_list_tools",
+            "mcp_call",
+            "mcp_approval_request",
+            "mcp_approval_request"
+        ],
+        "{a}"
+    );
     assert_eq!(a["output"][1]["status"], "completed");
     assert_eq!(w.server.count("tools/call"), 1, "only echo ran");
     let (r1, r2) = (a["output"][2]["id"].clone(), a["output"][3]["id"].clone());
     let b = w
-        .stream(json!({"model": "fake-model", "previous_response_id": a["id"], "tools": tools,
-                        "input": [approve(&r1, true), approve(&r2, false)]}))
+        .stream(
+            json!({"model": "fake-model", "previous_response_id": a["id"], "tools": tools,
+                        "input": [approve(&r1, true), approve(&r2, false)]}),
+        )
         .await;
     let folded = check_events(&b.events);
     assert_eq!(types(&folded), ["mcp_call", "message"]);
@@ -120,7 +159,11 @@ async fn calls_of_one_turn_that_need_no_approval_still_run_and_answers_can_be_mi
 async fn approvals_work_statelessly_and_by_item_reference() {
     let w = world().await;
     let tools = w.tools(json!("always"));
-    let (_, a) = w.create(json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": tools})).await;
+    let (_, a) = w
+        .create(
+            json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": tools}),
+        )
+        .await;
     let request_item = a["output"][1].clone();
     // Stateless: the request item itself sent back, no previous_response_id: the relay lists again.
     let (status, b) = w
@@ -131,7 +174,11 @@ async fn approvals_work_statelessly_and_by_item_reference() {
     assert_eq!(types(&b), ["mcp_list_tools", "mcp_call", "message"]);
     assert_eq!(b["output"][1]["approval_request_id"], request_item["id"]);
     // By reference, as the Vercel AI SDK sends it.
-    let (_, c) = w.create(json!({"model": "fake-model", "input": "CALL echo {\"text\":\"y\"}", "tools": tools})).await;
+    let (_, c) = w
+        .create(
+            json!({"model": "fake-model", "input": "CALL echo {\"text\":\"y\"}", "tools": tools}),
+        )
+        .await;
     let rid = c["output"][1]["id"].clone();
     let (status, d) = w
         .create(json!({"model": "fake-model", "tools": tools, "input": [{"type": "item_reference", "id": rid}, approve(&rid, true)]}))
@@ -147,19 +194,41 @@ async fn unknown_repeated_or_altered_answers_are_rejected_naming_input() {
     let w = world().await;
     let tools = w.tools(json!("always"));
     let (status, err) = w.create(json!({"model": "fake-model", "tools": tools, "input": [approve(&json!("mcpr_nope"), true)]})).await;
-    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("input[0]")), "{err}");
-    let (_, a) = w.create(json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": tools})).await;
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("input[0]")),
+        "{err}"
+    );
+    let (_, a) = w
+        .create(
+            json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": tools}),
+        )
+        .await;
     let req = a["output"][1].clone();
     let (status, b) = w.create(json!({"model": "fake-model", "previous_response_id": a["id"], "tools": tools, "input": [approve(&req["id"], true)]})).await;
     assert_eq!(status, 200);
     let (status, err) = w.create(json!({"model": "fake-model", "previous_response_id": b["id"], "tools": tools, "input": [approve(&req["id"], true)]})).await;
     assert_eq!(status, 400, "answered twice: {err}");
-    assert!(err["error"]["message"].as_str().unwrap().contains("already answered"));
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already answered")
+    );
     let mut altered = req.clone();
     altered["arguments"] = json!("{\"a\":1000,\"b\":1}");
     let (status, err) = w.create(json!({"model": "fake-model", "tools": tools, "input": [altered, approve(&req["id"], true)]})).await;
-    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("input[1]")), "{err}");
-    assert!(err["error"]["message"].as_str().unwrap().contains("changed"));
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("input[1]")),
+        "{err}"
+    );
+    assert!(
+        err["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("changed")
+    );
     assert_eq!(w.server.count("tools/call"), 1);
     assert!(w.up.requests().len() >= 2);
 }

@@ -8,10 +8,21 @@ const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 
 #[test]
 fn help_lists_the_serve_flags() {
-    let out = Command::new(BIN).args(["serve", "--help"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    for flag in ["--listen", "--upstream-url", "--upstream-api-key", "--upstream-api", "--store", "--config", "--api-key"] {
+    for flag in [
+        "--listen",
+        "--upstream-url",
+        "--upstream-api-key",
+        "--upstream-api",
+        "--store",
+        "--config",
+        "--api-key",
+    ] {
         assert!(text.contains(flag), "help lacks {flag}");
     }
 }
@@ -21,16 +32,29 @@ fn bad_values_exit_64_naming_the_flag() {
     for (args, flag) in [
         (vec!["serve", "--listen", "nowhere"], "--listen"),
         (vec!["serve", "--upstream-api", "grpc"], "--upstream-api"),
-        (vec!["serve", "--upstream-url", "ftp://x/v1"], "--upstream-url"),
+        (
+            vec!["serve", "--upstream-url", "ftp://x/v1"],
+            "--upstream-url",
+        ),
         (vec!["serve", "--store", "postgres://x"], "--store"),
-        (vec!["serve", "--upstream-idle-timeout", "0"], "--upstream-idle-timeout"),
+        (
+            vec!["serve", "--upstream-idle-timeout", "0"],
+            "--upstream-idle-timeout",
+        ),
         (vec!["serve", "--mcp-tools-ttl=-1"], "--mcp-tools-ttl"),
         (vec!["serve", "--no-such-flag"], "--no-such-flag"),
     ] {
-        let out = Command::new(BIN).args(&args).env_remove("RELAY_LISTEN").output().unwrap();
+        let out = Command::new(BIN)
+            .args(&args)
+            .env_remove("RELAY_LISTEN")
+            .output()
+            .unwrap();
         assert_eq!(out.status.code(), Some(64), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
-        assert!(err.contains(flag), "{args:?}: stderr does not name {flag}: {err}");
+        assert!(
+            err.contains(flag),
+            "{args:?}: stderr does not name {flag}: {err}"
+        );
     }
 }
 
@@ -40,14 +64,24 @@ fn config_file_and_environment_are_read_with_flags_winning() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("relay.toml");
     std::fs::write(&file, "listen = \"not an address\"\n").unwrap();
-    let out = Command::new(BIN).args(["serve", "--config", file.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
     std::fs::write(&file, "unknown_key = 1\n").unwrap();
-    let out = Command::new(BIN).args(["serve", "--config", file.to_str().unwrap()]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--config", file.to_str().unwrap()])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
-    let out = Command::new(BIN).args(["serve"]).env("RELAY_UPSTREAM_API", "bogus").output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve"])
+        .env("RELAY_UPSTREAM_API", "bogus")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
 
@@ -58,19 +92,144 @@ fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
     std::fs::create_dir_all(&dir).unwrap();
     let mut child = Command::new(BIN)
         .current_dir(&dir)
-        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-url", "http://127.0.0.1:9/v1"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream-url",
+            "http://127.0.0.1:9/v1",
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on http://").expect("listening line").to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .expect("listening line")
+        .to_string();
     let health = std::net::TcpStream::connect(&addr);
     assert!(health.is_ok());
     let pid = child.id().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
-    assert!(dir.join("relay-data/relay.sqlite3").exists(), "the default store was not created");
+    assert!(
+        dir.join("relay-data/relay.sqlite3").exists(),
+        "the default store was not created"
+    );
+}
+
+/// Starts `serve` with `args` and `env` (other `RELAY_*` switches removed), sends one request
+/// naming an MCP server on loopback, and answers the status line and body. The upstream and the
+/// MCP server are closed loopback ports: only the SSRF decision differs between the cases.
+fn loopback_mcp_request(args: &[&str], env: &[(&str, &str)]) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut cmd = Command::new(BIN);
+    cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        "memory",
+        "--upstream-url",
+        "http://127.0.0.1:9/v1",
+    ])
+    .args(args)
+    .env_remove("RELAY_MCP_ALLOW_PRIVATE_NETWORKS")
+    .env_remove("RELAY_CONFIG")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .expect("listening line")
+        .to_string();
+    let body = r#"{"model":"m","input":"hi","tools":[{"type":"mcp","server_label":"local","server_url":"http://127.0.0.1:9/mcp","require_approval":"never"}]}"#;
+    let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        conn,
+        "POST /v1/responses HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let status = answer
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("a status line");
+    (status, answer)
+}
+
+#[test]
+fn the_environment_and_flags_turn_off_a_switch_the_config_file_turns_on() {
+    let dir = std::env::temp_dir().join(format!("relay-switch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("relay.toml");
+    std::fs::write(&file, "mcp_allow_private_networks = true\n").unwrap();
+    let file = file.to_str().unwrap();
+    let refused = |(status, answer): (u16, String)| {
+        status == 400 && answer.contains("--mcp-allow-private-networks")
+    };
+    // The file alone allows loopback MCP servers: the request gets past the SSRF guard.
+    let allowed = loopback_mcp_request(&["--config", file], &[]);
+    assert!(
+        !refused(allowed.clone()),
+        "the file's switch was not applied: {}",
+        allowed.1
+    );
+    // The environment turns it off again; so does the flag, which also beats the environment.
+    for (args, env) in [
+        (
+            vec!["--config", file],
+            vec![("RELAY_MCP_ALLOW_PRIVATE_NETWORKS", "false")],
+        ),
+        (
+            vec!["--config", file, "--mcp-allow-private-networks=false"],
+            vec![],
+        ),
+        (
+            vec!["--mcp-allow-private-networks=false"],
+            vec![("RELAY_MCP_ALLOW_PRIVATE_NETWORKS", "true")],
+        ),
+    ] {
+        let answer = loopback_mcp_request(&args, &env);
+        assert!(
+            refused(answer.clone()),
+            "{args:?} {env:?}: not refused: {}",
+            answer.1
+        );
+    }
+    // A bare flag still turns it on, whatever the environment says.
+    let on = loopback_mcp_request(
+        &["--mcp-allow-private-networks"],
+        &[("RELAY_MCP_ALLOW_PRIVATE_NETWORKS", "false")],
+    );
+    assert!(
+        !refused(on.clone()),
+        "the bare flag was not applied: {}",
+        on.1
+    );
 }

@@ -14,15 +14,30 @@ async fn setup() -> (fake_upstream::FakeUpstream, Relay) {
 #[tokio::test]
 async fn text_stream_is_well_ordered_and_ends_with_done() {
     let (_up, relay) = setup().await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "hi there", "stream": true})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi there", "stream": true}),
+    )
+    .await;
     assert!(body.done, "no [DONE]");
     let folded = check_events(&body.events);
     let k = kinds(&body.events);
-    assert_eq!(&k[..4], ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]);
+    assert_eq!(
+        &k[..4],
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added"
+        ]
+    );
     assert_eq!(k.last().unwrap(), "response.completed");
     let terminal = &body.events.last().unwrap()["response"];
     assert_eq!(terminal["status"], "completed");
-    assert_eq!(terminal["output"], folded["output"], "terminal output differs from the folded stream");
+    assert_eq!(
+        terminal["output"], folded["output"],
+        "terminal output differs from the folded stream"
+    );
     let text: String = body
         .events
         .iter()
@@ -31,7 +46,12 @@ async fn text_stream_is_well_ordered_and_ends_with_done() {
         .collect();
     assert_eq!(text, "Hello! You said: hi there");
     assert_eq!(terminal["output"][0]["content"][0]["text"], text);
-    assert!(body.events.iter().filter(|e| e["type"] == "response.output_text.delta").all(|e| e["logprobs"] == json!([])));
+    assert!(
+        body.events
+            .iter()
+            .filter(|e| e["type"] == "response.output_text.delta")
+            .all(|e| e["logprobs"] == json!([]))
+    );
     assert_eq!(terminal["usage"]["output_tokens"], 8);
     golden("text", &body);
 }
@@ -60,13 +80,44 @@ async fn non_streaming_answer_is_the_terminal_response_of_the_stream() {
 #[tokio::test]
 async fn response_object_carries_every_field_clients_validate() {
     let (_up, relay) = setup().await;
-    let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}})).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}}),
+    )
+    .await;
     assert_eq!(status, 200);
     for key in [
-        "id", "object", "created_at", "completed_at", "status", "incomplete_details", "model", "previous_response_id",
-        "instructions", "output", "error", "tools", "tool_choice", "truncation", "parallel_tool_calls", "text", "top_p",
-        "presence_penalty", "frequency_penalty", "top_logprobs", "temperature", "reasoning", "usage", "max_output_tokens",
-        "max_tool_calls", "store", "background", "service_tier", "metadata", "safety_identifier", "prompt_cache_key",
+        "id",
+        "object",
+        "created_at",
+        "completed_at",
+        "status",
+        "incomplete_details",
+        "model",
+        "previous_response_id",
+        "instructions",
+        "output",
+        "error",
+        "tools",
+        "tool_choice",
+        "truncation",
+        "parallel_tool_calls",
+        "text",
+        "top_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "top_logprobs",
+        "temperature",
+        "reasoning",
+        "usage",
+        "max_output_tokens",
+        "max_tool_calls",
+        "store",
+        "background",
+        "service_tier",
+        "metadata",
+        "safety_identifier",
+        "prompt_cache_key",
     ] {
         assert!(r.get(key).is_some(), "Response lacks '{key}': {r}");
     }
@@ -94,13 +145,19 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     .await;
     let folded = check_events(&body.events);
     let k = kinds(&body.events);
-    for needed in ["response.function_call_arguments.delta", "response.function_call_arguments.done"] {
+    for needed in [
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+    ] {
         assert!(k.iter().any(|x| x == needed), "missing {needed}");
     }
     let call = &folded["output"][0];
     assert_eq!(call["type"], "function_call");
     assert_eq!(call["name"], "get_weather");
-    assert_eq!(serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(), json!({"location": "San Francisco"}));
+    assert_eq!(
+        serde_json::from_str::<Value>(call["arguments"].as_str().unwrap()).unwrap(),
+        json!({"location": "San Francisco"})
+    );
     assert_eq!(call["status"], "completed");
     golden("function_call", &body);
 
@@ -120,7 +177,12 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     assert_eq!(text, "Tool results: 64 degrees and clear");
     // The upstream saw the whole chain in order: user, assistant tool call, tool result.
     let last = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = last["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["user", "assistant", "tool"]);
     assert_eq!(last["messages"][1]["tool_calls"][0]["id"], call_id);
     assert_eq!(last["messages"][2]["tool_call_id"], call_id);
@@ -138,7 +200,10 @@ async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
     let folded = check_events(&body.events);
     let out = folded["output"].as_array().unwrap();
     assert_eq!(out.len(), 2);
-    assert_eq!((out[0]["name"].as_str(), out[1]["name"].as_str()), (Some("a"), Some("b")));
+    assert_eq!(
+        (out[0]["name"].as_str(), out[1]["name"].as_str()),
+        (Some("a"), Some("b"))
+    );
     assert_ne!(out[0]["call_id"], out[1]["call_id"]);
     assert_eq!(out[0]["arguments"], "{\"x\":1}");
     assert_eq!(out[1]["arguments"], "{\"y\":2}");
@@ -147,24 +212,40 @@ async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
 #[tokio::test]
 async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
     let (_up, relay) = setup().await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true}),
+    )
+    .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["output"][0]["type"], "reasoning");
     assert_eq!(folded["output"][0]["content"][0]["type"], "reasoning_text");
     assert_eq!(folded["output"][1]["type"], "message");
-    assert!(kinds(&body.events).iter().any(|k| k == "response.reasoning_text.delta"));
+    assert!(
+        kinds(&body.events)
+            .iter()
+            .any(|k| k == "response.reasoning_text.delta")
+    );
     golden("reasoning", &body);
 }
 
 #[tokio::test]
 async fn refusal_is_a_refusal_content_part() {
     let (_up, relay) = setup().await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true}),
+    )
+    .await;
     let folded = check_events(&body.events);
     let part = &folded["output"][0]["content"][0];
     assert_eq!(part["type"], "refusal");
     assert_eq!(part["refusal"], "I'm sorry, I can't help with that.");
-    assert!(kinds(&body.events).iter().any(|k| k == "response.refusal.done"));
+    assert!(
+        kinds(&body.events)
+            .iter()
+            .any(|k| k == "response.refusal.done")
+    );
 }
 
 #[tokio::test]
@@ -205,8 +286,14 @@ async fn request_fields_reach_the_chat_upstream() {
     assert_eq!(sent["reasoning_effort"], "low");
     assert_eq!(sent["response_format"]["type"], "json_schema");
     assert_eq!(sent["response_format"]["json_schema"]["name"], "out");
-    assert_eq!(sent["messages"][0], json!({"role": "system", "content": "be brief"}));
-    assert_eq!(sent["messages"][1], json!({"role": "system", "content": "dev"}));
+    assert_eq!(
+        sent["messages"][0],
+        json!({"role": "system", "content": "be brief"})
+    );
+    assert_eq!(
+        sent["messages"][1],
+        json!({"role": "system", "content": "dev"})
+    );
     let parts = &sent["messages"][2]["content"];
     assert_eq!(parts[0], json!({"type": "text", "text": "look"}));
     assert_eq!(parts[1]["image_url"]["url"], "data:image/png;base64,AAAA");
@@ -217,7 +304,10 @@ async fn request_fields_reach_the_chat_upstream() {
 async fn responses_upstream_gives_the_same_events_as_chat_upstream() {
     let up = upstream().await;
     let mut logs = Vec::new();
-    for api in [responses_relay::upstream::UpstreamApi::Chat, responses_relay::upstream::UpstreamApi::Responses] {
+    for api in [
+        responses_relay::upstream::UpstreamApi::Chat,
+        responses_relay::upstream::UpstreamApi::Responses,
+    ] {
         let mut c = config(&up.base_url());
         c.upstream_api = api;
         let r = relay(c).await;

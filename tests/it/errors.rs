@@ -24,34 +24,142 @@ async fn invalid_requests_get_400_naming_the_field() {
     let (up, relay) = setup().await;
     let url = relay.url("/v1/responses");
     let cases: Vec<(Value, &str, Option<&str>)> = vec![
-        (json!({"input": "x"}), "model", Some("missing_required_parameter")),
-        (json!({"model": "m"}), "input", Some("missing_required_parameter")),
-        (json!({"model": "m", "input": "x", "bogus": 1}), "bogus", Some("unknown_parameter")),
-        (json!({"model": 5, "input": "x"}), "model", Some("invalid_type")),
-        (json!({"model": "m", "input": "x", "temperature": 3}), "temperature", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "top_p": -1}), "top_p", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "max_output_tokens": 2}), "max_output_tokens", Some("invalid_value")),
+        (
+            json!({"input": "x"}),
+            "model",
+            Some("missing_required_parameter"),
+        ),
+        (
+            json!({"model": "m"}),
+            "input",
+            Some("missing_required_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "bogus": 1}),
+            "bogus",
+            Some("unknown_parameter"),
+        ),
+        (
+            json!({"model": 5, "input": "x"}),
+            "model",
+            Some("invalid_type"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "temperature": 3}),
+            "temperature",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "top_p": -1}),
+            "top_p",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "max_output_tokens": 2}),
+            "max_output_tokens",
+            Some("invalid_value"),
+        ),
         (json!({"model": "m", "input": 7}), "input", None),
-        (json!({"model": "m", "input": [{"type": "message", "role": "robot", "content": "x"}]}), "input[0].role", Some("invalid_value")),
-        (json!({"model": "m", "input": [{"type": "message", "content": "x"}]}), "input[0].role", Some("missing_required_parameter")),
-        (json!({"model": "m", "input": [{"role": "user", "content": 5}]}), "input[0]", Some("invalid_type")),
-        (json!({"model": "m", "input": [{"role": "user", "content": "x", "extra": 1}]}), "input[0].extra", Some("unknown_parameter")),
-        (json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}), "input[0].call_id", Some("missing_required_parameter")),
-        (json!({"model": "m", "input": [{"type": "warp_drive"}]}), "input[0].type", Some("invalid_value")),
-        (json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}), "input[0].content[0].file_id", Some("unsupported_parameter")),
-        (json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}), "tools[0].type", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "bad name"}]}), "tools[0].name", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "tools": [{"type": "function"}]}), "tools[0].name", Some("missing_required_parameter")),
-        (json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}), "tool_choice.name", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "tool_choice": "sometimes"}), "tool_choice", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "metadata": {"k": 1}}), "metadata.k", None),
-        (json!({"model": "m", "input": "x", "store": false, "background": true}), "background", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "reasoning": {"effort": "extreme"}}), "reasoning.effort", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}), "text.format.schema", Some("missing_required_parameter")),
-        (json!({"model": "m", "input": "x", "include": ["nonsense"]}), "include[0]", Some("invalid_value")),
-        (json!({"model": "m", "input": "x", "top_logprobs": 3}), "top_logprobs", Some("unsupported_parameter")),
-        (json!({"model": "m", "previous_response_id": "resp_nope", "input": "x"}), "previous_response_id", Some("previous_response_not_found")),
-        (json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_nope"}]}), "input[0].id", Some("invalid_value")),
+        (
+            json!({"model": "m", "input": [{"type": "message", "role": "robot", "content": "x"}]}),
+            "input[0].role",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "message", "content": "x"}]}),
+            "input[0].role",
+            Some("missing_required_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": 5}]}),
+            "input[0]",
+            Some("invalid_type"),
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": "x", "extra": 1}]}),
+            "input[0].extra",
+            Some("unknown_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}),
+            "input[0].call_id",
+            Some("missing_required_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "warp_drive"}]}),
+            "input[0].type",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}),
+            "input[0].content[0].file_id",
+            Some("unsupported_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}),
+            "tools[0].type",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "bad name"}]}),
+            "tools[0].name",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "tools": [{"type": "function"}]}),
+            "tools[0].name",
+            Some("missing_required_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}),
+            "tool_choice.name",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "tool_choice": "sometimes"}),
+            "tool_choice",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "metadata": {"k": 1}}),
+            "metadata.k",
+            None,
+        ),
+        (
+            json!({"model": "m", "input": "x", "store": false, "background": true}),
+            "background",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "reasoning": {"effort": "extreme"}}),
+            "reasoning.effort",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}),
+            "text.format.schema",
+            Some("missing_required_parameter"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "include": ["nonsense"]}),
+            "include[0]",
+            Some("invalid_value"),
+        ),
+        (
+            json!({"model": "m", "input": "x", "top_logprobs": 3}),
+            "top_logprobs",
+            Some("unsupported_parameter"),
+        ),
+        (
+            json!({"model": "m", "previous_response_id": "resp_nope", "input": "x"}),
+            "previous_response_id",
+            Some("previous_response_not_found"),
+        ),
+        (
+            json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_nope"}]}),
+            "input[0].id",
+            Some("invalid_value"),
+        ),
     ];
     for (body, param, code) in cases {
         let (status, resp) = post(&url, &body).await;
@@ -64,7 +172,10 @@ async fn invalid_requests_get_400_naming_the_field() {
         }
         assert!(!e["message"].as_str().unwrap().is_empty());
     }
-    assert!(up.requests().is_empty(), "an invalid request reached the upstream");
+    assert!(
+        up.requests().is_empty(),
+        "an invalid request reached the upstream"
+    );
 }
 
 #[tokio::test]
@@ -73,10 +184,20 @@ async fn malformed_json_and_oversized_bodies_are_rejected() {
     let mut c = config(&up.base_url());
     c.max_body_bytes = 2048;
     let relay = relay(c).await;
-    let r = client().post(relay.url("/v1/responses")).body("{not json").send().await.unwrap();
+    let r = client()
+        .post(relay.url("/v1/responses"))
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
-    assert!(envelope(&body)["message"].as_str().unwrap().contains("parse the JSON body"));
+    assert!(
+        envelope(&body)["message"]
+            .as_str()
+            .unwrap()
+            .contains("parse the JSON body")
+    );
     let big = json!({"model": "m", "input": "x".repeat(4096)});
     let (status, body) = post(&relay.url("/v1/responses"), &big).await;
     assert_eq!(status, 413);
@@ -91,7 +212,10 @@ async fn unknown_routes_and_ids_get_404_envelopes() {
     envelope(&body);
     let (status, body) = get(&relay.url("/v1/responses/resp_missing")).await;
     assert_eq!(status, 404);
-    assert_eq!(envelope(&body)["message"], "No response found with id 'resp_missing'.");
+    assert_eq!(
+        envelope(&body)["message"],
+        "No response found with id 'resp_missing'."
+    );
     let (status, _) = get(&relay.url("/healthz")).await;
     assert_eq!(status, 200);
 }
@@ -113,15 +237,28 @@ async fn upstream_failures_before_the_first_byte_are_http_errors() {
         ("fake-model?fault=status500", false, 502),
         ("fake-model?fault=status429", true, 429),
     ] {
-        let (got, body) = post(&url, &json!({"model": model, "input": "x", "stream": stream})).await;
+        let (got, body) = post(
+            &url,
+            &json!({"model": model, "input": "x", "stream": stream}),
+        )
+        .await;
         assert_eq!(got, status, "{model}: {body}");
         envelope(&body);
     }
     // The upstream's own 400 is passed on with its param.
-    let (got, body) = post(&url, &json!({"model": "fake-model?fault=status400", "input": "x", "stream": true})).await;
+    let (got, body) = post(
+        &url,
+        &json!({"model": "fake-model?fault=status400", "input": "x", "stream": true}),
+    )
+    .await;
     assert_eq!(got, 400);
     assert_eq!(envelope(&body)["param"], "model");
-    assert!(body["error"]["message"].as_str().unwrap().contains("bad model param"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("bad model param")
+    );
 }
 
 #[tokio::test]
@@ -132,9 +269,18 @@ async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
         l.local_addr().unwrap()
     };
     let r = relay(config(&format!("http://{closed}/v1"))).await;
-    let (status, body) = post(&r.url("/v1/responses"), &json!({"model": "m", "input": "x"})).await;
+    let (status, body) = post(
+        &r.url("/v1/responses"),
+        &json!({"model": "m", "input": "x"}),
+    )
+    .await;
     assert_eq!(status, 502, "{body}");
-    assert!(envelope(&body)["message"].as_str().unwrap().contains("connect"));
+    assert!(
+        envelope(&body)["message"]
+            .as_str()
+            .unwrap()
+            .contains("connect")
+    );
 
     let up = upstream().await;
     let mut c = config(&up.base_url());
@@ -149,13 +295,20 @@ async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
 async fn failures_after_the_first_event_end_with_response_failed() {
     let (_up, relay) = setup().await;
     for fault in ["cut", "malformed", "error_chunk"] {
-        let body = stream(&relay.url("/v1/responses"), &json!({"model": format!("fake-model?fault={fault}"), "input": "x", "stream": true})).await;
+        let body = stream(
+            &relay.url("/v1/responses"),
+            &json!({"model": format!("fake-model?fault={fault}"), "input": "x", "stream": true}),
+        )
+        .await;
         assert!(body.done, "{fault}: no [DONE]");
         let folded = check_events(&body.events);
         let last = body.events.last().unwrap();
         assert_eq!(last["type"], "response.failed", "{fault}");
         assert_eq!(folded["status"], "failed");
-        assert!(folded["error"]["message"].as_str().unwrap().len() > 5, "{fault}: {folded}");
+        assert!(
+            folded["error"]["message"].as_str().unwrap().len() > 5,
+            "{fault}: {folded}"
+        );
         // Text streamed before the failure is kept, its item closed as incomplete.
         assert_eq!(folded["output"][0]["status"], "incomplete", "{fault}");
     }
@@ -164,7 +317,11 @@ async fn failures_after_the_first_event_end_with_response_failed() {
 #[tokio::test]
 async fn a_stream_without_done_still_completes_when_it_finished() {
     let (_up, relay) = setup().await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true}),
+    )
+    .await;
     check_events(&body.events);
     assert_eq!(body.events.last().unwrap()["type"], "response.completed");
 }
@@ -175,7 +332,11 @@ async fn stream_with_a_300ms_idle_timeout(model: &str) -> SseBody {
     let mut c = config(&up.base_url());
     c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
     let relay = relay(c).await;
-    stream(&relay.url("/v1/responses"), &json!({"model": model, "input": "x", "stream": true})).await
+    stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": model, "input": "x", "stream": true}),
+    )
+    .await
 }
 
 #[tokio::test]
@@ -183,7 +344,12 @@ async fn stalled_upstream_fails_the_run_after_the_idle_timeout() {
     let body = stream_with_a_300ms_idle_timeout("fake-model?fault=stall").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
-    assert!(folded["error"]["message"].as_str().unwrap().contains("timed out"));
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
 }
 
 #[tokio::test]
@@ -192,7 +358,11 @@ async fn a_model_slower_in_total_than_the_idle_timeout_completes_while_it_keeps_
     let body = stream_with_a_300ms_idle_timeout("fake-model?deltas=10&delay_ms=100").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed", "{folded}");
-    let deltas = body.events.iter().filter(|e| e["type"] == "response.output_text.delta").count();
+    let deltas = body
+        .events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .count();
     assert_eq!(deltas, 10);
 }
 
@@ -208,7 +378,11 @@ async fn client_disconnect_cancels_the_upstream_request() {
     assert_eq!(resp.status(), 200);
     eventually("the upstream stream is open", || up.open_streams() == 1).await;
     drop(resp);
-    eventually("the upstream stream is closed after the client left", || up.open_streams() == 0).await;
+    eventually(
+        "the upstream stream is closed after the client left",
+        || up.open_streams() == 0,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -228,7 +402,12 @@ async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
-    assert!(folded["error"]["message"].as_str().unwrap().contains("shut down"));
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("shut down")
+    );
 }
 
 #[tokio::test]
@@ -240,6 +419,9 @@ async fn an_unknown_field_inside_a_content_part_is_named_exactly() {
     )
     .await;
     assert_eq!(status, 400);
-    assert_eq!(body["error"]["param"], "input[0].content[0].bogus", "{body}");
+    assert_eq!(
+        body["error"]["param"], "input[0].content[0].bogus",
+        "{body}"
+    );
     assert_eq!(body["error"]["code"], "unknown_parameter");
 }

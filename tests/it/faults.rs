@@ -14,7 +14,9 @@ use crate::mcp_loop::mcp_test_server::{self, McpTestServer, Options};
 use crate::support::*;
 
 async fn mcp_server(options: Options) -> McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options).await.expect("the MCP test server starts")
+    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .expect("the MCP test server starts")
 }
 
 fn tool(label: &str, url: &str) -> Value {
@@ -30,7 +32,10 @@ fn sqlite_config(up: &fake_upstream::FakeUpstream) -> Config {
 
 /// A port nothing listens on (bound, then released).
 fn closed_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
 }
 
 /// A loopback listener that accepts connections and never answers: an MCP server hanging on
@@ -61,7 +66,12 @@ impl BlackHole {
                 });
             }
         });
-        BlackHole { addr, accepted, closed, task }
+        BlackHole {
+            addr,
+            accepted,
+            closed,
+            task,
+        }
     }
 
     fn url(&self) -> String {
@@ -98,7 +108,11 @@ fn list_events(ok: bool) -> Vec<&'static str> {
     vec![
         "response.output_item.added",
         "response.mcp_list_tools.in_progress",
-        if ok { "response.mcp_list_tools.completed" } else { "response.mcp_list_tools.failed" },
+        if ok {
+            "response.mcp_list_tools.completed"
+        } else {
+            "response.mcp_list_tools.failed"
+        },
         "response.output_item.done",
     ]
 }
@@ -110,7 +124,11 @@ fn call_events(ok: bool) -> Vec<&'static str> {
         "response.mcp_call.in_progress",
         "response.mcp_call_arguments.delta*",
         "response.mcp_call_arguments.done",
-        if ok { "response.mcp_call.completed" } else { "response.mcp_call.failed" },
+        if ok {
+            "response.mcp_call.completed"
+        } else {
+            "response.mcp_call.failed"
+        },
         "response.output_item.done",
     ]
 }
@@ -134,19 +152,35 @@ fn expected(parts: &[&[&str]], terminal: &str) -> Vec<String> {
 }
 
 fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
-    response["output"].as_array().unwrap().iter().filter(|i| i["type"] == kind).collect()
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == kind)
+        .collect()
 }
 
 fn item_types(response: &Value) -> Vec<String> {
-    response["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap().to_string()).collect()
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn message_text(response: &Value) -> String {
-    items_of(response, "message")[0]["content"][0]["text"].as_str().unwrap().to_string()
+    items_of(response, "message")[0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 fn id_of(body: &SseBody) -> String {
-    body.events[0]["response"]["id"].as_str().unwrap().to_string()
+    body.events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
 }
 
 /// Streams a request; checks the events (framing, order, one terminal event last, `[DONE]`) and
@@ -163,21 +197,49 @@ async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value)
 /// `[DONE]`, and starting with exactly the events `live` (what a client saw, maybe cut short).
 /// Returns the folded stored Response.
 async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
-    let text = client().get(relay.url(&format!("/v1/responses/{id}?stream=true"))).send().await.unwrap().text().await.unwrap();
+    let text = client()
+        .get(relay.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let stored = parse_sse(&text);
-    assert!(stored.done, "the stored log of {id} does not end with [DONE]: {text}");
+    assert!(
+        stored.done,
+        "the stored log of {id} does not end with [DONE]: {text}"
+    );
     let folded = check_events(&stored.events);
-    assert!(stored.raw.len() >= live.len(), "the stored log of {id} lacks events the client saw");
-    assert_eq!(&stored.raw[..live.len()], live, "the stored log of {id} differs from what was streamed");
+    assert!(
+        stored.raw.len() >= live.len(),
+        "the stored log of {id} lacks events the client saw"
+    );
+    assert_eq!(
+        &stored.raw[..live.len()],
+        live,
+        "the stored log of {id} differs from what was streamed"
+    );
     let (status, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
     assert_eq!(status, 200);
-    assert_eq!(got, stored.events.last().unwrap()["response"], "GET {id} differs from the log's terminal event");
+    assert_eq!(
+        got,
+        stored.events.last().unwrap()["response"],
+        "GET {id} differs from the log's terminal event"
+    );
     folded
 }
 
 /// The stored log of `id` as events.
 async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
-    let text = client().get(relay.url(&format!("/v1/responses/{id}?stream=true"))).send().await.unwrap().text().await.unwrap();
+    let text = client()
+        .get(relay.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     parse_sse(&text).events
 }
 
@@ -194,20 +256,36 @@ async fn ended(relay: &Relay, id: &str) -> Value {
 }
 
 /// Reads SSE from `resp` into `seen` until `until` holds for the events received so far.
-async fn read_until(resp: &mut reqwest::Response, seen: &mut Vec<u8>, until: impl Fn(&[Value]) -> bool) -> SseBody {
+async fn read_until(
+    resp: &mut reqwest::Response,
+    seen: &mut Vec<u8>,
+    until: impl Fn(&[Value]) -> bool,
+) -> SseBody {
     loop {
-        let end = seen.windows(2).rposition(|w| w == b"\n\n").map_or(0, |i| i + 2);
+        let end = seen
+            .windows(2)
+            .rposition(|w| w == b"\n\n")
+            .map_or(0, |i| i + 2);
         let body = parse_sse(std::str::from_utf8(&seen[..end]).unwrap());
         if until(&body.events) {
             return body;
         }
-        let chunk = resp.chunk().await.unwrap().expect("the stream ended before the awaited event");
+        let chunk = resp
+            .chunk()
+            .await
+            .unwrap()
+            .expect("the stream ended before the awaited event");
         seen.extend_from_slice(&chunk);
     }
 }
 
 async fn open_stream(relay: &Relay, request: &Value) -> reqwest::Response {
-    let resp = client().post(relay.url("/v1/responses")).json(request).send().await.unwrap();
+    let resp = client()
+        .post(relay.url("/v1/responses"))
+        .json(request)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 200);
     resp
 }
@@ -221,7 +299,10 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
     let relay = relay(sqlite_config(&up)).await;
     let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("gone", &dead)]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&list_events(false), MESSAGE], "response.completed")
+    );
     assert_eq!(folded["status"], "completed");
     assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
     let list = &folded["output"][0];
@@ -240,7 +321,11 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["type"], "external_connector_error");
     assert_eq!(err["error"]["message"], error);
-    assert_eq!(up.requests().len(), before, "a refused request reached the model");
+    assert_eq!(
+        up.requests().len(),
+        before,
+        "a refused request reached the model"
+    );
 }
 
 #[tokio::test]
@@ -252,11 +337,18 @@ async fn a_server_hanging_on_initialize_times_discovery_out() {
     let relay = relay(c.clone()).await;
     let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&list_events(false), MESSAGE], "response.completed")
+    );
     assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
-    let expected_error = "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.";
+    let expected_error =
+        "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.";
     assert_eq!(folded["output"][0]["error"], expected_error);
-    assert!(hole.accepted.load(Ordering::SeqCst) >= 1, "the relay never connected");
+    assert!(
+        hole.accepted.load(Ordering::SeqCst) >= 1,
+        "the relay never connected"
+    );
 
     c.mcp.discovery_failure = DiscoveryFailure::Fail;
     let strict = crate::support::relay(c).await;
@@ -269,11 +361,18 @@ async fn a_server_hanging_on_initialize_times_discovery_out() {
 #[tokio::test]
 async fn a_server_answering_500_fails_the_list_naming_the_status() {
     let up = upstream().await;
-    let server = mcp_server(Options { fail_http: Some(500), ..Options::default() }).await;
+    let server = mcp_server(Options {
+        fail_http: Some(500),
+        ..Options::default()
+    })
+    .await;
     let relay = relay(sqlite_config(&up)).await;
     let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("broken", &server.url())]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&list_events(false), MESSAGE], "response.completed")
+    );
     assert_eq!(
         folded["output"][0]["error"],
         "Error retrieving tool list from MCP server: 'broken'. Http status code: 500 (Internal Server Error)"
@@ -285,22 +384,39 @@ async fn a_server_answering_500_fails_the_list_naming_the_status() {
 async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_completes() {
     let up = upstream().await;
     // At discovery.
-    let garbage = mcp_server(Options { bad_json: true, ..Options::default() }).await;
+    let garbage = mcp_server(Options {
+        bad_json: true,
+        ..Options::default()
+    })
+    .await;
     let relay = relay(sqlite_config(&up)).await;
     let (body, folded) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("junk", &garbage.url())]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&list_events(false), MESSAGE], "response.completed")
+    );
     let error = folded["output"][0]["error"].as_str().unwrap();
-    assert!(error.starts_with("Error retrieving tool list from MCP server: 'junk'. "), "{error}");
-    assert!(error.len() > "Error retrieving tool list from MCP server: 'junk'. ".len() + 5, "{error}");
+    assert!(
+        error.starts_with("Error retrieving tool list from MCP server: 'junk'. "),
+        "{error}"
+    );
+    assert!(
+        error.len() > "Error retrieving tool list from MCP server: 'junk'. ".len() + 5,
+        "{error}"
+    );
 
     // At call time: listed fine in turn 1, garbage for the call in turn 2.
     let server = mcp_server(Options::default()).await;
     let tools = json!([tool("s", &server.url())]);
-    let (_, first) = streamed_and_stored(&relay, &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools})).await;
+    let (_, first) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools}),
+    )
+    .await;
     server.set_bad_json(true);
     let (body, second) = streamed_and_stored(
         &relay,
@@ -308,14 +424,28 @@ async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_com
                 "previous_response_id": first["id"]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&call_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&call_events(false), MESSAGE], "response.completed")
+    );
     let call = items_of(&second, "mcp_call")[0];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["output"], Value::Null);
     let kind = call["error"]["type"].as_str().unwrap();
-    assert!(matches!(kind, "http_error" | "mcp_protocol_error"), "{call}");
-    assert!(call["error"]["message"].as_str().is_some_and(|m| !m.is_empty()), "{call}");
-    assert!(message_text(&second).starts_with("Tool results: Error"), "{second}");
+    assert!(
+        matches!(kind, "http_error" | "mcp_protocol_error"),
+        "{call}"
+    );
+    assert!(
+        call["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()),
+        "{call}"
+    );
+    assert!(
+        message_text(&second).starts_with("Tool results: Error"),
+        "{second}"
+    );
 
     // The server recovers: the next call on it works.
     server.set_bad_json(false);
@@ -326,7 +456,11 @@ async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_com
     )
     .await;
     let call = items_of(&third, "mcp_call")[0];
-    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("back")), "{call}");
+    assert_eq!(
+        (call["status"].as_str(), call["output"].as_str()),
+        (Some("completed"), Some("back")),
+        "{call}"
+    );
 }
 
 // ------------------------------------------------------------------ call faults
@@ -337,7 +471,11 @@ async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
     let server = mcp_server(Options::default()).await;
     let relay = relay(sqlite_config(&up)).await;
     let tools = json!([tool("s", &server.url())]);
-    let (_, first) = streamed_and_stored(&relay, &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools})).await;
+    let (_, first) = streamed_and_stored(
+        &relay,
+        &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools}),
+    )
+    .await;
     assert_eq!(item_types(&first), ["mcp_list_tools", "message"]);
     server.shutdown().await;
     let (body, second) = streamed_and_stored(
@@ -346,14 +484,26 @@ async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
                 "previous_response_id": first["id"]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&call_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&call_events(false), MESSAGE], "response.completed")
+    );
     assert_eq!(item_types(&second), ["mcp_call", "message"]);
     let call = &second["output"][0];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "http_error", "{call}");
     assert_eq!(call["error"]["code"], 0, "{call}");
-    assert!(call["error"]["message"].as_str().unwrap().contains("connect"), "{call}");
-    assert!(message_text(&second).starts_with("Tool results: Error"), "{second}");
+    assert!(
+        call["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connect"),
+        "{call}"
+    );
+    assert!(
+        message_text(&second).starts_with("Tool results: Error"),
+        "{second}"
+    );
 }
 
 #[tokio::test]
@@ -368,12 +518,24 @@ async fn a_hanging_call_times_out_and_the_server_sees_it_cancelled() {
         &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(
+            &[&list_events(true), &call_events(false), MESSAGE],
+            "response.completed"
+        )
+    );
     let call = items_of(&folded, "mcp_call")[0];
-    assert_eq!(call["error"], json!({"type": "mcp_protocol_error", "code": -32001, "message": "Request timed out after 500ms"}));
+    assert_eq!(
+        call["error"],
+        json!({"type": "mcp_protocol_error", "code": -32001, "message": "Request timed out after 500ms"})
+    );
     assert_eq!(folded["status"], "completed");
     assert_eq!(server.slow_started(), 1);
-    eventually("the server sees the timed-out call cancelled", || server.cancelled_calls() == 1).await;
+    eventually("the server sees the timed-out call cancelled", || {
+        server.cancelled_calls() == 1
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -386,11 +548,23 @@ async fn a_json_rpc_error_is_an_mcp_protocol_error() {
         &json!({"model": "fake-model", "input": "CALL boom {}", "stream": true, "tools": [tool("s", &server.url())]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(
+            &[&list_events(true), &call_events(false), MESSAGE],
+            "response.completed"
+        )
+    );
     let call = items_of(&folded, "mcp_call")[0];
-    assert_eq!(call["error"], json!({"type": "mcp_protocol_error", "code": -32042, "message": "boom"}));
+    assert_eq!(
+        call["error"],
+        json!({"type": "mcp_protocol_error", "code": -32042, "message": "boom"})
+    );
     assert_eq!(call["output"], Value::Null);
-    assert_eq!(message_text(&folded), "Tool results: Error: MCP error -32042: boom");
+    assert_eq!(
+        message_text(&folded),
+        "Tool results: Error: MCP error -32042: boom"
+    );
 }
 
 #[tokio::test]
@@ -403,15 +577,32 @@ async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model()
         &json!({"model": "fake-model", "input": "CALL big {\"bytes\":10000000}", "stream": true, "tools": [tool("s", &server.url())]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(true), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(
+            &[&list_events(true), &call_events(true), MESSAGE],
+            "response.completed"
+        )
+    );
     let cap = 64 * 1024;
     let call = items_of(&folded, "mcp_call")[0];
     let output = call["output"].as_str().unwrap();
-    assert_eq!(output, format!("{}… [truncated: {} bytes omitted]", "x".repeat(cap), 10_000_000 - cap));
+    assert_eq!(
+        output,
+        format!(
+            "{}… [truncated: {} bytes omitted]",
+            "x".repeat(cap),
+            10_000_000 - cap
+        )
+    );
     let streamed: usize = body.raw.iter().map(String::len).sum();
     assert!(streamed < 1_000_000, "the client got {streamed} bytes");
     let sent = up.requests().last().unwrap().body.to_string();
-    assert!(sent.len() < 2 * cap, "the model's request has {} bytes", sent.len());
+    assert!(
+        sent.len() < 2 * cap,
+        "the model's request has {} bytes",
+        sent.len()
+    );
 }
 
 #[tokio::test]
@@ -430,15 +621,27 @@ async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_stored(&relay, &id_of(&body), &body.raw).await;
-    assert_eq!(shape(&body.events), expected(&[&list_events(true), &call_events(false), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(
+            &[&list_events(true), &call_events(false), MESSAGE],
+            "response.completed"
+        )
+    );
     let call = items_of(&folded, "mcp_call")[0];
     let error = &call["error"];
     match error["type"].as_str() {
         Some("http_error") => assert_eq!(error["code"], 0, "{call}"),
-        Some("mcp_protocol_error") => assert_ne!(error["code"], -32001, "the relay waited for the call timeout: {call}"),
+        Some("mcp_protocol_error") => assert_ne!(
+            error["code"], -32001,
+            "the relay waited for the call timeout: {call}"
+        ),
         _ => panic!("unexpected error shape: {call}"),
     }
-    assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()), "{call}");
+    assert!(
+        error["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{call}"
+    );
     assert_eq!(folded["status"], "completed");
 }
 
@@ -463,11 +666,26 @@ async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
                 "previous_response_id": first["id"]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&call_events(true), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&call_events(true), MESSAGE], "response.completed")
+    );
     let call = items_of(&second, "mcp_call")[0];
-    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("two")), "{call}");
-    assert_eq!(server.count("initialize"), 2, "the pool did not start a new session");
-    assert_eq!(server.count("tools/call"), 3, "one call before, and the expired one retried once");
+    assert_eq!(
+        (call["status"].as_str(), call["output"].as_str()),
+        (Some("completed"), Some("two")),
+        "{call}"
+    );
+    assert_eq!(
+        server.count("initialize"),
+        2,
+        "the pool did not start a new session"
+    );
+    assert_eq!(
+        server.count("tools/call"),
+        3,
+        "one call before, and the expired one retried once"
+    );
 }
 
 #[tokio::test]
@@ -484,17 +702,30 @@ async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
     .await;
     assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
     server.shutdown().await;
-    let server = mcp_test_server::start(addr, Options::default()).await.expect("restart on the same port");
+    let server = mcp_test_server::start(addr, Options::default())
+        .await
+        .expect("restart on the same port");
     let (body, second) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"two\"}", "stream": true, "tools": tools,
                 "previous_response_id": first["id"]}),
     )
     .await;
-    assert_eq!(shape(&body.events), expected(&[&call_events(true), MESSAGE], "response.completed"));
+    assert_eq!(
+        shape(&body.events),
+        expected(&[&call_events(true), MESSAGE], "response.completed")
+    );
     let call = items_of(&second, "mcp_call")[0];
-    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("two")), "{call}");
-    assert_eq!(server.count("initialize"), 1, "no new session on the restarted server");
+    assert_eq!(
+        (call["status"].as_str(), call["output"].as_str()),
+        (Some("completed"), Some("two")),
+        "{call}"
+    );
+    assert_eq!(
+        server.count("initialize"),
+        1,
+        "no new session on the restarted server"
+    );
 }
 
 // ------------------------------------------------------------------ clients that leave
@@ -510,7 +741,10 @@ async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_conn
     let url = relay.url("/v1/responses");
     let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
     let leaving = tokio::spawn(async move { client().post(url).json(&request).send().await });
-    eventually("the relay connects to the MCP server", || hole.accepted.load(Ordering::SeqCst) == 1).await;
+    eventually("the relay connects to the MCP server", || {
+        hole.accepted.load(Ordering::SeqCst) == 1
+    })
+    .await;
     leaving.abort();
     let _ = leaving.await;
     // The abandoned request gives back the relay's one run slot (so it can never reach the
@@ -518,11 +752,19 @@ async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_conn
     let next = json!({"model": "fake-model", "input": "next", "stream": true});
     let mut admitted = false;
     for _ in 0..1000 {
-        let r = client().post(relay.url("/v1/responses")).json(&next).send().await.unwrap();
+        let r = client()
+            .post(relay.url("/v1/responses"))
+            .json(&next)
+            .send()
+            .await
+            .unwrap();
         if r.status() != 503 {
             assert_eq!(r.status(), 200);
             let body = parse_sse(&r.text().await.unwrap());
-            assert_eq!(shape(&body.events), expected(&[MESSAGE], "response.completed"));
+            assert_eq!(
+                shape(&body.events),
+                expected(&[MESSAGE], "response.completed")
+            );
             check_events(&body.events);
             assert_stored(&relay, &id_of(&body), &body.raw).await;
             admitted = true;
@@ -530,11 +772,24 @@ async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_conn
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    assert!(admitted, "the request of the client that left still holds the run slot");
-    let asked: Vec<String> = up.requests().iter().map(|r| r.body["messages"].to_string()).collect();
+    assert!(
+        admitted,
+        "the request of the client that left still holds the run slot"
+    );
+    let asked: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| r.body["messages"].to_string())
+        .collect();
     assert_eq!(asked.len(), 1, "{asked:?}");
-    assert!(asked[0].contains("next") && !asked[0].contains("hello"), "{asked:?}");
-    eventually("the relay drops its connection to the MCP server", || hole.closed.load(Ordering::SeqCst) == 1).await;
+    assert!(
+        asked[0].contains("next") && !asked[0].contains("hello"),
+        "{asked:?}"
+    );
+    eventually("the relay drops its connection to the MCP server", || {
+        hole.closed.load(Ordering::SeqCst) == 1
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -550,9 +805,16 @@ async fn a_timed_out_discovery_keeps_no_connection_to_the_server() {
     )
     .await;
     assert_eq!(status, 200, "{r}");
-    assert_eq!(r["output"][0]["error"], "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.");
+    assert_eq!(
+        r["output"][0]["error"],
+        "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms."
+    );
     assert_eq!(hole.accepted.load(Ordering::SeqCst), 1);
-    eventually("the relay closes its connection to the server it gave up on", || hole.closed.load(Ordering::SeqCst) == 1).await;
+    eventually(
+        "the relay closes its connection to the server it gave up on",
+        || hole.closed.load(Ordering::SeqCst) == 1,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -567,24 +829,42 @@ async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
     .await;
     let mut seen = Vec::new();
     let live = read_until(&mut resp, &mut seen, |events| {
-        events.iter().any(|e| e["type"] == "response.mcp_call_arguments.done")
+        events
+            .iter()
+            .any(|e| e["type"] == "response.mcp_call_arguments.done")
     })
     .await;
     eventually("the slow call is running", || server.slow_started() == 1).await;
     drop(resp);
-    eventually("the server sees the call cancelled", || server.cancelled_calls() == 1).await;
+    eventually("the server sees the call cancelled", || {
+        server.cancelled_calls() == 1
+    })
+    .await;
     let id = id_of(&live);
     let r = ended(&relay, &id).await;
     assert_eq!(r["status"], "cancelled", "{r}");
     let stored = assert_stored(&relay, &id, &live.raw).await;
     assert_eq!(stored["status"], "cancelled");
-    assert_eq!(shape(&stored_events(&relay, &id).await), expected(&[&list_events(true), &call_events(false)], "response.failed"));
+    assert_eq!(
+        shape(&stored_events(&relay, &id).await),
+        expected(
+            &[&list_events(true), &call_events(false)],
+            "response.failed"
+        )
+    );
     assert_eq!(item_types(&stored), ["mcp_list_tools", "mcp_call"]);
     let call = &stored["output"][1];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "mcp_tool_execution_error");
-    assert_eq!(call["error"]["content"][0]["text"], "The run stopped before this call finished.");
-    assert_eq!(up.requests().len(), 1, "the model was asked again for a client that is gone");
+    assert_eq!(
+        call["error"]["content"][0]["text"],
+        "The run stopped before this call finished."
+    );
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "the model was asked again for a client that is gone"
+    );
 }
 
 #[tokio::test]
@@ -601,7 +881,9 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
     .await;
     let mut seen = Vec::new();
     let live = read_until(&mut resp, &mut seen, |events| {
-        events.iter().any(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "mcp_call")
+        events
+            .iter()
+            .any(|e| e["type"] == "response.output_item.done" && e["item"]["type"] == "mcp_call")
     })
     .await;
     drop(resp);
@@ -612,16 +894,30 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
     assert_eq!(stored["status"], "cancelled");
     let events = shape(&stored_events(&relay, &id).await);
     let through_call = expected(&[&list_events(true), &call_events(true)], "response.failed");
-    assert_eq!(events[..through_call.len() - 1], through_call[..through_call.len() - 1], "{events:?}");
+    assert_eq!(
+        events[..through_call.len() - 1],
+        through_call[..through_call.len() - 1],
+        "{events:?}"
+    );
     assert_eq!(events.last().unwrap(), "response.failed");
     let types = item_types(&stored);
-    assert!(types == ["mcp_list_tools", "mcp_call"] || types == ["mcp_list_tools", "mcp_call", "message"], "{types:?}");
+    assert!(
+        types == ["mcp_list_tools", "mcp_call"]
+            || types == ["mcp_list_tools", "mcp_call", "message"],
+        "{types:?}"
+    );
     let call = &stored["output"][1];
-    assert_eq!((call["status"].as_str(), call["output"].as_str()), (Some("completed"), Some("done")), "{call}");
+    assert_eq!(
+        (call["status"].as_str(), call["output"].as_str()),
+        (Some("completed"), Some("done")),
+        "{call}"
+    );
     if let Some(message) = stored["output"].get(2) {
         assert_eq!(message["status"], "incomplete", "{message}");
     }
     assert_eq!(server.count("tools/call"), 1);
-    eventually("the model's stream is closed after the client left", || up.open_streams() == 0).await;
+    eventually("the model's stream is closed after the client left", || {
+        up.open_streams() == 0
+    })
+    .await;
 }
-

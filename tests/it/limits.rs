@@ -13,10 +13,18 @@ async fn an_upstream_429_before_the_first_byte_is_retried_then_succeeds() {
     let up = upstream().await;
     let relay = relay(config(&up.base_url())).await;
     let model = "fake-model?fault=status429_once&deltas=3";
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": model, "input": "x", "stream": true})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": model, "input": "x", "stream": true}),
+    )
+    .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
-    let tries = up.requests().iter().filter(|r| r.body["model"] == model).count();
+    let tries = up
+        .requests()
+        .iter()
+        .filter(|r| r.body["model"] == model)
+        .count();
     assert_eq!(tries, 2, "one refusal, one retry");
 }
 
@@ -26,12 +34,33 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
     let mut c = config(&up.base_url());
     c.upstream_timeouts.retries = 2;
     let relay = relay(c).await;
-    let (status, _) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=status500", "input": "x"})).await;
+    let (status, _) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?fault=status500", "input": "x"}),
+    )
+    .await;
     assert_eq!(status, 502);
-    assert_eq!(up.requests().iter().filter(|r| r.body["model"] == "fake-model?fault=status500").count(), 3);
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=cut", "input": "x", "stream": true})).await;
+    assert_eq!(
+        up.requests()
+            .iter()
+            .filter(|r| r.body["model"] == "fake-model?fault=status500")
+            .count(),
+        3
+    );
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?fault=cut", "input": "x", "stream": true}),
+    )
+    .await;
     assert_eq!(check_events(&body.events)["status"], "failed");
-    assert_eq!(up.requests().iter().filter(|r| r.body["model"] == "fake-model?fault=cut").count(), 1, "a cut stream was retried");
+    assert_eq!(
+        up.requests()
+            .iter()
+            .filter(|r| r.body["model"] == "fake-model?fault=cut")
+            .count(),
+        1,
+        "a cut stream was retried"
+    );
 }
 
 #[tokio::test]
@@ -47,7 +76,12 @@ async fn a_full_relay_answers_503_with_retry_after() {
         .await
         .unwrap();
     eventually("the first run is streaming", || up.open_streams() == 1).await;
-    let r = client().post(relay.url("/v1/responses")).json(&json!({"model": "fake-model", "input": "y"})).send().await.unwrap();
+    let r = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model", "input": "y"}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "1");
     let body: serde_json::Value = r.json().await.unwrap();
@@ -55,7 +89,11 @@ async fn a_full_relay_answers_503_with_retry_after() {
     drop(busy);
     eventually("the first run ended", || up.open_streams() == 0).await;
     for _ in 0..100 {
-        let (status, _) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "y"})).await;
+        let (status, _) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "y"}),
+        )
+        .await;
         if status == 200 {
             return;
         }
@@ -71,10 +109,20 @@ async fn a_run_past_its_time_limit_ends_failed() {
     let mut c = config(&up.base_url());
     c.limits.max_run_time = Duration::from_millis(300);
     let relay = relay(c).await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "stream": true})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}),
+    )
+    .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
-    assert!(folded["error"]["message"].as_str().unwrap().contains("limit"), "{folded}");
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("limit"),
+        "{folded}"
+    );
 }
 
 #[tokio::test]
@@ -84,12 +132,28 @@ async fn too_many_input_items_or_tools_are_rejected() {
     c.limits.max_input_items = 2;
     c.limits.max_tools = 1;
     let relay = relay(c).await;
-    let input: Vec<_> = (0..3).map(|i| json!({"role": "user", "content": format!("{i}")})).collect();
-    let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "m", "input": input})).await;
-    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("input")));
+    let input: Vec<_> = (0..3)
+        .map(|i| json!({"role": "user", "content": format!("{i}")}))
+        .collect();
+    let (status, err) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "m", "input": input}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("input"))
+    );
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
-    let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "m", "input": "x", "tools": tools})).await;
-    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("tools")));
+    let (status, err) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "m", "input": "x", "tools": tools}),
+    )
+    .await;
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("tools"))
+    );
 }
 
 #[tokio::test]
@@ -115,6 +179,10 @@ async fn a_client_that_stops_reading_has_its_run_cancelled() {
         .unwrap();
     assert_eq!(resp.status(), 200);
     eventually("the upstream stream is open", || up.open_streams() == 1).await;
-    eventually("the stalled client's run was cancelled long before the upstream finished", || up.open_streams() == 0).await;
+    eventually(
+        "the stalled client's run was cancelled long before the upstream finished",
+        || up.open_streams() == 0,
+    )
+    .await;
     drop(resp);
 }

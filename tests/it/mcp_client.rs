@@ -13,15 +13,17 @@ use mcp_test_server::{McpTestServer, Options};
 use responses_relay::api::request::{FunctionTool, McpToolParam, ToolParam};
 use responses_relay::api::response::McpCallError;
 use responses_relay::mcp::{
-    Approval, ApprovalPolicy, Pool, PoolConfig, ServerSpec, ToolFilter, ToolResult, error_text, model_names,
-    result_images, result_text, specs,
+    Approval, ApprovalPolicy, Pool, PoolConfig, ServerSpec, ToolFilter, ToolResult, error_text,
+    model_names, result_images, result_text, specs,
 };
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(10);
 
 async fn server(options: Options) -> McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options).await.expect("start test server")
+    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options)
+        .await
+        .expect("start test server")
 }
 
 fn spec(url: &str) -> ServerSpec {
@@ -58,7 +60,10 @@ async fn dead_port() -> SocketAddr {
 async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
     while !f() {
-        assert!(start.elapsed() < Duration::from_secs(5), "timed out waiting for {what}");
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "timed out waiting for {what}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -77,35 +82,113 @@ fn invalid_mcp_tools_are_rejected_naming_the_field() {
     };
     let long = format!("a{}", "b".repeat(64));
     let cases: Vec<(&str, Vec<Value>, &str)> = vec![
-        ("missing label", vec![json!({"server_url": "https://e.com/mcp"})], "tools[0].server_label"),
-        ("empty label", vec![with(json!({"server_label": ""}))], "tools[0].server_label"),
-        ("label starts with a digit", vec![with(json!({"server_label": "1abc"}))], "tools[0].server_label"),
-        ("label with a dot", vec![with(json!({"server_label": "a.b"}))], "tools[0].server_label"),
-        ("label of 65 chars", vec![with(json!({"server_label": long}))], "tools[0].server_label"),
-        ("duplicate label", vec![ok(), with(json!({"server_label": "OK"}))], "tools[1].server_label"),
-        ("missing url", vec![json!({"server_label": "a"})], "tools[0].server_url"),
-        ("ftp url", vec![with(json!({"server_url": "ftp://e.com/mcp"}))], "tools[0].server_url"),
-        ("not a url", vec![with(json!({"server_url": "example.com/mcp"}))], "tools[0].server_url"),
-        ("connector", vec![with(json!({"connector_id": "connector_gmail"}))], "tools[0].connector_id"),
-        ("tunnel", vec![with(json!({"tunnel_id": "tunnel_0123"}))], "tools[0].tunnel_id"),
-        ("header value not a string", vec![with(json!({"headers": {"X-Key": 5}}))], "tools[0].headers.X-Key"),
-        ("bad header name", vec![with(json!({"headers": {"Bad Header": "v"}}))], "tools[0].headers.Bad Header"),
-        ("reserved header", vec![with(json!({"headers": {"Accept": "x"}}))], "tools[0].headers.Accept"),
-        ("header with a newline", vec![with(json!({"headers": {"X-A": "a\nb"}}))], "tools[0].headers.X-A"),
+        (
+            "missing label",
+            vec![json!({"server_url": "https://e.com/mcp"})],
+            "tools[0].server_label",
+        ),
+        (
+            "empty label",
+            vec![with(json!({"server_label": ""}))],
+            "tools[0].server_label",
+        ),
+        (
+            "label starts with a digit",
+            vec![with(json!({"server_label": "1abc"}))],
+            "tools[0].server_label",
+        ),
+        (
+            "label with a dot",
+            vec![with(json!({"server_label": "a.b"}))],
+            "tools[0].server_label",
+        ),
+        (
+            "label of 65 chars",
+            vec![with(json!({"server_label": long}))],
+            "tools[0].server_label",
+        ),
+        (
+            "duplicate label",
+            vec![ok(), with(json!({"server_label": "OK"}))],
+            "tools[1].server_label",
+        ),
+        (
+            "missing url",
+            vec![json!({"server_label": "a"})],
+            "tools[0].server_url",
+        ),
+        (
+            "ftp url",
+            vec![with(json!({"server_url": "ftp://e.com/mcp"}))],
+            "tools[0].server_url",
+        ),
+        (
+            "not a url",
+            vec![with(json!({"server_url": "example.com/mcp"}))],
+            "tools[0].server_url",
+        ),
+        (
+            "connector",
+            vec![with(json!({"connector_id": "connector_gmail"}))],
+            "tools[0].connector_id",
+        ),
+        (
+            "tunnel",
+            vec![with(json!({"tunnel_id": "tunnel_0123"}))],
+            "tools[0].tunnel_id",
+        ),
+        (
+            "header value not a string",
+            vec![with(json!({"headers": {"X-Key": 5}}))],
+            "tools[0].headers.X-Key",
+        ),
+        (
+            "bad header name",
+            vec![with(json!({"headers": {"Bad Header": "v"}}))],
+            "tools[0].headers.Bad Header",
+        ),
+        (
+            "reserved header",
+            vec![with(json!({"headers": {"Accept": "x"}}))],
+            "tools[0].headers.Accept",
+        ),
+        (
+            "header with a newline",
+            vec![with(json!({"headers": {"X-A": "a\nb"}}))],
+            "tools[0].headers.X-A",
+        ),
         (
             "authorization twice",
-            vec![with(json!({"authorization": "t", "headers": {"Authorization": "Bearer t"}}))],
+            vec![with(
+                json!({"authorization": "t", "headers": {"Authorization": "Bearer t"}}),
+            )],
             "tools[0].headers.Authorization",
         ),
-        ("allowed_tools a number", vec![with(json!({"allowed_tools": 3}))], "tools[0].allowed_tools"),
-        ("allowed_tools list item", vec![with(json!({"allowed_tools": ["a", 1]}))], "tools[0].allowed_tools[1]"),
-        ("allowed_tools extra key", vec![with(json!({"allowed_tools": {"extra": 1}}))], "tools[0].allowed_tools.extra"),
+        (
+            "allowed_tools a number",
+            vec![with(json!({"allowed_tools": 3}))],
+            "tools[0].allowed_tools",
+        ),
+        (
+            "allowed_tools list item",
+            vec![with(json!({"allowed_tools": ["a", 1]}))],
+            "tools[0].allowed_tools[1]",
+        ),
+        (
+            "allowed_tools extra key",
+            vec![with(json!({"allowed_tools": {"extra": 1}}))],
+            "tools[0].allowed_tools.extra",
+        ),
         (
             "allowed_tools read_only not bool",
             vec![with(json!({"allowed_tools": {"read_only": "yes"}}))],
             "tools[0].allowed_tools.read_only",
         ),
-        ("require_approval word", vec![with(json!({"require_approval": "sometimes"}))], "tools[0].require_approval"),
+        (
+            "require_approval word",
+            vec![with(json!({"require_approval": "sometimes"}))],
+            "tools[0].require_approval",
+        ),
         (
             "require_approval extra key",
             vec![with(json!({"require_approval": {"maybe": {}}}))],
@@ -121,7 +204,15 @@ fn invalid_mcp_tools_are_rejected_naming_the_field() {
             vec![with(json!({"require_approval": {"never": {"names": []}}}))],
             "tools[0].require_approval.never.names",
         ),
-        ("too many servers", vec![ok(), with(json!({"server_label": "b"})), with(json!({"server_label": "c"}))], "tools"),
+        (
+            "too many servers",
+            vec![
+                ok(),
+                with(json!({"server_label": "b"})),
+                with(json!({"server_label": "c"})),
+            ],
+            "tools",
+        ),
     ];
     assert!(cases.len() >= 15);
     for (name, tools, param) in cases {
@@ -139,25 +230,54 @@ fn validation_messages_follow_openai() {
         mcp(json!({"server_label": "dup", "server_url": "https://e.com/mcp"})),
     ];
     let err = specs(&tools, 10, Approval::Always).unwrap_err();
-    assert_eq!(err.message, "Duplicate MCP server_label 'dup' found in 'tools' parameter.");
+    assert_eq!(
+        err.message,
+        "Duplicate MCP server_label 'dup' found in 'tools' parameter."
+    );
 
-    let err = specs(&[mcp(json!({"server_url": "https://e.com/mcp"}))], 10, Approval::Always).unwrap_err();
-    assert_eq!(err.message, "Missing required parameter: 'tools[0].server_label'.");
+    let err = specs(
+        &[mcp(json!({"server_url": "https://e.com/mcp"}))],
+        10,
+        Approval::Always,
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.message,
+        "Missing required parameter: 'tools[0].server_label'."
+    );
     assert_eq!(err.code, Some("missing_required_parameter"));
 
-    let err = specs(&[mcp(json!({"server_label": "9x", "server_url": "https://e.com"}))], 10, Approval::Always)
-        .unwrap_err();
-    assert!(err.message.contains("must start with a letter"), "{}", err.message);
+    let err = specs(
+        &[mcp(
+            json!({"server_label": "9x", "server_url": "https://e.com"}),
+        )],
+        10,
+        Approval::Always,
+    )
+    .unwrap_err();
+    assert!(
+        err.message.contains("must start with a letter"),
+        "{}",
+        err.message
+    );
 }
 
 #[test]
 fn mcp_tools_are_counted_by_their_index_in_tools() {
     let tools = vec![
-        ToolParam::Function(FunctionTool { name: "f".into(), description: None, parameters: None, strict: None }),
+        ToolParam::Function(FunctionTool {
+            name: "f".into(),
+            description: None,
+            parameters: None,
+            strict: None,
+        }),
         mcp(json!({"server_label": "a", "server_url": "http://127.0.0.1:1/mcp"})),
         mcp(json!({"server_label": "b"})),
     ];
-    assert_eq!(specs(&tools, 10, Approval::Always).unwrap_err().param, "tools[2].server_url");
+    assert_eq!(
+        specs(&tools, 10, Approval::Always).unwrap_err().param,
+        "tools[2].server_url"
+    );
     let ok = specs(&tools[..2], 10, Approval::Always).unwrap();
     assert_eq!(ok.len(), 1);
     assert_eq!(ok[0].0, 1);
@@ -179,20 +299,41 @@ fn a_valid_mcp_tool_becomes_a_spec() {
     let (i, s) = specs(&tools, 10, Approval::Never).unwrap().remove(0);
     assert_eq!(i, 0);
     assert_eq!(s.label, "git-hub_2");
-    assert_eq!(s.authorization.as_deref(), Some("tok123"), "the Bearer prefix is stripped");
+    assert_eq!(
+        s.authorization.as_deref(),
+        Some("tok123"),
+        "the Bearer prefix is stripped"
+    );
     assert_eq!(s.headers, vec![("X-Team".to_string(), "blue".to_string())]);
-    assert_eq!(s.allowed, ToolFilter { tool_names: Some(vec!["a".into(), "b".into()]), read_only: Some(true) });
+    assert_eq!(
+        s.allowed,
+        ToolFilter {
+            tool_names: Some(vec!["a".into(), "b".into()]),
+            read_only: Some(true)
+        }
+    );
     assert!(s.defer_loading);
     assert_eq!(s.description.as_deref(), Some("Code hosting"));
     assert!(!s.approval.needs_approval("a", false));
     assert!(s.approval.needs_approval("b", false));
     let debug = format!("{s:?}");
-    assert!(!debug.contains("tok123") && !debug.contains("blue") && !debug.contains("key=abc"), "{debug}");
+    assert!(
+        !debug.contains("tok123") && !debug.contains("blue") && !debug.contains("key=abc"),
+        "{debug}"
+    );
 
     // A list of names, and the relay's default approval when none is given.
-    let tools = vec![mcp(json!({"server_label": "a", "server_url": "http://h/mcp", "allowed_tools": ["x"]}))];
+    let tools = vec![mcp(
+        json!({"server_label": "a", "server_url": "http://h/mcp", "allowed_tools": ["x"]}),
+    )];
     let s = specs(&tools, 10, Approval::Never).unwrap().remove(0).1;
-    assert_eq!(s.allowed, ToolFilter { tool_names: Some(vec!["x".into()]), read_only: None });
+    assert_eq!(
+        s.allowed,
+        ToolFilter {
+            tool_names: Some(vec!["x".into()]),
+            read_only: None
+        }
+    );
     assert_eq!(s.approval, ApprovalPolicy::Never);
     let s = specs(&tools, 10, Approval::Always).unwrap().remove(0).1;
     assert_eq!(s.approval, ApprovalPolicy::Always);
@@ -200,53 +341,109 @@ fn a_valid_mcp_tool_becomes_a_spec() {
 
 #[test]
 fn approval_follows_the_trigger_rule() {
-    let names = |n: &[&str]| Some(ToolFilter { tool_names: Some(n.iter().map(|s| s.to_string()).collect()), read_only: None });
-    let ro = Some(ToolFilter { tool_names: None, read_only: Some(true) });
+    let names = |n: &[&str]| {
+        Some(ToolFilter {
+            tool_names: Some(n.iter().map(|s| s.to_string()).collect()),
+            read_only: None,
+        })
+    };
+    let ro = Some(ToolFilter {
+        tool_names: None,
+        read_only: Some(true),
+    });
     assert!(ApprovalPolicy::Always.needs_approval("x", true));
     assert!(!ApprovalPolicy::Never.needs_approval("x", false));
-    let only_never = ApprovalPolicy::Filter { always: None, never: names(&["safe"]), otherwise: Approval::Never };
+    let only_never = ApprovalPolicy::Filter {
+        always: None,
+        never: names(&["safe"]),
+        otherwise: Approval::Never,
+    };
     assert!(!only_never.needs_approval("safe", false));
-    assert!(only_never.needs_approval("other", false), "only 'never' means everything else needs approval");
-    let only_always = ApprovalPolicy::Filter { always: names(&["risky"]), never: None, otherwise: Approval::Always };
+    assert!(
+        only_never.needs_approval("other", false),
+        "only 'never' means everything else needs approval"
+    );
+    let only_always = ApprovalPolicy::Filter {
+        always: names(&["risky"]),
+        never: None,
+        otherwise: Approval::Always,
+    };
     assert!(only_always.needs_approval("risky", true));
     assert!(!only_always.needs_approval("other", false));
-    let read_only_never = ApprovalPolicy::Filter { always: None, never: ro, otherwise: Approval::Always };
+    let read_only_never = ApprovalPolicy::Filter {
+        always: None,
+        never: ro,
+        otherwise: Approval::Always,
+    };
     assert!(!read_only_never.needs_approval("echo", true));
     assert!(read_only_never.needs_approval("write", false));
-    let both = ApprovalPolicy::Filter { always: names(&["a"]), never: names(&["b"]), otherwise: Approval::Always };
-    assert!(both.needs_approval("a", false) && !both.needs_approval("b", false) && both.needs_approval("c", false));
-    let both_never = ApprovalPolicy::Filter { always: names(&["a"]), never: names(&["b"]), otherwise: Approval::Never };
+    let both = ApprovalPolicy::Filter {
+        always: names(&["a"]),
+        never: names(&["b"]),
+        otherwise: Approval::Always,
+    };
+    assert!(
+        both.needs_approval("a", false)
+            && !both.needs_approval("b", false)
+            && both.needs_approval("c", false)
+    );
+    let both_never = ApprovalPolicy::Filter {
+        always: names(&["a"]),
+        never: names(&["b"]),
+        otherwise: Approval::Never,
+    };
     assert!(!both_never.needs_approval("c", false));
 }
 
 #[test]
 fn tool_filters_match_names_and_read_only() {
-    let f = ToolFilter { tool_names: Some(vec!["echo".into(), "add".into()]), read_only: Some(true) };
+    let f = ToolFilter {
+        tool_names: Some(vec!["echo".into(), "add".into()]),
+        read_only: Some(true),
+    };
     assert!(f.allows("echo", true));
     assert!(!f.allows("echo", false));
     assert!(!f.allows("other", true));
     assert!(ToolFilter::default().allows("anything", false));
-    let ro = ToolFilter { tool_names: None, read_only: Some(false) };
+    let ro = ToolFilter {
+        tool_names: None,
+        read_only: Some(false),
+    };
     assert!(ro.allows("x", false) && !ro.allows("x", true));
 }
 
 // ---------------------------------------------------------------- names
 
 fn valid_name(n: &str) -> bool {
-    !n.is_empty() && n.len() <= 64 && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !n.is_empty()
+        && n.len() <= 64
+        && n.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 #[test]
 fn model_names_are_unique_valid_and_readable() {
     let long_tool = "t".repeat(100);
     let servers = vec![
-        ("github".to_string(), vec!["search".to_string(), "create.issue".to_string(), "create_issue".to_string(), long_tool.clone()]),
+        (
+            "github".to_string(),
+            vec![
+                "search".to_string(),
+                "create.issue".to_string(),
+                "create_issue".to_string(),
+                long_tool.clone(),
+            ],
+        ),
         ("a".to_string(), vec!["b__c".to_string()]),
         ("a__b".to_string(), vec!["c".to_string()]),
-        ("x".repeat(64), vec!["tool".to_string(), "tööl".to_string(), "".to_string()]),
+        (
+            "x".repeat(64),
+            vec!["tool".to_string(), "tööl".to_string(), "".to_string()],
+        ),
         ("dup".to_string(), vec!["taken".to_string()]),
     ];
-    let reserved: HashSet<String> = ["dup__taken".to_string(), "github__search_x".to_string()].into();
+    let reserved: HashSet<String> =
+        ["dup__taken".to_string(), "github__search_x".to_string()].into();
     let names = model_names(&servers, &reserved);
     assert_eq!(names.len(), 10);
     let mut seen = HashSet::new();
@@ -255,7 +452,14 @@ fn model_names_are_unique_valid_and_readable() {
         assert!(seen.insert(n.clone()), "duplicate name {n}");
         assert!(!reserved.contains(n), "reserved name {n}");
     }
-    let find = |label: &str, tool: &str| names.iter().find(|(_, l, t)| l == label && t == tool).unwrap().0.clone();
+    let find = |label: &str, tool: &str| {
+        names
+            .iter()
+            .find(|(_, l, t)| l == label && t == tool)
+            .unwrap()
+            .0
+            .clone()
+    };
     assert_eq!(find("github", "search"), "github__search");
     assert_eq!(find("github", "create_issue"), "github__create_issue");
     assert!(find("github", "create.issue").starts_with("github__create_issue_"));
@@ -274,7 +478,11 @@ fn model_names_are_unique_valid_and_readable() {
 
 #[tokio::test]
 async fn listing_follows_pagination_and_reports_read_only() {
-    let srv = server(Options { catalog: 35, ..Default::default() }).await;
+    let srv = server(Options {
+        catalog: 35,
+        ..Default::default()
+    })
+    .await;
     let tools = pool().list_tools(&spec(&srv.url()), T).await.unwrap();
     assert_eq!(tools.len(), 35 + 9);
     let names: HashSet<_> = tools.iter().map(|t| t.name.as_str()).collect();
@@ -292,39 +500,85 @@ async fn allowed_tools_filter_the_listed_tools() {
     let srv = server(Options::default()).await;
     let tools = pool().list_tools(&spec(&srv.url()), T).await.unwrap();
     let keep = |f: &ToolFilter| -> Vec<String> {
-        let mut v: Vec<String> = tools.iter().filter(|t| f.allows(&t.name, t.read_only)).map(|t| t.name.clone()).collect();
+        let mut v: Vec<String> = tools
+            .iter()
+            .filter(|t| f.allows(&t.name, t.read_only))
+            .map(|t| t.name.clone())
+            .collect();
         v.sort();
         v
     };
-    assert_eq!(keep(&ToolFilter { tool_names: Some(vec!["add".into(), "echo".into(), "nope".into()]), read_only: None }), ["add", "echo"]);
-    assert_eq!(keep(&ToolFilter { tool_names: None, read_only: Some(true) }), ["echo"]);
-    assert_eq!(keep(&ToolFilter { tool_names: Some(vec!["add".into()]), read_only: Some(true) }), Vec::<String>::new());
+    assert_eq!(
+        keep(&ToolFilter {
+            tool_names: Some(vec!["add".into(), "echo".into(), "nope".into()]),
+            read_only: None
+        }),
+        ["add", "echo"]
+    );
+    assert_eq!(
+        keep(&ToolFilter {
+            tool_names: None,
+            read_only: Some(true)
+        }),
+        ["echo"]
+    );
+    assert_eq!(
+        keep(&ToolFilter {
+            tool_names: Some(vec!["add".into()]),
+            read_only: Some(true)
+        }),
+        Vec::<String>::new()
+    );
     assert_eq!(keep(&ToolFilter::default()).len(), 9);
 }
 
 #[tokio::test]
 async fn bearer_token_and_custom_headers_reach_the_server() {
-    let srv = server(Options { require_bearer: Some("s3cret-token".into()), ..Default::default() }).await;
+    let srv = server(Options {
+        require_bearer: Some("s3cret-token".into()),
+        ..Default::default()
+    })
+    .await;
     let mut s = spec(&srv.url());
     s.authorization = Some("s3cret-token".into());
-    s.headers = vec![("X-Team".into(), "blue-team-value".into()), ("x-other".into(), "2".into())];
+    s.headers = vec![
+        ("X-Team".into(), "blue-team-value".into()),
+        ("x-other".into(), "2".into()),
+    ];
     let pool = pool();
     let r = pool.call_tool(&s, "whoami", "{}", T).await.unwrap();
     assert_eq!(text_of(&r), "authorized; headers: x-other,x-team");
     let seen = srv.requests_seen();
     assert!(!seen.is_empty());
     for req in seen.iter().filter(|r| r.http_method == "POST") {
-        assert!(req.headers.iter().any(|(k, v)| k == "x-team" && v == "blue-team-value"), "{req:?}");
-        assert!(req.headers.iter().any(|(k, v)| k == "authorization" && v == "***"), "{req:?}");
+        assert!(
+            req.headers
+                .iter()
+                .any(|(k, v)| k == "x-team" && v == "blue-team-value"),
+            "{req:?}"
+        );
+        assert!(
+            req.headers
+                .iter()
+                .any(|(k, v)| k == "authorization" && v == "***"),
+            "{req:?}"
+        );
     }
 }
 
 #[tokio::test]
 async fn listing_without_the_token_fails_with_401() {
-    let srv = server(Options { require_bearer: Some("s3cret".into()), ..Default::default() }).await;
+    let srv = server(Options {
+        require_bearer: Some("s3cret".into()),
+        ..Default::default()
+    })
+    .await;
     let err = pool().list_tools(&spec(&srv.url()), T).await.unwrap_err();
     assert_eq!(err.status, Some(401));
-    assert_eq!(err.message, "Error retrieving tool list from MCP server: 'test'. Http status code: 401 (Unauthorized)");
+    assert_eq!(
+        err.message,
+        "Error retrieving tool list from MCP server: 'test'. Http status code: 401 (Unauthorized)"
+    );
 
     let mut wrong = spec(&srv.url());
     wrong.authorization = Some("not-the-token".into());
@@ -341,7 +595,12 @@ async fn listing_an_unreachable_server_names_it_without_secrets() {
     s.authorization = Some("tok-secret-1".into());
     let err = pool().list_tools(&s, T).await.unwrap_err();
     assert_eq!(err.status, None);
-    assert!(err.message.starts_with("Error retrieving tool list from MCP server: 'down'. "), "{}", err.message);
+    assert!(
+        err.message
+            .starts_with("Error retrieving tool list from MCP server: 'down'. "),
+        "{}",
+        err.message
+    );
     for secret in ["hunter22", "api_key", "tok-secret-1"] {
         assert!(!err.message.contains(secret), "{}", err.message);
     }
@@ -358,10 +617,19 @@ async fn listing_a_server_that_never_answers_times_out() {
         }
     });
     let started = Instant::now();
-    let err = pool().list_tools(&spec(&format!("http://{addr}/mcp")), Duration::from_millis(300)).await.unwrap_err();
+    let err = pool()
+        .list_tools(
+            &spec(&format!("http://{addr}/mcp")),
+            Duration::from_millis(300),
+        )
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(err.timed_out);
-    assert_eq!(err.message, "Error retrieving tool list from MCP server: 'test'. Timed out after 300ms.");
+    assert_eq!(
+        err.message,
+        "Error retrieving tool list from MCP server: 'test'. Timed out after 300ms."
+    );
     hole.abort();
 }
 
@@ -372,11 +640,20 @@ async fn calls_return_text_and_structured_results() {
     let srv = server(Options::default()).await;
     let s = spec(&srv.url());
     let pool = pool();
-    let r = pool.call_tool(&s, "echo", r#"{"text":"hello"}"#, T).await.unwrap();
+    let r = pool
+        .call_tool(&s, "echo", r#"{"text":"hello"}"#, T)
+        .await
+        .unwrap();
     assert_eq!(text_of(&r), "hello");
-    let r = pool.call_tool(&s, "add", r#"{"a":2,"b":40}"#, T).await.unwrap();
+    let r = pool
+        .call_tool(&s, "add", r#"{"a":2,"b":40}"#, T)
+        .await
+        .unwrap();
     assert_eq!(r.structured_content, Some(json!({"sum": 42.0})));
-    assert_eq!(serde_json::from_str::<Value>(&text_of(&r)).unwrap(), json!({"sum": 42.0}));
+    assert_eq!(
+        serde_json::from_str::<Value>(&text_of(&r)).unwrap(),
+        json!({"sum": 42.0})
+    );
 }
 
 #[tokio::test]
@@ -388,22 +665,39 @@ async fn each_call_failure_maps_to_its_openai_error_shape() {
     let e = pool.call_tool(&s, "fail", "{}", T).await.unwrap_err();
     assert_eq!(
         e,
-        McpCallError::McpToolExecutionError { content: json!([{"type": "text", "text": "tool failed on purpose"}]) }
+        McpCallError::McpToolExecutionError {
+            content: json!([{"type": "text", "text": "tool failed on purpose"}])
+        }
     );
     assert_eq!(error_text(&e), "Error: tool failed on purpose");
 
     let e = pool.call_tool(&s, "boom", "{}", T).await.unwrap_err();
-    assert_eq!(e, McpCallError::McpProtocolError { code: -32042, message: "boom".into() });
+    assert_eq!(
+        e,
+        McpCallError::McpProtocolError {
+            code: -32042,
+            message: "boom".into()
+        }
+    );
     assert_eq!(error_text(&e), "Error: MCP error -32042: boom");
 
-    let e = pool.call_tool(&s, "no_such_tool", "{}", T).await.unwrap_err();
-    assert!(matches!(e, McpCallError::McpProtocolError { code: -32602, .. }), "{e:?}");
+    let e = pool
+        .call_tool(&s, "no_such_tool", "{}", T)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, McpCallError::McpProtocolError { code: -32602, .. }),
+        "{e:?}"
+    );
 
     // Arguments that are not a JSON object never reach the server.
     let calls_before = srv.count("tools/call");
     for bad in ["[1,2]", "\"text\"", "{not json"] {
         let e = pool.call_tool(&s, "echo", bad, T).await.unwrap_err();
-        assert!(matches!(e, McpCallError::McpProtocolError { code: -32602, .. }), "{bad}: {e:?}");
+        assert!(
+            matches!(e, McpCallError::McpProtocolError { code: -32602, .. }),
+            "{bad}: {e:?}"
+        );
     }
     assert_eq!(srv.count("tools/call"), calls_before);
     // Empty arguments mean `{}`.
@@ -413,8 +707,15 @@ async fn each_call_failure_maps_to_its_openai_error_shape() {
 #[tokio::test]
 async fn http_failures_map_to_http_error_with_the_status() {
     for status in [500u16, 503, 403] {
-        let srv = server(Options { fail_http: Some(status), ..Default::default() }).await;
-        let e = pool().call_tool(&spec(&srv.url()), "echo", r#"{"text":"x"}"#, T).await.unwrap_err();
+        let srv = server(Options {
+            fail_http: Some(status),
+            ..Default::default()
+        })
+        .await;
+        let e = pool()
+            .call_tool(&spec(&srv.url()), "echo", r#"{"text":"x"}"#, T)
+            .await
+            .unwrap_err();
         match e {
             McpCallError::HttpError { code, .. } => assert_eq!(code, status),
             other => panic!("{status}: {other:?}"),
@@ -430,10 +731,15 @@ async fn a_refused_connection_is_http_error_code_0() {
     let mut s = spec(&format!("http://{addr}/mcp?token=qwerty123"));
     s.headers = vec![("X-Key".into(), "header-secret".into())];
     let e = pool().call_tool(&s, "echo", "{}", T).await.unwrap_err();
-    let McpCallError::HttpError { code, message } = &e else { panic!("{e:?}") };
+    let McpCallError::HttpError { code, message } = &e else {
+        panic!("{e:?}")
+    };
     assert_eq!(*code, 0u16);
     assert!(message.to_lowercase().contains("connect"), "{message}");
-    assert!(!message.contains("qwerty123") && !message.contains("header-secret"), "{message}");
+    assert!(
+        !message.contains("qwerty123") && !message.contains("header-secret"),
+        "{message}"
+    );
     assert!(error_text(&e).starts_with("Error: could not reach the MCP server"));
 }
 
@@ -443,13 +749,33 @@ async fn a_slow_call_times_out_and_the_server_sees_the_cancellation() {
     let s = spec(&srv.url());
     let pool = pool();
     let started = Instant::now();
-    let e = pool.call_tool(&s, "slow", r#"{"ms":10000}"#, Duration::from_millis(400)).await.unwrap_err();
+    let e = pool
+        .call_tool(&s, "slow", r#"{"ms":10000}"#, Duration::from_millis(400))
+        .await
+        .unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(3));
-    assert_eq!(e, McpCallError::McpProtocolError { code: -32001, message: "Request timed out after 400ms".into() });
-    eventually("the server's slow call to be cancelled", || srv.cancelled_calls() == 1).await;
+    assert_eq!(
+        e,
+        McpCallError::McpProtocolError {
+            code: -32001,
+            message: "Request timed out after 400ms".into()
+        }
+    );
+    eventually("the server's slow call to be cancelled", || {
+        srv.cancelled_calls() == 1
+    })
+    .await;
     assert!(srv.count("notifications/cancelled") >= 1);
     // The session is still good for the next call.
-    assert_eq!(text_of(&pool.call_tool(&s, "echo", r#"{"text":"after"}"#, T).await.unwrap()), "after");
+    assert_eq!(
+        text_of(
+            &pool
+                .call_tool(&s, "echo", r#"{"text":"after"}"#, T)
+                .await
+                .unwrap()
+        ),
+        "after"
+    );
     assert_eq!(srv.count("initialize"), 1);
 }
 
@@ -460,8 +786,13 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     let srv = server(Options::default()).await;
     let pool = pool();
     let s = spec(&srv.url());
-    pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T).await.unwrap();
-    pool.clone().call_tool(&s, "echo", r#"{"text":"2"}"#, T).await.unwrap();
+    pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T)
+        .await
+        .unwrap();
+    pool.clone()
+        .call_tool(&s, "echo", r#"{"text":"2"}"#, T)
+        .await
+        .unwrap();
     pool.list_tools(&s, T).await.unwrap();
     assert_eq!(srv.count("initialize"), 1);
     assert_eq!(pool.len(), 1);
@@ -469,7 +800,10 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     // Concurrent calls share the session too.
     let calls = (0..4).map(|i| {
         let (pool, s) = (pool.clone(), s.clone());
-        async move { pool.call_tool(&s, "echo", &format!(r#"{{"text":"{i}"}}"#), T).await }
+        async move {
+            pool.call_tool(&s, "echo", &format!(r#"{{"text":"{i}"}}"#), T)
+                .await
+        }
     });
     for r in futures::future::join_all(calls).await {
         r.unwrap();
@@ -479,7 +813,9 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     // Other headers: another session.
     let mut other = s.clone();
     other.headers = vec![("X-Tenant".into(), "b".into())];
-    pool.call_tool(&other, "echo", r#"{"text":"3"}"#, T).await.unwrap();
+    pool.call_tool(&other, "echo", r#"{"text":"3"}"#, T)
+        .await
+        .unwrap();
     assert_eq!(srv.count("initialize"), 2);
     assert_eq!(pool.len(), 2);
 }
@@ -490,16 +826,33 @@ async fn a_dead_session_is_remade_after_the_server_restarts() {
     let addr = srv.addr;
     let s = spec(&srv.url());
     let pool = pool();
-    pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T).await.unwrap();
+    pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T)
+        .await
+        .unwrap();
     srv.shutdown().await;
 
-    let e = pool.call_tool(&s, "echo", r#"{"text":"down"}"#, T).await.unwrap_err();
-    assert!(matches!(e, McpCallError::HttpError { code: 0, .. }), "{e:?}");
+    let e = pool
+        .call_tool(&s, "echo", r#"{"text":"down"}"#, T)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, McpCallError::HttpError { code: 0, .. }),
+        "{e:?}"
+    );
 
-    let srv = mcp_test_server::start(addr, Options::default()).await.expect("restart on the same port");
-    let r = pool.call_tool(&s, "echo", r#"{"text":"after"}"#, T).await.unwrap();
+    let srv = mcp_test_server::start(addr, Options::default())
+        .await
+        .expect("restart on the same port");
+    let r = pool
+        .call_tool(&s, "echo", r#"{"text":"after"}"#, T)
+        .await
+        .unwrap();
     assert_eq!(text_of(&r), "after");
-    assert_eq!(srv.count("initialize"), 1, "a new session was made on the new server");
+    assert_eq!(
+        srv.count("initialize"),
+        1,
+        "a new session was made on the new server"
+    );
 }
 
 #[tokio::test]
@@ -508,13 +861,21 @@ async fn a_session_survives_a_server_restart_while_idle() {
     let addr = srv.addr;
     let s = spec(&srv.url());
     let pool = pool();
-    pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T).await.unwrap();
+    pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T)
+        .await
+        .unwrap();
     srv.shutdown().await;
-    let srv = mcp_test_server::start(addr, Options::default()).await.expect("restart on the same port");
+    let srv = mcp_test_server::start(addr, Options::default())
+        .await
+        .expect("restart on the same port");
     // The old session id is unknown to the new server: the call still succeeds, at most one retry.
     let mut ok = false;
     for _ in 0..2 {
-        if pool.call_tool(&s, "echo", r#"{"text":"x"}"#, T).await.is_ok() {
+        if pool
+            .call_tool(&s, "echo", r#"{"text":"x"}"#, T)
+            .await
+            .is_ok()
+        {
             ok = true;
             break;
         }
@@ -527,17 +888,33 @@ async fn a_session_survives_a_server_restart_while_idle() {
 async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
     let srv = server(Options::default()).await;
     let s = spec(&srv.url());
-    let pool = Pool::new(PoolConfig { idle_ttl: Duration::from_millis(200), ..PoolConfig::default() });
-    pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T).await.unwrap();
+    let pool = Pool::new(PoolConfig {
+        idle_ttl: Duration::from_millis(200),
+        ..PoolConfig::default()
+    });
+    pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T)
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    pool.call_tool(&s, "echo", r#"{"text":"2"}"#, T).await.unwrap();
-    assert_eq!(srv.count("initialize"), 2, "the idle session was closed and re-made");
+    pool.call_tool(&s, "echo", r#"{"text":"2"}"#, T)
+        .await
+        .unwrap();
+    assert_eq!(
+        srv.count("initialize"),
+        2,
+        "the idle session was closed and re-made"
+    );
 
     let srv2 = server(Options::default()).await;
-    let pool = Pool::new(PoolConfig { max_sessions: 1, ..PoolConfig::default() });
+    let pool = Pool::new(PoolConfig {
+        max_sessions: 1,
+        ..PoolConfig::default()
+    });
     let s2 = spec(&srv2.url());
     for s in [&s, &s2, &s, &s2] {
-        pool.call_tool(s, "echo", r#"{"text":"x"}"#, T).await.unwrap();
+        pool.call_tool(s, "echo", r#"{"text":"x"}"#, T)
+            .await
+            .unwrap();
         assert_eq!(pool.len(), 1);
     }
     assert_eq!(srv.count("initialize"), 4);
@@ -554,14 +931,26 @@ async fn results_become_text_for_the_model() {
 
     let r = pool.call_tool(&s, "image", "{}", T).await.unwrap();
     assert_eq!(text_of(&r), "[image: image/png, 70 bytes]\na tiny image");
-    assert_eq!(result_images(&r), vec![("image/png".to_string(), mcp_test_server::TINY_PNG_BASE64.to_string())]);
+    assert_eq!(
+        result_images(&r),
+        vec![(
+            "image/png".to_string(),
+            mcp_test_server::TINY_PNG_BASE64.to_string()
+        )]
+    );
 
     let r = pool.call_tool(&s, "structured", "{}", T).await.unwrap();
     assert_eq!(text_of(&r), r#"{"temperature":21.5,"unit":"C"}"#);
 
-    let r = pool.call_tool(&s, "big", r#"{"bytes":10000}"#, T).await.unwrap();
+    let r = pool
+        .call_tool(&s, "big", r#"{"bytes":10000}"#, T)
+        .await
+        .unwrap();
     let text = result_text(&r, 100);
-    assert_eq!(text, format!("{}… [truncated: 9900 bytes omitted]", "x".repeat(100)));
+    assert_eq!(
+        text,
+        format!("{}… [truncated: 9900 bytes omitted]", "x".repeat(100))
+    );
     assert_eq!(result_text(&r, 10_000).len(), 10_000);
 }
 
@@ -584,8 +973,14 @@ fn result_text_handles_every_content_kind() {
     // Cut inside the two-byte 'é': the cut moves back to a char boundary.
     assert!(result_text(&r, 2).starts_with("h… [truncated: "));
     assert_eq!(result_text(&ToolResult::default(), 10), "");
-    let e = McpCallError::HttpError { code: 502, message: "HTTP 502 Bad Gateway".into() };
-    assert_eq!(error_text(&e), "Error: the MCP server answered HTTP 502: HTTP 502 Bad Gateway");
+    let e = McpCallError::HttpError {
+        code: 502,
+        message: "HTTP 502 Bad Gateway".into(),
+    };
+    assert_eq!(
+        error_text(&e),
+        "Error: the MCP server answered HTTP 502: HTTP 502 Bad Gateway"
+    );
 }
 
 // ---------------------------------------------------------------- Python SDK interop
@@ -606,7 +1001,9 @@ async fn python_mcp_sdk_server_interoperates() {
     let python = std::env::var("RELAY_TEST_PYTHON")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|_| root.join(".venv/bin/python"));
-    let check = std::process::Command::new(&python).args(["-c", "import mcp.server.mcpserver"]).output();
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import mcp.server.mcpserver"])
+        .output();
     match check {
         Ok(o) if o.status.success() => {}
         _ => panic!(
@@ -625,8 +1022,14 @@ async fn python_mcp_sdk_server_interoperates() {
         .expect("start the Python MCP server");
     let _child = Child(child);
     let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(started.elapsed() < Duration::from_secs(30), "the Python MCP server did not start");
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the Python MCP server did not start"
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
@@ -636,13 +1039,31 @@ async fn python_mcp_sdk_server_interoperates() {
     let tools = pool.list_tools(&s, T).await.unwrap();
     let names: HashSet<_> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, HashSet::from(["shout", "multiply", "explode"]));
-    assert_eq!(tools.iter().find(|t| t.name == "shout").unwrap().input_schema["properties"]["text"]["type"], "string");
+    assert_eq!(
+        tools
+            .iter()
+            .find(|t| t.name == "shout")
+            .unwrap()
+            .input_schema["properties"]["text"]["type"],
+        "string"
+    );
 
-    let r = pool.call_tool(&s, "shout", r#"{"text":"hi there"}"#, T).await.unwrap();
+    let r = pool
+        .call_tool(&s, "shout", r#"{"text":"hi there"}"#, T)
+        .await
+        .unwrap();
     assert_eq!(text_of(&r), "HI THERE");
-    let r = pool.call_tool(&s, "multiply", r#"{"a":6,"b":7}"#, T).await.unwrap();
+    let r = pool
+        .call_tool(&s, "multiply", r#"{"a":6,"b":7}"#, T)
+        .await
+        .unwrap();
     assert!(text_of(&r).starts_with("42"), "{}", text_of(&r));
     let e = pool.call_tool(&s, "explode", "{}", T).await.unwrap_err();
-    let McpCallError::McpToolExecutionError { content } = &e else { panic!("{e:?}") };
-    assert!(content.to_string().contains("exploded on purpose"), "{content}");
+    let McpCallError::McpToolExecutionError { content } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        content.to_string().contains("exploded on purpose"),
+        "{content}"
+    );
 }

@@ -11,7 +11,12 @@ use crate::support::*;
 pub mod mcp_test_server;
 
 async fn mcp_server() -> mcp_test_server::McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), mcp_test_server::Options::default()).await.unwrap()
+    mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        mcp_test_server::Options::default(),
+    )
+    .await
+    .unwrap()
 }
 
 fn mcp_tool(label: &str, url: &str) -> Value {
@@ -19,7 +24,12 @@ fn mcp_tool(label: &str, url: &str) -> Value {
 }
 
 fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
-    response["output"].as_array().unwrap().iter().filter(|i| i["type"] == kind).collect()
+    response["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == kind)
+        .collect()
 }
 
 #[tokio::test]
@@ -37,16 +47,30 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
     let out = folded["output"].as_array().unwrap();
     let types: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["mcp_list_tools", "mcp_call", "message"]);
-    let listed: Vec<&str> = out[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert!(listed.contains(&"add") && listed.contains(&"echo"), "{listed:?}");
+    let listed: Vec<&str> = out[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        listed.contains(&"add") && listed.contains(&"echo"),
+        "{listed:?}"
+    );
     assert_eq!(out[0]["server_label"], "math");
     let call = &out[1];
-    assert_eq!((call["name"].as_str(), call["server_label"].as_str()), (Some("add"), Some("math")));
+    assert_eq!(
+        (call["name"].as_str(), call["server_label"].as_str()),
+        (Some("add"), Some("math"))
+    );
     assert_eq!(call["status"], "completed");
     assert_eq!(call["error"], Value::Null);
     assert_eq!(call["approval_request_id"], Value::Null);
     assert!(call["output"].as_str().unwrap().contains('5'), "{call}");
-    assert_eq!(out[2]["content"][0]["text"], format!("Tool results: {}", call["output"].as_str().unwrap()));
+    assert_eq!(
+        out[2]["content"][0]["text"],
+        format!("Tool results: {}", call["output"].as_str().unwrap())
+    );
     let k = kinds(&body.events);
     for needed in [
         "response.mcp_list_tools.in_progress",
@@ -61,15 +85,34 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
     // The model saw the MCP tool as a valid, unique function name and got the result back.
     let reqs = up.requests();
     let first = &reqs[reqs.len() - 2].body;
-    let names: Vec<&str> = first["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert!(names.iter().all(|n| responses_relay::api::request::valid_name(n)));
-    assert!(first["tools"].as_array().unwrap().iter().all(|t| t["function"]["description"].is_string()));
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names
+            .iter()
+            .all(|n| responses_relay::api::request::valid_name(n))
+    );
+    assert!(
+        first["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["function"]["description"].is_string())
+    );
     let second = &reqs[reqs.len() - 1].body;
     let last = second["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["role"], "tool");
     assert_eq!(last["content"], call["output"]);
     assert_eq!(server.count("tools/call"), 1);
-    golden_at("mcp_call", &body, &[(&server.url(), "http://mcp-test-server/mcp")]);
+    golden_at(
+        "mcp_call",
+        &body,
+        &[(&server.url(), "http://mcp-test-server/mcp")],
+    );
 }
 
 #[tokio::test]
@@ -86,13 +129,29 @@ async fn failing_tools_are_data_and_the_run_goes_on() {
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
     let calls = items_of(&folded, "mcp_call");
-    assert_eq!(calls.len(), 2, "the unknown tool is a function call for the client: {folded}");
+    assert_eq!(
+        calls.len(),
+        2,
+        "the unknown tool is a function call for the client: {folded}"
+    );
     assert_eq!(calls[0]["status"], "failed");
     assert_eq!(calls[0]["output"], Value::Null);
     assert_eq!(calls[0]["error"]["type"], "mcp_tool_execution_error");
-    assert_eq!(calls[0]["error"]["content"][0]["text"], "tool failed on purpose");
-    assert_eq!(calls[1]["error"], json!({"type": "mcp_protocol_error", "code": -32042, "message": "boom"}));
-    assert_eq!(kinds(&body.events).iter().filter(|k| *k == "response.mcp_call.failed").count(), 2);
+    assert_eq!(
+        calls[0]["error"]["content"][0]["text"],
+        "tool failed on purpose"
+    );
+    assert_eq!(
+        calls[1]["error"],
+        json!({"type": "mcp_protocol_error", "code": -32042, "message": "boom"})
+    );
+    assert_eq!(
+        kinds(&body.events)
+            .iter()
+            .filter(|k| *k == "response.mcp_call.failed")
+            .count(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -106,20 +165,31 @@ async fn failed_calls_are_told_to_the_model_which_answers() {
     )
     .await;
     assert_eq!(status, 200);
-    let text = items_of(&r, "message")[0]["content"][0]["text"].as_str().unwrap().to_string();
+    let text = items_of(&r, "message")[0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(text.contains("tool failed on purpose"), "{text}");
     golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "message"]);
 }
 
 fn golden_response_kinds(r: &Value, expected: &[&str]) {
-    let got: Vec<&str> = r["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+    let got: Vec<&str> = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
     assert_eq!(got, expected, "{r}");
 }
 
 #[tokio::test]
 async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
     let up = upstream().await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
     let dead = format!("http://{closed}/mcp");
     let relay_continue = relay(config(&up.base_url())).await;
     let body = stream(
@@ -133,7 +203,11 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
     assert_eq!(list["type"], "mcp_list_tools");
     assert_eq!(list["tools"], json!([]));
     assert!(list["error"].as_str().unwrap().contains("gone"), "{list}");
-    assert!(kinds(&body.events).iter().any(|k| k == "response.mcp_list_tools.failed"));
+    assert!(
+        kinds(&body.events)
+            .iter()
+            .any(|k| k == "response.mcp_list_tools.failed")
+    );
 
     let mut c = config(&up.base_url());
     c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
@@ -166,10 +240,21 @@ async fn calls_needing_approval_are_requested_not_run() {
     golden_response_kinds(&folded, &["mcp_list_tools", "mcp_approval_request"]);
     let req = &folded["output"][1];
     assert!(req["id"].as_str().unwrap().starts_with("mcpr_"));
-    assert_eq!((req["name"].as_str(), req["server_label"].as_str()), (Some("add"), Some("m")));
+    assert_eq!(
+        (req["name"].as_str(), req["server_label"].as_str()),
+        (Some("add"), Some("m"))
+    );
     assert_eq!(req["arguments"], "{\"a\":1,\"b\":1}");
-    assert_eq!(server.count("tools/call"), 0, "a call that needs approval ran");
-    golden_at("mcp_approval_request", &body, &[(&server.url(), "http://mcp-test-server/mcp")]);
+    assert_eq!(
+        server.count("tools/call"),
+        0,
+        "a call that needs approval ran"
+    );
+    golden_at(
+        "mcp_approval_request",
+        &body,
+        &[(&server.url(), "http://mcp-test-server/mcp")],
+    );
 }
 
 #[tokio::test]
@@ -188,7 +273,11 @@ async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_call
     assert_eq!(r["output"][1]["status"], "completed");
     assert_eq!(r["output"][2]["name"], "local");
     assert_eq!(r["status"], "completed");
-    assert_eq!(up.requests().len(), 1, "the model must not be sampled again before the client answers");
+    assert_eq!(
+        up.requests().len(),
+        1,
+        "the model must not be sampled again before the client answers"
+    );
 }
 
 #[tokio::test]
@@ -206,7 +295,10 @@ async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
     assert_eq!(folded["status"], "incomplete");
     assert_eq!(folded["incomplete_details"]["reason"], "max_tool_calls");
     let calls = items_of(&folded, "mcp_call");
-    assert_eq!((calls[0]["status"].as_str(), calls[1]["status"].as_str()), (Some("completed"), Some("failed")));
+    assert_eq!(
+        (calls[0]["status"].as_str(), calls[1]["status"].as_str()),
+        (Some("completed"), Some("failed"))
+    );
     assert_eq!(server.count("tools/call"), 1);
 }
 
@@ -217,7 +309,11 @@ async fn tool_lists_in_the_context_are_reused_not_fetched_again() {
     // Without the pool's time-bound reuse, so only the context can spare the second listing.
     let relay = relay(listing_every_request(&up.base_url())).await;
     let tools = json!([mcp_tool("s", &server.url())]);
-    let (_, first) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "hi", "tools": tools})).await;
+    let (_, first) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi", "tools": tools}),
+    )
+    .await;
     assert_eq!(server.count("tools/list"), 1);
     let (status, second) = post(
         &relay.url("/v1/responses"),
@@ -238,13 +334,26 @@ fn listing_every_request(upstream_base: &str) -> responses_relay::config::Config
 /// The names in a response's `mcp_list_tools` item.
 fn listed_names(response: &Value) -> Vec<String> {
     let list = items_of(response, "mcp_list_tools");
-    list[0]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().to_string()).collect()
+    list[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
 }
 
 async fn listing(relay: &Relay, tool: &Value) -> Vec<String> {
-    let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "hi", "tools": [tool]})).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi", "tools": [tool]}),
+    )
+    .await;
     assert_eq!(status, 200, "{r}");
-    assert_eq!(items_of(&r, "mcp_list_tools")[0]["error"], Value::Null, "{r}");
+    assert_eq!(
+        items_of(&r, "mcp_list_tools")[0]["error"],
+        Value::Null,
+        "{r}"
+    );
     listed_names(&r)
 }
 
@@ -258,7 +367,11 @@ async fn a_servers_tool_list_is_reused_by_later_requests_within_its_ttl() {
     assert!(first.contains(&"echo".to_string()), "{first:?}");
     // The second request is told the same tools without asking the server.
     assert_eq!(listing(&relay, &tool).await, first);
-    assert_eq!(server.count("tools/list"), 1, "the server was listed again within the ttl");
+    assert_eq!(
+        server.count("tools/list"),
+        1,
+        "the server was listed again within the ttl"
+    );
     // A change the server does not announce is seen only once the ttl ends.
     server.set_catalog(2, false).await;
     assert_eq!(listing(&relay, &tool).await, first);
@@ -315,7 +428,11 @@ async fn a_server_announcing_new_tools_is_listed_again_at_once() {
     let relay = relay(config(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
     let first = listing(&relay, &tool).await;
-    assert_eq!(server.set_catalog(3, true).await, 1, "the relay's session was told");
+    assert_eq!(
+        server.set_catalog(3, true).await,
+        1,
+        "the relay's session was told"
+    );
     // The notice travels on the session's event stream: poll (a liveness bound) until a request
     // shows the new tools; requests before it may still get the old list.
     let mut now = first.clone();
@@ -329,7 +446,11 @@ async fn a_server_announcing_new_tools_is_listed_again_at_once() {
     assert_eq!(now.len(), first.len() + 3, "{now:?}");
     assert!(now.contains(&"tool_002".to_string()));
     // One page before the notice; two pages (of 10) for the 12 tools after it, once.
-    assert_eq!(server.count("tools/list"), 3, "listed once before and once after the notice");
+    assert_eq!(
+        server.count("tools/list"),
+        3,
+        "listed once before and once after the notice"
+    );
 }
 
 #[tokio::test]
@@ -346,7 +467,11 @@ async fn requests_with_other_credentials_do_not_share_a_tool_list() {
     listing(&relay, &a).await;
     listing(&relay, &b).await;
     listing(&relay, &bearer).await;
-    assert_eq!(server.count("tools/list"), 3, "a list was shared across headers or authorization");
+    assert_eq!(
+        server.count("tools/list"),
+        3,
+        "a list was shared across headers or authorization"
+    );
     listing(&relay, &b).await;
     assert_eq!(server.count("tools/list"), 3);
 }
@@ -357,12 +482,20 @@ async fn a_failed_call_makes_the_next_request_list_the_server_again() {
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
-    let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]})).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]}),
+    )
+    .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(items_of(&r, "mcp_call")[0]["status"], "failed");
     assert_eq!(server.count("tools/list"), 1);
     listing(&relay, &tool).await;
-    assert_eq!(server.count("tools/list"), 2, "a server that rejected a call was not listed again");
+    assert_eq!(
+        server.count("tools/list"),
+        2,
+        "a server that rejected a call was not listed again"
+    );
     listing(&relay, &tool).await;
     assert_eq!(server.count("tools/list"), 2);
 }
@@ -393,8 +526,16 @@ async fn echoed_tools_and_the_event_log_carry_no_secrets() {
     assert_eq!(echo["server_url"], format!("{}?***", server.url()));
     // The secrets did reach the MCP server.
     let call = items_of(&folded, "mcp_call")[0];
-    assert!(call["output"].as_str().unwrap().contains("authorized") || call["status"] == "completed", "{call}");
-    assert!(server.requests_seen().iter().any(|r| r.headers.iter().any(|(k, _)| k == "x-api-key")));
+    assert!(
+        call["output"].as_str().unwrap().contains("authorized") || call["status"] == "completed",
+        "{call}"
+    );
+    assert!(
+        server
+            .requests_seen()
+            .iter()
+            .any(|r| r.headers.iter().any(|(k, _)| k == "x-api-key"))
+    );
 }
 
 #[tokio::test]
@@ -412,7 +553,13 @@ async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
         .await;
         assert_eq!(status, 200);
         let call = items_of(&r, "mcp_call")[0];
-        assert!(call["output"].as_str().unwrap().contains("[image: image/png"), "{call}");
+        assert!(
+            call["output"]
+                .as_str()
+                .unwrap()
+                .contains("[image: image/png"),
+            "{call}"
+        );
         let sent = up.requests().last().unwrap().body.clone();
         let messages = sent["messages"].as_array().unwrap();
         let image_urls: Vec<&str> = messages
@@ -446,7 +593,11 @@ async fn structured_and_oversized_results_become_bounded_text() {
     let structured: Value = serde_json::from_str(calls[0]["output"].as_str().unwrap()).unwrap();
     assert_eq!(structured, json!({"temperature": 21.5, "unit": "C"}));
     let big = calls[1]["output"].as_str().unwrap();
-    assert!(big.len() < 1100 && big.contains("truncated"), "{} bytes", big.len());
+    assert!(
+        big.len() < 1100 && big.contains("truncated"),
+        "{} bytes",
+        big.len()
+    );
     let sent = up.requests().last().unwrap().body.to_string();
     assert!(sent.len() < 20_000, "the whole output reached the model");
 }
@@ -465,9 +616,17 @@ async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "incomplete");
     assert_eq!(folded["incomplete_details"]["reason"], "max_steps");
-    assert_eq!(items_of(&folded, "mcp_call").len(), 2, "two steps, two calls");
+    assert_eq!(
+        items_of(&folded, "mcp_call").len(),
+        2,
+        "two steps, two calls"
+    );
     assert_eq!(server.count("tools/call"), 2);
-    let turns = up.requests().iter().filter(|r| r.body["messages"][0]["content"] == script).count();
+    let turns = up
+        .requests()
+        .iter()
+        .filter(|r| r.body["messages"][0]["content"] == script)
+        .count();
     assert_eq!(turns, 2, "the model was sampled exactly max_steps times");
 }
 
@@ -488,7 +647,11 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
     assert_eq!(first["tool_choice"]["type"], "function");
     let forced = first["tool_choice"]["function"]["name"].as_str().unwrap();
     assert!(forced.ends_with("echo"), "{forced}");
-    assert_eq!(reqs[reqs.len() - 1].body["tool_choice"], "auto", "the force applies to the first turn only");
+    assert_eq!(
+        reqs[reqs.len() - 1].body["tool_choice"],
+        "auto",
+        "the force applies to the first turn only"
+    );
     let calls = items_of(&r, "mcp_call");
     assert_eq!((calls.len(), calls[0]["name"].as_str()), (1, Some("echo")));
     assert_eq!(r["status"], "completed");
@@ -497,7 +660,10 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
         &json!({"model": "fake-model", "input": "x", "tools": [mcp_tool("s", &server.url())], "tool_choice": {"type": "mcp", "server_label": "other"}}),
     )
     .await;
-    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("tool_choice.server_label")));
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("tool_choice.server_label"))
+    );
 }
 
 #[tokio::test]
@@ -513,11 +679,15 @@ async fn usage_is_summed_over_every_model_turn() {
     let reqs = up.requests();
     let turns = &reqs[reqs.len() - 3..];
     // The fake model reports 10 prompt tokens per message it was sent.
-    let prompt: u64 = turns.iter().map(|t| t.body["messages"].as_array().unwrap().len() as u64 * 10).sum();
+    let prompt: u64 = turns
+        .iter()
+        .map(|t| t.body["messages"].as_array().unwrap().len() as u64 * 10)
+        .sum();
     assert_eq!(r["usage"]["input_tokens"], prompt, "{}", r["usage"]);
     assert_eq!(
         r["usage"]["total_tokens"].as_u64().unwrap(),
-        r["usage"]["input_tokens"].as_u64().unwrap() + r["usage"]["output_tokens"].as_u64().unwrap()
+        r["usage"]["input_tokens"].as_u64().unwrap()
+            + r["usage"]["output_tokens"].as_u64().unwrap()
     );
 }
 
@@ -529,8 +699,15 @@ async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
     c.limits.max_steps = 5;
     let relay = relay(c).await;
     // A model that keeps calling tools (here a 20-round script): the relay's cap ends the run.
-    let script = (0..20).map(|i| format!("CALL echo {{\"text\":\"{i}\"}}")).collect::<Vec<_>>().join("\nTHEN\n");
-    let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]})).await;
+    let script = (0..20)
+        .map(|i| format!("CALL echo {{\"text\":\"{i}\"}}"))
+        .collect::<Vec<_>>()
+        .join("\nTHEN\n");
+    let (_, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
     assert_eq!(r["status"], "incomplete");
     assert_eq!(r["incomplete_details"]["reason"], "max_steps");
     assert_eq!(server.count("tools/call"), 5);

@@ -23,16 +23,35 @@ impl Drop for Proc {
 }
 
 fn spawn(args: &[&str]) -> Proc {
-    let mut child = Command::new(BIN).args(args).stdout(Stdio::piped()).stderr(Stdio::null()).spawn().unwrap();
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("no listening line: {line:?}")).to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .to_string();
     Proc { child, base: addr }
 }
 
 fn relay_process(upstream: &str, db: &std::path::Path) -> Proc {
     let store = format!("sqlite:{}", db.display());
-    spawn(&["serve", "--listen", "127.0.0.1:0", "--upstream-url", upstream, "--store", &store])
+    spawn(&[
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-url",
+        upstream,
+        "--store",
+        &store,
+    ])
 }
 
 #[tokio::test]
@@ -40,10 +59,25 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     let up = upstream().await;
     let db = scratch("kill9").join("relay.sqlite3");
     let first = relay_process(&up.base_url(), &db);
-    let (_, done) = post(&format!("{}/v1/responses", first.base), &json!({"model": "fake-model", "input": "keep me", "stream": false})).await;
+    let (_, done) = post(
+        &format!("{}/v1/responses", first.base),
+        &json!({"model": "fake-model", "input": "keep me", "stream": false}),
+    )
+    .await;
     let done_id = done["id"].as_str().unwrap().to_string();
-    let before = client().get(format!("{}/v1/responses/{done_id}?stream=true", first.base)).send().await.unwrap().text().await.unwrap();
-    let (_, running) = post(&format!("{}/v1/responses", first.base), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let before = client()
+        .get(format!("{}/v1/responses/{done_id}?stream=true", first.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (_, running) = post(
+        &format!("{}/v1/responses", first.base),
+        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+    )
+    .await;
     let id = running["id"].as_str().unwrap().to_string();
     eventually("the run is streaming", || up.open_streams() == 1).await;
     // Let the first deltas reach the store, then kill without any chance to clean up.
@@ -56,7 +90,13 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     }
     let mut first = first;
     let pid = first.child.id().to_string();
-    assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let _ = first.child.wait();
 
     let second = relay_process(&up.base_url(), &db);
@@ -64,13 +104,33 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     assert_eq!(status, 200);
     assert_eq!(r["status"], "failed", "{r}");
     assert!(r["error"]["message"].as_str().unwrap().contains("stopped"));
-    let log = client().get(format!("{}/v1/responses/{id}?stream=true", second.base)).send().await.unwrap().text().await.unwrap();
+    let log = client()
+        .get(format!("{}/v1/responses/{id}?stream=true", second.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let body = parse_sse(&log);
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_eq!(body.events.last().unwrap()["type"], "response.failed");
-    assert_eq!(folded["output"][0]["status"], "incomplete", "the open message was closed");
-    let after = client().get(format!("{}/v1/responses/{done_id}?stream=true", second.base)).send().await.unwrap().text().await.unwrap();
+    assert_eq!(
+        folded["output"][0]["status"], "incomplete",
+        "the open message was closed"
+    );
+    let after = client()
+        .get(format!(
+            "{}/v1/responses/{done_id}?stream=true",
+            second.base
+        ))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert_eq!(after, before, "a finished run changed across the crash");
 }
 
@@ -82,33 +142,83 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     let relay = relay_process(&up.base_url(), &db);
     let live = post_text(&format!("{}/v1/responses", relay.base), &json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true})).await;
     let original = parse_sse(&live);
-    let id = original.events[0]["response"]["id"].as_str().unwrap().to_string();
+    let id = original.events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     drop(relay); // the tools read the store of a stopped relay
     let store = format!("sqlite:{}", db.display());
-    let out = Command::new(BIN).args(["logs", "export", &id, "--store", &store]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .args(["logs", "export", &id, "--store", &store])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let file = dir.join("run.jsonl");
     std::fs::write(&file, &out.stdout).unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), original.events.len());
     assert!(lines.iter().all(|l| l["offset_ms"].is_u64()));
-    assert!(lines.windows(2).all(|w| w[0]["offset_ms"].as_u64() <= w[1]["offset_ms"].as_u64()));
+    assert!(
+        lines
+            .windows(2)
+            .all(|w| w[0]["offset_ms"].as_u64() <= w[1]["offset_ms"].as_u64())
+    );
 
     for target in [id.as_str(), file.to_str().unwrap()] {
-        let show = Command::new(BIN).args(["logs", "show", target, "--store", &store]).output().unwrap();
+        let show = Command::new(BIN)
+            .args(["logs", "show", target, "--store", &store])
+            .output()
+            .unwrap();
         assert!(show.status.success());
         let text = String::from_utf8(show.stdout).unwrap();
-        assert!(text.contains("response.created") && text.contains("reasoning:") && text.contains("message: \"Hello! You said: record me\""), "{text}");
-        assert!(text.contains("response.completed status=completed"), "{text}");
+        assert!(
+            text.contains("response.created")
+                && text.contains("reasoning:")
+                && text.contains("message: \"Hello! You said: record me\""),
+            "{text}"
+        );
+        assert!(
+            text.contains("response.completed status=completed"),
+            "{text}"
+        );
     }
 
-    let replay = spawn(&["replay", file.to_str().unwrap(), "--listen", "127.0.0.1:0", "--speed", "50"]);
-    let replayed = post_text(&format!("{}/v1/responses", replay.base), &json!({"model": "anything", "input": "ignored", "stream": true})).await;
-    assert_eq!(replayed, live, "the replay differs from the original stream");
-    let (status, final_response) = post(&format!("{}/v1/responses", replay.base), &json!({"model": "anything", "input": "x"})).await;
+    let replay = spawn(&[
+        "replay",
+        file.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--speed",
+        "50",
+    ]);
+    let replayed = post_text(
+        &format!("{}/v1/responses", replay.base),
+        &json!({"model": "anything", "input": "ignored", "stream": true}),
+    )
+    .await;
+    assert_eq!(
+        replayed, live,
+        "the replay differs from the original stream"
+    );
+    let (status, final_response) = post(
+        &format!("{}/v1/responses", replay.base),
+        &json!({"model": "anything", "input": "x"}),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(final_response, original.events.last().unwrap()["response"]);
-    let bad = Command::new(BIN).args(["replay", "/nonexistent.jsonl"]).output().unwrap();
+    let bad = Command::new(BIN)
+        .args(["replay", "/nonexistent.jsonl"])
+        .output()
+        .unwrap();
     assert_eq!(bad.status.code(), Some(64));
 }
 
@@ -128,13 +238,23 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     // ~10,000 events went through the journal; only rows of live runs (none now) and the last
     // few thousand not yet trimmed may stay.
     let rows = |db: &std::path::Path| -> i64 {
-        let c = rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        c.query_row("SELECT COUNT(*) FROM journal", [], |r| r.get(0)).unwrap()
+        let c =
+            rusqlite::Connection::open_with_flags(db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+                .unwrap();
+        c.query_row("SELECT COUNT(*) FROM journal", [], |r| r.get(0))
+            .unwrap()
     };
     let kept = rows(&db);
-    assert!(kept < 5000, "the journal kept {kept} rows after 200 finished runs");
+    assert!(
+        kept < 5000,
+        "the journal kept {kept} rows after 200 finished runs"
+    );
     // A run that stays live while thousands of rows go by and are trimmed keeps all of its own.
-    let (_, running) = post(&url, &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let (_, running) = post(
+        &url,
+        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+    )
+    .await;
     let id = running["id"].as_str().unwrap().to_string();
     for _ in 0..200 {
         let (_, r) = get(&format!("{url}/{id}")).await;
@@ -150,20 +270,49 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     }
     let mut relay = relay;
     let pid = relay.child.id().to_string();
-    assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let _ = relay.child.wait();
     let again = relay_process(&up.base_url(), &db);
-    let log = client().get(format!("{}/v1/responses/{id}?stream=true", again.base)).send().await.unwrap().text().await.unwrap();
+    let log = client()
+        .get(format!("{}/v1/responses/{id}?stream=true", again.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     let body = parse_sse(&log);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert_eq!(folded["output"][0]["status"], "incomplete", "the open message was not rebuilt and closed");
+    assert_eq!(
+        folded["output"][0]["status"], "incomplete",
+        "the open message was not rebuilt and closed"
+    );
     // Every finished run replays whole: its events were moved out of the journal when it ended.
     for done in [&finished[0], &finished[199], &finished[349]] {
-        let log = client().get(format!("{}/v1/responses/{done}?stream=true", again.base)).send().await.unwrap().text().await.unwrap();
+        let log = client()
+            .get(format!("{}/v1/responses/{done}?stream=true", again.base))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         let body = parse_sse(&log);
         assert_eq!(check_events(&body.events)["status"], "completed");
-        assert_eq!(body.events.iter().filter(|e| e["type"] == "response.output_text.delta").count(), 40);
+        assert_eq!(
+            body.events
+                .iter()
+                .filter(|e| e["type"] == "response.output_text.delta")
+                .count(),
+            40
+        );
     }
     assert_eq!(rows(&db), 0, "restart left journal rows of finished runs");
 }

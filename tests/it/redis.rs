@@ -30,7 +30,11 @@ async fn get_text(url: &str) -> (u16, String) {
 /// Reads a streaming response until it holds at least `n` whole events; returns the text read.
 async fn read_events(resp: &mut reqwest::Response, n: usize) -> String {
     let mut seen = String::new();
-    while parse_sse(&seen[..seen.rfind("\n\n").map(|i| i + 2).unwrap_or(0)]).events.len() < n {
+    while parse_sse(&seen[..seen.rfind("\n\n").map(|i| i + 2).unwrap_or(0)])
+        .events
+        .len()
+        < n
+    {
         let chunk = resp.chunk().await.unwrap().expect("the stream went on");
         seen.push_str(std::str::from_utf8(&chunk).unwrap());
     }
@@ -50,12 +54,20 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
         .await
         .unwrap();
     let first = parse_sse(&read_events(&mut live, 6).await);
-    let id = first.events[0]["response"]["id"].as_str().unwrap().to_string();
-    let last_seq = first.events.last().unwrap()["sequence_number"].as_u64().unwrap();
+    let id = first.events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let last_seq = first.events.last().unwrap()["sequence_number"]
+        .as_u64()
+        .unwrap();
     // While A still runs it, B streams the rest: the kept events, then the live ones.
     let (_, mid) = get(&b.url(&format!("/v1/responses/{id}"))).await;
     assert_eq!(mid["status"], "in_progress", "{mid}");
-    let (status, rest) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true&starting_after={last_seq}"))).await;
+    let (status, rest) = get_text(&b.url(&format!(
+        "/v1/responses/{id}?stream=true&starting_after={last_seq}"
+    )))
+    .await;
     assert_eq!(status, 200);
     let rest = parse_sse(&rest);
     assert!(rest.done);
@@ -83,13 +95,25 @@ async fn previous_response_id_and_item_references_work_across_relays() {
     let url = redis_db();
     let a = relay_over(&up, &url).await;
     let b = relay_over(&up, &url).await;
-    let (status, first) = post(&a.url("/v1/responses"), &json!({"model": "fake-model", "input": "turn 0"})).await;
+    let (status, first) = post(
+        &a.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "turn 0"}),
+    )
+    .await;
     assert_eq!(status, 200, "{first}");
-    let (status, second) =
-        post(&b.url("/v1/responses"), &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]})).await;
+    let (status, second) = post(
+        &b.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]}),
+    )
+    .await;
     assert_eq!(status, 200, "{second}");
     let sent = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = sent["messages"].as_array().unwrap().iter().map(|m| m["role"].as_str().unwrap()).collect();
+    let roles: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
     assert_eq!(roles, ["user", "assistant", "user"]);
     assert_eq!(sent["messages"][0]["content"], "turn 0");
     // An output item kept by B, referenced through A.
@@ -101,9 +125,14 @@ async fn previous_response_id_and_item_references_work_across_relays() {
     let sent = up.requests().last().unwrap().body.clone();
     assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 1");
     // Deleted through B: gone for A too.
-    let r = client().delete(b.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).send().await.unwrap();
+    let r = client()
+        .delete(b.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap())))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 200);
-    let (status, _) = get(&a.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
+    let (status, _) =
+        get(&a.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
     assert_eq!(status, 404);
 }
 
@@ -113,7 +142,11 @@ async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     let url = redis_db();
     let a = relay_over(&up, &url).await;
     let b = relay_over(&up, &url).await;
-    let (_, created) = post(&a.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let (_, created) = post(
+        &a.url("/v1/responses"),
+        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+    )
+    .await;
     let id = created["id"].as_str().unwrap().to_string();
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
     let started = Instant::now();
@@ -129,7 +162,10 @@ async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     let (_, log) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
     let body = parse_sse(&log);
     check_events(&body.events);
-    assert_eq!(body.events.last().unwrap()["response"]["status"], "cancelled");
+    assert_eq!(
+        body.events.last().unwrap()["response"]["status"],
+        "cancelled"
+    );
 }
 
 struct Proc {
@@ -146,14 +182,28 @@ impl Drop for Proc {
 
 fn relay_process(upstream: &str, store: &str) -> Proc {
     let mut child = Command::new(BIN)
-        .args(["serve", "--listen", "127.0.0.1:0", "--upstream-url", upstream, "--store", store])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream-url",
+            upstream,
+            "--store",
+            store,
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-    let addr = line.trim().strip_prefix("listening on ").unwrap_or_else(|| panic!("no listening line: {line:?}")).to_string();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .to_string();
     Proc { child, base: addr }
 }
 
@@ -163,7 +213,11 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     let url = redis_db();
     let a = relay_process(&up.base_url(), &url);
     let b = relay_over(&up, &url).await;
-    let (_, running) = post(&format!("{}/v1/responses", a.base), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+    let (_, running) = post(
+        &format!("{}/v1/responses", a.base),
+        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+    )
+    .await;
     let id = running["id"].as_str().unwrap().to_string();
     eventually("the run is streaming", || up.open_streams() == 1).await;
     for _ in 0..500 {
@@ -174,21 +228,47 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     // A reader on B tails the run live when A dies.
-    let mut tail = client().get(b.url(&format!("/v1/responses/{id}?stream=true"))).send().await.unwrap();
+    let mut tail = client()
+        .get(b.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap();
     let seen = read_events(&mut tail, 3).await;
     let mut a = a;
     let pid = a.child.id().to_string();
-    assert!(Command::new("kill").args(["-9", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     let _ = a.child.wait();
     let killed = Instant::now();
-    let rest = tokio::time::timeout(Duration::from_secs(20), tail.text()).await.expect("B finished the run").unwrap();
-    assert!(killed.elapsed() < Duration::from_secs(10), "took {:?}", killed.elapsed());
+    let rest = tokio::time::timeout(Duration::from_secs(20), tail.text())
+        .await
+        .expect("B finished the run")
+        .unwrap();
+    assert!(
+        killed.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        killed.elapsed()
+    );
     let body = parse_sse(&(seen + &rest));
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(folded["error"]["message"].as_str().unwrap().contains("stopped"), "{folded}");
-    assert_eq!(folded["output"][0]["status"], "incomplete", "the open message was closed");
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("stopped"),
+        "{folded}"
+    );
+    assert_eq!(
+        folded["output"][0]["status"], "incomplete",
+        "the open message was closed"
+    );
     let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
     assert_eq!(r, folded);
 }
@@ -207,23 +287,47 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
         .unwrap();
     let seen = read_events(&mut live, 6).await;
     server.stop();
-    let rest = tokio::time::timeout(Duration::from_secs(20), live.text()).await.expect("the run ended").unwrap();
+    let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
+        .await
+        .expect("the run ended")
+        .unwrap();
     let body = parse_sse(&(seen + &rest));
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(folded["error"]["message"].as_str().unwrap().contains("store"), "{folded}");
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("store"),
+        "{folded}"
+    );
     // While Redis is away, a new stored run is refused clearly; an unstored one still runs.
-    let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+    let (status, err) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "x"}),
+    )
+    .await;
     assert_eq!(status, 503, "{err}");
     assert_eq!(err["error"]["code"], "store_unavailable");
-    let (status, unstored) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "store": false})).await;
-    assert_eq!((status, unstored["status"].as_str()), (200, Some("completed")));
+    let (status, unstored) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "x", "store": false}),
+    )
+    .await;
+    assert_eq!(
+        (status, unstored["status"].as_str()),
+        (200, Some("completed"))
+    );
     // Redis is back (empty: it kept nothing on disk): new runs are kept again.
     let _server = RedisServer::start_on(port);
     let mut ok: Option<Value> = None;
     for _ in 0..100 {
-        let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "again"})).await;
+        let (status, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "again"}),
+        )
+        .await;
         if status == 200 {
             ok = Some(r);
             break;
@@ -232,7 +336,8 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     }
     let r = ok.expect("the relay recovered with Redis");
     assert_eq!(r["status"], "completed");
-    let (status, kept) = get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
+    let (status, kept) =
+        get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
     assert_eq!((status, &kept), (200, &r));
 }
 
@@ -245,23 +350,46 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
     for _ in 0..3 {
         let mut live = client()
             .post(relay.url("/v1/responses"))
-            .json(&json!({"model": "fake-model?deltas=150&delay_ms=5", "input": "x", "stream": true}))
+            .json(
+                &json!({"model": "fake-model?deltas=150&delay_ms=5", "input": "x", "stream": true}),
+            )
             .send()
             .await
             .unwrap();
         let seen = read_events(&mut live, 4).await;
         streams.push((live, seen));
     }
-    let ids: Vec<String> =
-        streams.iter().map(|(_, seen)| parse_sse(seen).events[0]["response"]["id"].as_str().unwrap().to_string()).collect();
+    let ids: Vec<String> = streams
+        .iter()
+        .map(|(_, seen)| {
+            parse_sse(seen).events[0]["response"]["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
     // The three runs' events share the writer's batches: one run's hash is deleted, another is
     // claimed by some other relay, the third must go on being kept.
-    let mut redis = ::redis::Client::open(url.as_str()).unwrap().get_connection().unwrap();
-    ::redis::cmd("DEL").arg(format!("relay:resp:{}", ids[0])).exec(&mut redis).unwrap();
-    ::redis::cmd("HSET").arg(format!("relay:resp:{}", ids[1])).arg("owner").arg("relay-elsewhere").exec(&mut redis).unwrap();
+    let mut redis = ::redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    ::redis::cmd("DEL")
+        .arg(format!("relay:resp:{}", ids[0]))
+        .exec(&mut redis)
+        .unwrap();
+    ::redis::cmd("HSET")
+        .arg(format!("relay:resp:{}", ids[1]))
+        .arg("owner")
+        .arg("relay-elsewhere")
+        .exec(&mut redis)
+        .unwrap();
     let mut bodies = Vec::new();
     for (live, seen) in streams {
-        let rest = tokio::time::timeout(Duration::from_secs(20), live.text()).await.expect("the run ended").unwrap();
+        let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
+            .await
+            .expect("the run ended")
+            .unwrap();
         let body = parse_sse(&(seen + &rest));
         assert!(body.done);
         bodies.push(body);
@@ -269,31 +397,58 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
     let deleted = check_events(&bodies[0].events);
     assert_ne!(deleted["status"], "completed", "{deleted}");
     if deleted["status"] == "failed" {
-        assert!(deleted["error"]["message"].as_str().unwrap().contains("deleted"), "{deleted}");
+        assert!(
+            deleted["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("deleted"),
+            "{deleted}"
+        );
     }
     let taken = check_events(&bodies[1].events);
     assert_eq!(taken["status"], "failed", "{taken}");
-    assert!(taken["error"]["message"].as_str().unwrap().contains("took this response over"), "{taken}");
+    assert!(
+        taken["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("took this response over"),
+        "{taken}"
+    );
     let kept = check_events(&bodies[2].events);
     assert_eq!(kept["status"], "completed", "{kept}");
-    let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{}?stream=true", ids[2]))).await;
+    let (status, replay) =
+        get_text(&relay.url(&format!("/v1/responses/{}?stream=true", ids[2]))).await;
     assert_eq!(status, 200);
-    assert_eq!(parse_sse(&replay).events, bodies[2].events, "the run beside them was not kept whole");
+    assert_eq!(
+        parse_sse(&replay).events,
+        bodies[2].events,
+        "the run beside them was not kept whole"
+    );
     let (status, _) = get(&relay.url(&format!("/v1/responses/{}", ids[0]))).await;
     assert_eq!(status, 404);
 }
 
 #[test]
 fn a_redis_url_is_never_shown_with_its_password() {
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let store = format!("redis://:hunter2@127.0.0.1:{dead}/0");
-    let out = Command::new(BIN).args(["serve", "--listen", "127.0.0.1:0", "--store", &store]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--listen", "127.0.0.1:0", "--store", &store])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(64));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--store") && err.contains("***"), "{err}");
     assert!(!err.contains("hunter2"), "the password was shown: {err}");
     let kind = StoreKind::Redis(store);
     assert!(!format!("{kind:?}").contains("hunter2"));
-    let out = Command::new(BIN).args(["serve", "--store", "redis-not-a-url"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["serve", "--store", "redis-not-a-url"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(64));
 }

@@ -34,18 +34,29 @@ fn hello() -> Value {
 
 fn assert_unauthorized(status: u16, text: &str, what: &str) {
     assert_eq!(status, 401, "{what}: {text}");
-    let v: Value = serde_json::from_str(text).unwrap_or_else(|_| panic!("{what}: not JSON: {text}"));
+    let v: Value =
+        serde_json::from_str(text).unwrap_or_else(|_| panic!("{what}: not JSON: {text}"));
     let e = &v["error"];
     assert_eq!(e["type"], "invalid_request_error", "{what}: {v}");
     assert_eq!(e["code"], "invalid_api_key", "{what}: {v}");
-    assert!(e["message"].as_str().is_some_and(|m| !m.is_empty()), "{what}: {v}");
-    assert!(e.get("param").is_some(), "{what}: the envelope has no 'param': {v}");
+    assert!(
+        e["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: {v}"
+    );
+    assert!(
+        e.get("param").is_some(),
+        "{what}: the envelope has no 'param': {v}"
+    );
 }
 
 #[tokio::test]
 async fn relay_keys_guard_every_route_but_healthz() {
     let up = upstream().await;
-    let relay = relay(Config { api_keys: vec!["k1".into(), "second-key".into()], ..config(&up.base_url()) }).await;
+    let relay = relay(Config {
+        api_keys: vec!["k1".into(), "second-key".into()],
+        ..config(&up.base_url())
+    })
+    .await;
     let create = relay.url("/v1/responses");
     for (auth, what) in [
         (None, "no header"),
@@ -60,11 +71,19 @@ async fn relay_keys_guard_every_route_but_healthz() {
         let (status, text) = send("POST", &create, auth, Some(&hello())).await;
         assert_unauthorized(status, &text, what);
     }
-    for (method, path) in [("GET", "/v1/models"), ("GET", "/v1/responses/resp_x"), ("DELETE", "/v1/responses/resp_x"), ("GET", "/v1/nope")] {
+    for (method, path) in [
+        ("GET", "/v1/models"),
+        ("GET", "/v1/responses/resp_x"),
+        ("DELETE", "/v1/responses/resp_x"),
+        ("GET", "/v1/nope"),
+    ] {
         let (status, text) = send(method, &relay.url(path), None, None).await;
         assert_unauthorized(status, &text, path);
     }
-    assert!(up.requests().is_empty(), "an unauthorized request reached the upstream");
+    assert!(
+        up.requests().is_empty(),
+        "an unauthorized request reached the upstream"
+    );
 
     let (status, text) = send("GET", &relay.url("/healthz"), None, None).await;
     assert_eq!((status, text.as_str()), (200, r#"{"status":"ok"}"#));
@@ -78,26 +97,46 @@ async fn relay_keys_guard_every_route_but_healthz() {
     assert_eq!(reqs.len(), 2);
     for r in &reqs {
         let auth = r.header("authorization");
-        assert!(auth.is_none_or(|a| !a.contains("k1") && !a.contains("second-key")), "the relay key went upstream: {auth:?}");
+        assert!(
+            auth.is_none_or(|a| !a.contains("k1") && !a.contains("second-key")),
+            "the relay key went upstream: {auth:?}"
+        );
     }
 }
 
 #[tokio::test]
-async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_has_an_upstream_key() {
+async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_has_an_upstream_key()
+{
     let up = upstream().await;
     let open = relay(config(&up.base_url())).await;
-    let (status, text) = send("POST", &open.url("/v1/responses"), Some("Bearer client-own-key"), Some(&hello())).await;
+    let (status, text) = send(
+        "POST",
+        &open.url("/v1/responses"),
+        Some("Bearer client-own-key"),
+        Some(&hello()),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
-    assert_eq!(up.requests().last().unwrap().header("authorization"), Some("Bearer client-own-key"));
+    assert_eq!(
+        up.requests().last().unwrap().header("authorization"),
+        Some("Bearer client-own-key")
+    );
     let (status, _) = send("POST", &open.url("/v1/responses"), None, Some(&hello())).await;
     assert_eq!(status, 200);
     assert_eq!(up.requests().last().unwrap().header("authorization"), None);
 
-    let keyed = relay(Config { upstream_api_key: Some("relay-upstream-key".into()), ..config(&up.base_url()) }).await;
+    let keyed = relay(Config {
+        upstream_api_key: Some("relay-upstream-key".into()),
+        ..config(&up.base_url())
+    })
+    .await;
     for auth in [Some("Bearer client-own-key"), None] {
         let (status, text) = send("POST", &keyed.url("/v1/responses"), auth, Some(&hello())).await;
         assert_eq!(status, 200, "{text}");
-        assert_eq!(up.requests().last().unwrap().header("authorization"), Some("Bearer relay-upstream-key"));
+        assert_eq!(
+            up.requests().last().unwrap().header("authorization"),
+            Some("Bearer relay-upstream-key")
+        );
     }
 
     let both = relay(Config {
@@ -106,9 +145,18 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
         ..config(&up.base_url())
     })
     .await;
-    let (status, text) = send("POST", &both.url("/v1/responses"), Some("Bearer rk"), Some(&hello())).await;
+    let (status, text) = send(
+        "POST",
+        &both.url("/v1/responses"),
+        Some("Bearer rk"),
+        Some(&hello()),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
-    assert_eq!(up.requests().last().unwrap().header("authorization"), Some("Bearer relay-upstream-key"));
+    assert_eq!(
+        up.requests().last().unwrap().header("authorization"),
+        Some("Bearer relay-upstream-key")
+    );
 }
 
 #[test]
@@ -116,14 +164,27 @@ fn key_comparison_is_exact() {
     use responses_relay::http::constant_time_eq as eq;
     assert!(eq(b"k1", b"k1"));
     assert!(eq(b"", b""));
-    for (a, b) in [(&b"k1"[..], &b"k2"[..]), (b"k1", b"k1 "), (b"k1", b"k"), (b"", b"k"), (b"abc", b"abd"), (b"\0", b"")] {
+    for (a, b) in [
+        (&b"k1"[..], &b"k2"[..]),
+        (b"k1", b"k1 "),
+        (b"k1", b"k"),
+        (b"", b"k"),
+        (b"abc", b"abd"),
+        (b"\0", b""),
+    ] {
         assert!(!eq(a, b) && !eq(b, a), "{a:?} {b:?}");
     }
 }
 
 // ---- Secrets ----
 
-const SECRETS: [&str; 5] = ["SECRET-AUTH-1", "SECRET-HDR-2", "SECRET-QS-3", "SECRET-UP-4", "SECRET-RELAY-5"];
+const SECRETS: [&str; 5] = [
+    "SECRET-AUTH-1",
+    "SECRET-HDR-2",
+    "SECRET-QS-3",
+    "SECRET-UP-4",
+    "SECRET-RELAY-5",
+];
 
 /// Where a secret was found, if anywhere.
 fn leaks(place: &str, text: &str) -> Vec<String> {
@@ -177,41 +238,96 @@ impl Seen {
 async fn full_run(relay_base: String, mcp_url: String, seen: &mut Seen) -> Value {
     let url = format!("{mcp_url}?token=SECRET-QS-3");
     let body = json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [mcp_tool(&url)]});
-    let (status, text) = send("POST", &format!("{relay_base}/v1/responses"), Some("Bearer SECRET-RELAY-5"), Some(&body)).await;
+    let (status, text) = send(
+        "POST",
+        &format!("{relay_base}/v1/responses"),
+        Some("Bearer SECRET-RELAY-5"),
+        Some(&body),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
     let sse = parse_sse(&text);
     let folded = check_events(&sse.events);
     seen.add("the SSE body", text);
     let id = folded["id"].as_str().unwrap().to_string();
-    for path in [format!("/v1/responses/{id}"), format!("/v1/responses/{id}?stream=true"), format!("/v1/responses/{id}/input_items")] {
-        let (status, text) = send("GET", &format!("{relay_base}{path}"), Some("Bearer SECRET-RELAY-5"), None).await;
+    for path in [
+        format!("/v1/responses/{id}"),
+        format!("/v1/responses/{id}?stream=true"),
+        format!("/v1/responses/{id}/input_items"),
+    ] {
+        let (status, text) = send(
+            "GET",
+            &format!("{relay_base}{path}"),
+            Some("Bearer SECRET-RELAY-5"),
+            None,
+        )
+        .await;
         assert_eq!(status, 200, "{path}: {text}");
         seen.add(format!("GET {path}"), text);
     }
     // Non-streaming, too.
     let body = json!({"model": "fake-model", "input": "CALL whoami {}", "tools": [mcp_tool(&url)]});
-    let (status, text) = send("POST", &format!("{relay_base}/v1/responses"), Some("Bearer SECRET-RELAY-5"), Some(&body)).await;
+    let (status, text) = send(
+        "POST",
+        &format!("{relay_base}/v1/responses"),
+        Some("Bearer SECRET-RELAY-5"),
+        Some(&body),
+    )
+    .await;
     assert_eq!(status, 200, "{text}");
     seen.add("the non-streaming answer", text);
     // A failing request whose error echoes the request.
-    let (_, text) = send("POST", &format!("{relay_base}/v1/responses"), Some("Bearer SECRET-RELAY-5"), Some(&json!({"model": 1}))).await;
+    let (_, text) = send(
+        "POST",
+        &format!("{relay_base}/v1/responses"),
+        Some("Bearer SECRET-RELAY-5"),
+        Some(&json!({"model": 1})),
+    )
+    .await;
     seen.add("a 400 answer", text);
-    let (_, text) = send("POST", &format!("{relay_base}/v1/responses"), Some("Bearer SECRET-RELAY-5x"), Some(&json!({}))).await;
+    let (_, text) = send(
+        "POST",
+        &format!("{relay_base}/v1/responses"),
+        Some("Bearer SECRET-RELAY-5x"),
+        Some(&json!({})),
+    )
+    .await;
     seen.add("a 401 answer", text);
     folded
 }
 
-async fn failing_runs(relay_base: String, fail_base: String, dead_url: String, unauthorized_url: String, seen: &mut Seen) {
+async fn failing_runs(
+    relay_base: String,
+    fail_base: String,
+    dead_url: String,
+    unauthorized_url: String,
+    seen: &mut Seen,
+) {
     for (label, url) in [("dead", &dead_url), ("401", &unauthorized_url)] {
         let url = format!("{url}?token=SECRET-QS-3");
         let body = json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [mcp_tool(&url)]});
-        let (status, text) = send("POST", &format!("{relay_base}/v1/responses"), Some("Bearer SECRET-RELAY-5"), Some(&body)).await;
+        let (status, text) = send(
+            "POST",
+            &format!("{relay_base}/v1/responses"),
+            Some("Bearer SECRET-RELAY-5"),
+            Some(&body),
+        )
+        .await;
         assert_eq!(status, 200, "{label}: {text}");
         let folded = check_events(&parse_sse(&text).events);
-        let error = folded["output"][0]["error"].as_str().unwrap_or_else(|| panic!("{label}: no list error: {folded}")).to_string();
+        let error = folded["output"][0]["error"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{label}: no list error: {folded}"))
+            .to_string();
         assert!(error.contains("vault"), "{error}");
         seen.add(format!("the SSE body ({label} server)"), text);
-        let (status, text) = send("POST", &format!("{fail_base}/v1/responses"), Some("Bearer SECRET-RELAY-5"), Some(&body)).await;
+        let (status, text) = send(
+            "POST",
+            &format!("{fail_base}/v1/responses"),
+            Some("Bearer SECRET-RELAY-5"),
+            Some(&body),
+        )
+        .await;
         assert_eq!(status, 424, "{label}: {text}");
         seen.add(format!("the 424 answer ({label} server)"), text);
     }
@@ -222,32 +338,68 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
     // The test servers and the client run on their own runtime (their logs are not the relay's);
     // the relays run on this thread's runtime, under a trace-level subscriber for this thread only
     // (tests share the process).
-    let aux = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let aux = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     let (up, server, unauthorized, dead) = aux.block_on(async {
-        let opts = mcp_test_server::Options { require_bearer: Some("SECRET-AUTH-1".into()), ..Default::default() };
-        let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts).await.unwrap();
-        let opts = mcp_test_server::Options { require_bearer: Some("another-token".into()), ..Default::default() };
-        let unauthorized = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts).await.unwrap();
-        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        (upstream().await, server, unauthorized, format!("http://{dead}/mcp"))
+        let opts = mcp_test_server::Options {
+            require_bearer: Some("SECRET-AUTH-1".into()),
+            ..Default::default()
+        };
+        let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
+            .await
+            .unwrap();
+        let opts = mcp_test_server::Options {
+            require_bearer: Some("another-token".into()),
+            ..Default::default()
+        };
+        let unauthorized = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
+            .await
+            .unwrap();
+        let dead = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap();
+        (
+            upstream().await,
+            server,
+            unauthorized,
+            format!("http://{dead}/mcp"),
+        )
     });
     let logs = Captured::default();
     let sink = logs.clone();
     let subscriber = tracing_subscriber::fmt()
         .with_max_level(tracing::Level::TRACE)
         .with_ansi(false)
-        .with_writer(responses_relay::telemetry::RedactingMakeWriter(move || sink.clone()))
+        .with_writer(responses_relay::telemetry::RedactingMakeWriter(move || {
+            sink.clone()
+        }))
         .finish();
     let guard = subscriber.set_default();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let keyed = |c: Config| Config { api_keys: vec!["SECRET-RELAY-5".into()], upstream_api_key: Some("SECRET-UP-4".into()), ..c };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let keyed = |c: Config| Config {
+        api_keys: vec!["SECRET-RELAY-5".into()],
+        upstream_api_key: Some("SECRET-UP-4".into()),
+        ..c
+    };
     let mut seen = Seen::default();
     let folded = rt.block_on(async {
         let relay_ok = relay(keyed(config(&up.base_url()))).await;
         let mut fail = config(&up.base_url());
         fail.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
         let relay_fail = relay(keyed(fail)).await;
-        let (base, fail_base, mcp_url, unauth_url) = (relay_ok.url(""), relay_fail.url(""), server.url(), unauthorized.url());
+        let (base, fail_base, mcp_url, unauth_url) = (
+            relay_ok.url(""),
+            relay_fail.url(""),
+            server.url(),
+            unauthorized.url(),
+        );
         let task = aux.spawn(async move {
             let mut seen = Seen::default();
             let folded = full_run(base.clone(), mcp_url, &mut seen).await;
@@ -264,14 +416,33 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
     drop(rt);
 
     // The secrets did reach where they were meant to go.
-    let call = folded["output"].as_array().unwrap().iter().find(|i| i["type"] == "mcp_call").unwrap();
+    let call = folded["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap();
     assert_eq!(call["status"], "completed", "{call}");
-    assert!(server.requests_seen().iter().any(|r| r.headers.iter().any(|(k, v)| k == "x-key" && v == "SECRET-HDR-2")));
-    assert!(up.requests().iter().all(|r| r.header("authorization") == Some("Bearer SECRET-UP-4")));
+    assert!(server.requests_seen().iter().any(|r| {
+        r.headers
+            .iter()
+            .any(|(k, v)| k == "x-key" && v == "SECRET-HDR-2")
+    }));
+    assert!(
+        up.requests()
+            .iter()
+            .all(|r| r.header("authorization") == Some("Bearer SECRET-UP-4"))
+    );
 
     let log = logs.text();
-    assert!(log.contains("MCP session initialized"), "the capture missed the relay's own logs:\n{log}");
-    assert!(log.lines().any(|l| l.contains("TRACE")), "no trace-level line was captured");
+    assert!(
+        log.contains("MCP session initialized"),
+        "the capture missed the relay's own logs:\n{log}"
+    );
+    assert!(
+        log.lines().any(|l| l.contains("TRACE")),
+        "no trace-level line was captured"
+    );
     let mut found = leaks("the relay's logs", &log);
     for (place, text) in &seen.places {
         found.extend(leaks(place, text));

@@ -52,7 +52,10 @@ const HOSTILE: &[(&str, Option<&str>)] = &[
     ("http://127.000.000.001/", Some("127.0.0.0/8")),
     ("http://127.0.0.1./", Some("127.0.0.0/8")),
     ("http://%31%32%37.0.0.1/", Some("127.0.0.0/8")),
-    ("http://\u{ff11}\u{ff12}\u{ff17}.\u{ff10}.\u{ff10}.\u{ff11}/", Some("127.0.0.0/8")),
+    (
+        "http://\u{ff11}\u{ff12}\u{ff17}.\u{ff10}.\u{ff10}.\u{ff11}/",
+        Some("127.0.0.0/8"),
+    ),
     ("http://127.255.255.254:8080/x", Some("127.0.0.0/8")),
     // Confusing URL syntax whose real host is loopback.
     ("http://public.example@127.0.0.1/", Some("127.0.0.0/8")),
@@ -73,7 +76,10 @@ const HOSTILE: &[(&str, Option<&str>)] = &[
     ("http://0xc0a80101/", Some("192.168.0.0/16")),
     ("http://100.64.0.1/", Some("100.64.0.0/10")),
     ("http://100.127.255.255/", Some("100.64.0.0/10")),
-    ("http://169.254.169.254/latest/meta-data/", Some("169.254.169.254/32")),
+    (
+        "http://169.254.169.254/latest/meta-data/",
+        Some("169.254.169.254/32"),
+    ),
     ("http://2852039166/", Some("169.254.169.254/32")),
     ("http://0xa9fea9fe/", Some("169.254.169.254/32")),
     ("http://0251.0376.0251.0376/", Some("169.254.169.254/32")),
@@ -96,7 +102,10 @@ const HOSTILE: &[(&str, Option<&str>)] = &[
     ("http://[0:0:0:0:0:0:0:1]:8080/", Some("::1/128")),
     ("http://[::ffff:127.0.0.1]/", Some("127.0.0.0/8")),
     ("http://[::ffff:7f00:1]/", Some("127.0.0.0/8")),
-    ("http://[::ffff:169.254.169.254]/", Some("169.254.169.254/32")),
+    (
+        "http://[::ffff:169.254.169.254]/",
+        Some("169.254.169.254/32"),
+    ),
     ("http://[::ffff:10.0.0.1]/", Some("10.0.0.0/8")),
     ("http://[::ffff:0:a00:1]/", Some("10.0.0.0/8")),
     ("http://[::127.0.0.1]/", Some("::/96")),
@@ -106,7 +115,10 @@ const HOSTILE: &[(&str, Option<&str>)] = &[
     ("http://[64:ff9b:1::8.8.8.8]/", Some("64:ff9b:1::/48")),
     ("http://[2002:7f00:1::]/", Some("127.0.0.0/8")),
     ("http://[2002:a9fe:a9fe::1]/", Some("169.254.169.254/32")),
-    ("http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/", Some("192.0.2.0/24")),
+    (
+        "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",
+        Some("192.0.2.0/24"),
+    ),
     ("http://[fc00::1]/", Some("fc00::/7")),
     ("http://[fd12:3456:789a::1]/", Some("fc00::/7")),
     ("http://[fe80::1]/", Some("fe80::/10")),
@@ -179,14 +191,26 @@ async fn every_loopback_spelling_really_dials_loopback() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let hits = Arc::new(AtomicUsize::new(0));
-    tokio::spawn(serve(listener, hits.clone(), |_| "HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n".to_string()));
+    tokio::spawn(serve(listener, hits.clone(), |_| {
+        "HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n".to_string()
+    }));
     responses_relay::install_tls();
     let plain = reqwest::Client::builder().no_proxy().build().unwrap();
-    let spellings = ["2130706433", "0x7f000001", "0177.0.0.1", "0x7f.1", "127.1", "%31%32%37.0.0.1"];
+    let spellings = [
+        "2130706433",
+        "0x7f000001",
+        "0177.0.0.1",
+        "0x7f.1",
+        "127.1",
+        "%31%32%37.0.0.1",
+    ];
     for s in spellings {
         let url = format!("http://{s}:{port}/");
         assert_eq!(plain.get(&url).send().await.unwrap().status(), 204, "{url}");
-        assert!(Policy::strict().check_url(&url).is_err(), "{url} passes the guard");
+        assert!(
+            Policy::strict().check_url(&url).is_err(),
+            "{url} passes the guard"
+        );
     }
     assert_eq!(hits.load(Ordering::SeqCst), spellings.len());
 }
@@ -215,10 +239,20 @@ fn public_addresses_pass() {
         "http://notlocalhost/",
         "http://localhost.example.com/",
     ] {
-        strict.check_url(url).unwrap_or_else(|r| panic!("{url}: {r}"));
+        strict
+            .check_url(url)
+            .unwrap_or_else(|r| panic!("{url}: {r}"));
     }
-    for a in ["8.8.8.8", "93.184.216.34", "2606:4700:4700::1111", "2a00:1450:4001::200e", "::ffff:1.1.1.1"] {
-        strict.check_ip(ip(a)).unwrap_or_else(|r| panic!("{a}: {r}"));
+    for a in [
+        "8.8.8.8",
+        "93.184.216.34",
+        "2606:4700:4700::1111",
+        "2a00:1450:4001::200e",
+        "::ffff:1.1.1.1",
+    ] {
+        strict
+            .check_ip(ip(a))
+            .unwrap_or_else(|r| panic!("{a}: {r}"));
     }
 }
 
@@ -232,9 +266,26 @@ fn check_ip_names_the_range_and_the_embedding() {
     let r = strict.check_ip(ip("169.254.169.254")).unwrap_err();
     assert!(r.reason().contains("metadata"), "{r}");
     hint_in(&r.to_string());
-    assert_eq!(strict.check_ip(ip("100.64.1.1")).unwrap_err().reason(), "shared address space / CGNAT (RFC 6598)");
-    assert!(strict.check_ip(ip("64:ff9b::7f00:1")).unwrap_err().via().unwrap().contains("NAT64"));
-    assert!(strict.check_ip(ip("2002:c0a8:101::")).unwrap_err().via().unwrap().contains("6to4"));
+    assert_eq!(
+        strict.check_ip(ip("100.64.1.1")).unwrap_err().reason(),
+        "shared address space / CGNAT (RFC 6598)"
+    );
+    assert!(
+        strict
+            .check_ip(ip("64:ff9b::7f00:1"))
+            .unwrap_err()
+            .via()
+            .unwrap()
+            .contains("NAT64")
+    );
+    assert!(
+        strict
+            .check_ip(ip("2002:c0a8:101::"))
+            .unwrap_err()
+            .via()
+            .unwrap()
+            .contains("6to4")
+    );
 }
 
 #[test]
@@ -245,8 +296,17 @@ fn allow_private_networks_and_allow_host_open_the_guard() {
     }
     open.check_ip(ip("169.254.169.254")).unwrap();
 
-    let p = Policy::from_flags(false, &["mcp.internal".into(), "*.corp.example".into(), "10.1.2.3".into(), "[fd00::5]".into(), "localhost".into()])
-        .unwrap();
+    let p = Policy::from_flags(
+        false,
+        &[
+            "mcp.internal".into(),
+            "*.corp.example".into(),
+            "10.1.2.3".into(),
+            "[fd00::5]".into(),
+            "localhost".into(),
+        ],
+    )
+    .unwrap();
     for ok in [
         "http://mcp.internal/",
         "http://MCP.Internal.:9000/",
@@ -259,7 +319,12 @@ fn allow_private_networks_and_allow_host_open_the_guard() {
     ] {
         p.check_url(ok).unwrap_or_else(|r| panic!("{ok}: {r}"));
     }
-    for refused in ["http://10.1.2.4/", "http://[fd00::6]/", "http://a.localhost/", "http://127.0.0.1/"] {
+    for refused in [
+        "http://10.1.2.4/",
+        "http://[fd00::6]/",
+        "http://a.localhost/",
+        "http://127.0.0.1/",
+    ] {
         assert!(p.check_url(refused).is_err(), "{refused}");
     }
     // `*.suffix` is strict about label boundaries and does not cover the suffix itself.
@@ -267,23 +332,60 @@ fn allow_private_networks_and_allow_host_open_the_guard() {
     for h in hosts {
         assert!(p.check_resolved(h, &[ip("10.0.0.1")]).is_err(), "{h}");
     }
-    assert!(p.check_resolved("x.corp.example", &[ip("10.0.0.1")]).is_ok());
-    assert!(p.check_resolved("MCP.INTERNAL.", &[ip("127.0.0.1")]).is_ok());
+    assert!(
+        p.check_resolved("x.corp.example", &[ip("10.0.0.1")])
+            .is_ok()
+    );
+    assert!(
+        p.check_resolved("MCP.INTERNAL.", &[ip("127.0.0.1")])
+            .is_ok()
+    );
 }
 
 #[test]
 fn host_patterns_parse_and_bad_ones_are_named() {
-    assert_eq!(HostPattern::parse("Example.COM.").unwrap(), HostPattern::Exact("example.com".into()));
-    assert_eq!(HostPattern::parse("*.Corp.Example").unwrap(), HostPattern::Suffix("corp.example".into()));
-    assert_eq!(HostPattern::parse("127.1").unwrap(), HostPattern::Ip(ip("127.0.0.1")));
-    assert_eq!(HostPattern::parse("0x0a000001").unwrap(), HostPattern::Ip(ip("10.0.0.1")));
-    assert_eq!(HostPattern::parse("fd00::1").unwrap(), HostPattern::Ip(ip("fd00::1")));
-    assert_eq!(HostPattern::parse("[fd00::1]").unwrap(), HostPattern::Ip(ip("fd00::1")));
-    for bad in ["", " ", "http://x/", "a*.b", "*.", "host:80", "user@host", "*.*.x"] {
+    assert_eq!(
+        HostPattern::parse("Example.COM.").unwrap(),
+        HostPattern::Exact("example.com".into())
+    );
+    assert_eq!(
+        HostPattern::parse("*.Corp.Example").unwrap(),
+        HostPattern::Suffix("corp.example".into())
+    );
+    assert_eq!(
+        HostPattern::parse("127.1").unwrap(),
+        HostPattern::Ip(ip("127.0.0.1"))
+    );
+    assert_eq!(
+        HostPattern::parse("0x0a000001").unwrap(),
+        HostPattern::Ip(ip("10.0.0.1"))
+    );
+    assert_eq!(
+        HostPattern::parse("fd00::1").unwrap(),
+        HostPattern::Ip(ip("fd00::1"))
+    );
+    assert_eq!(
+        HostPattern::parse("[fd00::1]").unwrap(),
+        HostPattern::Ip(ip("fd00::1"))
+    );
+    for bad in [
+        "",
+        " ",
+        "http://x/",
+        "a*.b",
+        "*.",
+        "host:80",
+        "user@host",
+        "*.*.x",
+    ] {
         let e = HostPattern::parse(bad).expect_err(bad);
         assert!(e.contains(&format!("'{bad}'")), "{e}");
     }
-    assert!(Policy::from_flags(false, &["ok.example".into(), "bad/x".into()]).unwrap_err().contains("bad/x"));
+    assert!(
+        Policy::from_flags(false, &["ok.example".into(), "bad/x".into()])
+            .unwrap_err()
+            .contains("bad/x")
+    );
 }
 
 /// A fake resolver: each name has a list of answers, one per lookup (the last repeats).
@@ -295,7 +397,13 @@ struct FakeLookup {
 
 impl FakeLookup {
     fn with(mut self, name: &str, answers: &[&[&str]]) -> Self {
-        self.answers.insert(name.into(), answers.iter().map(|a| a.iter().map(|s| ip(s)).collect()).collect());
+        self.answers.insert(
+            name.into(),
+            answers
+                .iter()
+                .map(|a| a.iter().map(|s| ip(s)).collect())
+                .collect(),
+        );
         self
     }
 
@@ -311,8 +419,13 @@ impl Lookup for FakeLookup {
             asked.push(host.clone());
             asked.iter().filter(|h| **h == host).count()
         };
-        let answer = self.answers.get(&host).map(|a| a[(n - 1).min(a.len() - 1)].clone());
-        Box::pin(async move { answer.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such host")) })
+        let answer = self
+            .answers
+            .get(&host)
+            .map(|a| a[(n - 1).min(a.len() - 1)].clone());
+        Box::pin(async move {
+            answer.ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no such host"))
+        })
     }
 }
 
@@ -356,15 +469,32 @@ async fn the_resolver_refuses_names_with_any_refused_address() {
         ("mixed-last.test", "192.168.0.0/16"),
     ] {
         let e = r.resolve_checked(name).await.expect_err(name);
-        let refusal = e.refusal().unwrap_or_else(|| panic!("{name}: not a refusal: {e}"));
+        let refusal = e
+            .refusal()
+            .unwrap_or_else(|| panic!("{name}: not a refusal: {e}"));
         assert_eq!(refusal.range(), Some(range), "{name}");
         assert_eq!(refusal.host(), name);
         hint_in(&e.to_string());
     }
-    assert_eq!(r.resolve_checked("public.test").await.unwrap(), vec![ip("93.184.216.34"), ip("2606:4700:4700::1111")]);
+    assert_eq!(
+        r.resolve_checked("public.test").await.unwrap(),
+        vec![ip("93.184.216.34"), ip("2606:4700:4700::1111")]
+    );
     // Lookup failures are not refusals.
-    assert!(r.resolve_checked("nowhere.test").await.unwrap_err().refusal().is_none());
-    assert!(r.resolve_checked("empty.test").await.unwrap_err().refusal().is_none());
+    assert!(
+        r.resolve_checked("nowhere.test")
+            .await
+            .unwrap_err()
+            .refusal()
+            .is_none()
+    );
+    assert!(
+        r.resolve_checked("empty.test")
+            .await
+            .unwrap_err()
+            .refusal()
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -373,23 +503,51 @@ async fn dns_rebinding_is_checked_on_every_resolution() {
     let r = resolver(Policy::strict(), dns.clone());
     // First answer public (what a pre-flight check would see), then loopback (what a second
     // lookup at connect time would get): the guard checks the answer it hands to the connector.
-    assert_eq!(r.resolve_checked("rebind.test").await.unwrap(), vec![ip("93.184.216.34")]);
+    assert_eq!(
+        r.resolve_checked("rebind.test").await.unwrap(),
+        vec![ip("93.184.216.34")]
+    );
     let e = r.resolve_checked("rebind.test").await.unwrap_err();
     assert_eq!(e.refusal().unwrap().range(), Some("127.0.0.0/8"));
-    assert_eq!(dns.asked().iter().filter(|h| *h == "rebind.test").count(), 2);
+    assert_eq!(
+        dns.asked().iter().filter(|h| *h == "rebind.test").count(),
+        2
+    );
 }
 
 #[tokio::test]
 async fn allowed_hosts_resolve_to_anything_and_only_they_do() {
     let dns = Arc::new(hostile_dns());
-    let policy = Policy::from_flags(false, &["internal.test".into(), "*.corp.test".into()]).unwrap();
+    let policy =
+        Policy::from_flags(false, &["internal.test".into(), "*.corp.test".into()]).unwrap();
     let r = resolver(policy, dns.clone());
-    assert_eq!(r.resolve_checked("internal.test").await.unwrap(), vec![ip("10.0.0.1")]);
-    assert_eq!(r.resolve_checked("mcp.corp.test").await.unwrap(), vec![ip("10.9.9.9")]);
-    assert!(r.resolve_checked("corp.test").await.unwrap_err().refusal().is_some());
-    assert!(r.resolve_checked("metadata.test").await.unwrap_err().refusal().is_some());
+    assert_eq!(
+        r.resolve_checked("internal.test").await.unwrap(),
+        vec![ip("10.0.0.1")]
+    );
+    assert_eq!(
+        r.resolve_checked("mcp.corp.test").await.unwrap(),
+        vec![ip("10.9.9.9")]
+    );
+    assert!(
+        r.resolve_checked("corp.test")
+            .await
+            .unwrap_err()
+            .refusal()
+            .is_some()
+    );
+    assert!(
+        r.resolve_checked("metadata.test")
+            .await
+            .unwrap_err()
+            .refusal()
+            .is_some()
+    );
     let open = resolver(Policy::allow_private_networks(), dns);
-    assert_eq!(open.resolve_checked("loop.test").await.unwrap(), vec![ip("127.0.0.1"), ip("::1")]);
+    assert_eq!(
+        open.resolve_checked("loop.test").await.unwrap(),
+        vec![ip("127.0.0.1"), ip("::1")]
+    );
 }
 
 /// Wraps the guarded resolver: records what the guard let through and diverts every such address
@@ -416,9 +574,15 @@ impl reqwest::dns::Resolve for DivertToTrap {
 }
 
 /// A loopback HTTP server: counts requests, answers each with `answer(path)`.
-async fn serve(listener: tokio::net::TcpListener, hits: Arc<AtomicUsize>, answer: fn(&str) -> String) {
+async fn serve(
+    listener: tokio::net::TcpListener,
+    hits: Arc<AtomicUsize>,
+    answer: fn(&str) -> String,
+) {
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else { return };
+        let Ok((mut sock, _)) = listener.accept().await else {
+            return;
+        };
         hits.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let mut buf = Vec::new();
@@ -441,16 +605,28 @@ async fn trap() -> (SocketAddr, Arc<AtomicUsize>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let hits = Arc::new(AtomicUsize::new(0));
-    tokio::spawn(serve(listener, hits.clone(), |_| "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok".to_string()));
+    tokio::spawn(serve(listener, hits.clone(), |_| {
+        "HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok".to_string()
+    }));
     (addr, hits)
 }
 
-fn diverted_client(policy: Policy, dns: Arc<FakeLookup>, trap: SocketAddr) -> (reqwest::Client, Arc<Mutex<Vec<IpAddr>>>) {
+fn diverted_client(
+    policy: Policy,
+    dns: Arc<FakeLookup>,
+    trap: SocketAddr,
+) -> (reqwest::Client, Arc<Mutex<Vec<IpAddr>>>) {
     responses_relay::install_tls();
     let policy = Arc::new(policy);
     let passed = Arc::new(Mutex::new(Vec::new()));
-    let resolver = DivertToTrap { guard: GuardedResolver::new(policy.clone(), dns), trap, passed: passed.clone() };
-    let client = ssrf::guard(reqwest::Client::builder(), policy, Arc::new(resolver)).build().unwrap();
+    let resolver = DivertToTrap {
+        guard: GuardedResolver::new(policy.clone(), dns),
+        trap,
+        passed: passed.clone(),
+    };
+    let client = ssrf::guard(reqwest::Client::builder(), policy, Arc::new(resolver))
+        .build()
+        .unwrap();
     (client, passed)
 }
 
@@ -470,22 +646,50 @@ async fn the_guarded_client_fails_without_connecting_when_a_name_resolves_to_a_r
     let (trap_addr, hits) = trap().await;
     let dns = Arc::new(hostile_dns());
     let (client, passed) = diverted_client(Policy::strict(), dns.clone(), trap_addr);
-    for name in ["internal.test", "metadata.test", "mixed.test", "mapped.test"] {
-        let err = client.get(format!("http://{name}:{}/mcp", trap_addr.port())).send().await.unwrap_err();
+    for name in [
+        "internal.test",
+        "metadata.test",
+        "mixed.test",
+        "mapped.test",
+    ] {
+        let err = client
+            .get(format!("http://{name}:{}/mcp", trap_addr.port()))
+            .send()
+            .await
+            .unwrap_err();
         assert!(err.is_connect(), "{err:?}");
         let text = chain(&err);
         assert!(text.contains("is refused"), "{text}");
         hint_in(&text);
     }
-    assert!(passed.lock().unwrap().is_empty(), "the guard let an address through: {:?}", passed.lock().unwrap());
+    assert!(
+        passed.lock().unwrap().is_empty(),
+        "the guard let an address through: {:?}",
+        passed.lock().unwrap()
+    );
     assert_eq!(hits.load(Ordering::SeqCst), 0, "a connection was attempted");
-    assert_eq!(dns.asked(), ["internal.test", "metadata.test", "mixed.test", "mapped.test"]);
+    assert_eq!(
+        dns.asked(),
+        [
+            "internal.test",
+            "metadata.test",
+            "mixed.test",
+            "mapped.test"
+        ]
+    );
 
     // The control: a public name passes the guard and the trap sees it, so the test would notice.
-    let r = client.get(format!("http://public.test:{}/mcp", trap_addr.port())).send().await.unwrap();
+    let r = client
+        .get(format!("http://public.test:{}/mcp", trap_addr.port()))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.text().await.unwrap(), "ok");
     assert_eq!(hits.load(Ordering::SeqCst), 1);
-    assert_eq!(*passed.lock().unwrap(), [ip("93.184.216.34"), ip("2606:4700:4700::1111")]);
+    assert_eq!(
+        *passed.lock().unwrap(),
+        [ip("93.184.216.34"), ip("2606:4700:4700::1111")]
+    );
 }
 
 #[tokio::test]
@@ -517,9 +721,12 @@ async fn redirects_are_followed_only_within_the_origin_and_re_checked() {
         } else if path == "/loop" {
             "/loop".to_string()
         } else {
-            return "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nend".to_string();
+            return "HTTP/1.1 200 OK\r\ncontent-length: 3\r\nconnection: close\r\n\r\nend"
+                .to_string();
         };
-        format!("HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+        format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+        )
     }));
     let port = addr.port();
     let policy = Policy::from_flags(false, &["127.0.0.1".into()]).unwrap();
@@ -531,19 +738,40 @@ async fn redirects_are_followed_only_within_the_origin_and_re_checked() {
     assert_eq!(hits.swap(0, Ordering::SeqCst), 2);
 
     // Another spelling of the same address is the same origin once parsed.
-    let r = client.get(format!("{base}/to/2130706433:{port}")).send().await.unwrap();
+    let r = client
+        .get(format!("{base}/to/2130706433:{port}"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.text().await.unwrap(), "end");
     assert_eq!(hits.swap(0, Ordering::SeqCst), 2);
 
-    for target in [format!("localhost:{port}"), format!("[::1]:{port}"), format!("127.0.0.2:{port}"), format!("0x7f000002:{port}")] {
-        let err = client.get(format!("{base}/to/{target}")).send().await.unwrap_err();
+    for target in [
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        format!("127.0.0.2:{port}"),
+        format!("0x7f000002:{port}"),
+    ] {
+        let err = client
+            .get(format!("{base}/to/{target}"))
+            .send()
+            .await
+            .unwrap_err();
         assert!(err.is_redirect(), "{target}: {err:?}");
         assert!(chain(&err).contains("was not followed"), "{}", chain(&err));
-        assert_eq!(hits.swap(0, Ordering::SeqCst), 1, "{target}: the redirect was followed");
+        assert_eq!(
+            hits.swap(0, Ordering::SeqCst),
+            1,
+            "{target}: the redirect was followed"
+        );
     }
 
     let err = client.get(format!("{base}/loop")).send().await.unwrap_err();
-    assert!(chain(&err).contains("too many redirects"), "{}", chain(&err));
+    assert!(
+        chain(&err).contains("too many redirects"),
+        "{}",
+        chain(&err)
+    );
     assert_eq!(hits.swap(0, Ordering::SeqCst), ssrf::MAX_REDIRECTS + 1);
 }
 
@@ -565,14 +793,24 @@ fn spec(url: &str) -> responses_relay::mcp::ServerSpec {
 fn pool_through(policy: Policy, dns: Arc<dyn Lookup>) -> responses_relay::mcp::Pool {
     responses_relay::install_tls();
     let policy = Arc::new(policy);
-    let builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(5)).read_timeout(Duration::from_secs(30));
-    let client = ssrf::guard(builder, policy.clone(), Arc::new(GuardedResolver::new(policy, dns))).build().unwrap();
+    let builder = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .read_timeout(Duration::from_secs(30));
+    let client = ssrf::guard(
+        builder,
+        policy.clone(),
+        Arc::new(GuardedResolver::new(policy, dns)),
+    )
+    .build()
+    .unwrap();
     responses_relay::mcp::Pool::with_http_client(Default::default(), client)
 }
 
 #[tokio::test]
 async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback() {
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default()).await.unwrap();
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .unwrap();
     let port = server.addr.port();
     // Names mapped to loopback only: were the guard broken, they would reach the test server.
     let dns: Arc<dyn Lookup> = Arc::new(
@@ -583,8 +821,18 @@ async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback
     );
     let strict = pool_through(Policy::strict(), dns.clone());
     for name in ["localhost", "twofaced.test", "mcp.corp.test"] {
-        let e = strict.list_tools(&spec(&format!("http://{name}:{port}/mcp")), Duration::from_secs(10)).await.unwrap_err();
-        assert!(e.message.contains("'guarded'") && e.message.contains("is refused"), "{}", e.message);
+        let e = strict
+            .list_tools(
+                &spec(&format!("http://{name}:{port}/mcp")),
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.message.contains("'guarded'") && e.message.contains("is refused"),
+            "{}",
+            e.message
+        );
         hint_in(&e.message);
     }
     // The real resolver with the default policy: `localhost` is loopback.
@@ -592,29 +840,60 @@ async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback
         Default::default(),
         ssrf::guarded_client(Policy::strict(), reqwest::Client::builder()),
     );
-    let e = system.list_tools(&spec(&format!("http://localhost:{port}/mcp")), Duration::from_secs(10)).await.unwrap_err();
+    let e = system
+        .list_tools(
+            &spec(&format!("http://localhost:{port}/mcp")),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
     assert!(e.message.contains("is refused"), "{}", e.message);
-    assert!(server.requests_seen().is_empty(), "a refused server was reached: {:?}", server.requests_seen());
+    assert!(
+        server.requests_seen().is_empty(),
+        "a refused server was reached: {:?}",
+        server.requests_seen()
+    );
 
     // The controls: allowed by name, the same server is reached (the test server answers 403
     // to Host names it does not know, which proves the request arrived).
-    let allowed = pool_through(Policy::from_flags(false, &["localhost".into(), "*.corp.test".into()]).unwrap(), dns);
-    let tools = allowed.list_tools(&spec(&format!("http://localhost:{port}/mcp")), Duration::from_secs(10)).await.unwrap();
+    let allowed = pool_through(
+        Policy::from_flags(false, &["localhost".into(), "*.corp.test".into()]).unwrap(),
+        dns,
+    );
+    let tools = allowed
+        .list_tools(
+            &spec(&format!("http://localhost:{port}/mcp")),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
     assert!(tools.iter().any(|t| t.name == "echo"));
     assert!(server.count("initialize") >= 1);
-    let e = allowed.list_tools(&spec(&format!("http://mcp.corp.test:{port}/mcp")), Duration::from_secs(10)).await.unwrap_err();
+    let e = allowed
+        .list_tools(
+            &spec(&format!("http://mcp.corp.test:{port}/mcp")),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(e.status, Some(403), "{}", e.message);
 }
 
 /// A relay with the default (strict) guard: not `support::config`, which tests may open up.
 fn strict_config(upstream: &str) -> responses_relay::Config {
-    responses_relay::Config { upstream_url: upstream.to_string(), deterministic: true, ..responses_relay::Config::default() }
+    responses_relay::Config {
+        upstream_url: upstream.to_string(),
+        deterministic: true,
+        ..responses_relay::Config::default()
+    }
 }
 
 #[tokio::test]
 async fn the_relay_started_with_no_flags_refuses_loopback_mcp_servers_with_400() {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default()).await.unwrap();
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .unwrap();
     let port = server.addr.port();
     let relay = relay(strict_config(&up.base_url())).await;
     let spellings = [
@@ -635,16 +914,29 @@ async fn the_relay_started_with_no_flags_refuses_loopback_mcp_servers_with_400()
     for url in &spellings {
         for stream in [false, true] {
             let tools = json!([{"type": "function", "name": "f"}, {"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never"}]);
-            let (status, body) =
-                post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "hi", "stream": stream, "tools": tools})).await;
+            let (status, body) = post(
+                &relay.url("/v1/responses"),
+                &json!({"model": "fake-model", "input": "hi", "stream": stream, "tools": tools}),
+            )
+            .await;
             assert_eq!(status, 400, "{url}: {body}");
             assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
             assert_eq!(body["error"]["param"], "tools[1].server_url", "{body}");
             let message = body["error"]["message"].as_str().unwrap();
             hint_in(message);
-            assert!(!message.contains("SECRET-SSRF-QS"), "the query string leaked: {message}");
+            assert!(
+                !message.contains("SECRET-SSRF-QS"),
+                "the query string leaked: {message}"
+            );
         }
     }
-    assert!(server.requests_seen().is_empty(), "the relay reached a refused MCP server: {:?}", server.requests_seen());
-    assert!(up.requests().is_empty(), "the run started despite the refusal");
+    assert!(
+        server.requests_seen().is_empty(),
+        "the relay reached a refused MCP server: {:?}",
+        server.requests_seen()
+    );
+    assert!(
+        up.requests().is_empty(),
+        "the run started despite the refusal"
+    );
 }

@@ -35,16 +35,28 @@ async fn a_stored_run_replays_exactly_what_was_streamed() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let live = post_text(&relay.url("/v1/responses"), &json!({"model": "fake-model?reasoning=2", "input": "remember", "stream": true})).await;
+        let live = post_text(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model?reasoning=2", "input": "remember", "stream": true}),
+        )
+        .await;
         let body = parse_sse(&live);
-        let id = body.events[0]["response"]["id"].as_str().unwrap().to_string();
-        let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        let id = body.events[0]["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (status, replay) =
+            get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
         assert_eq!(status, 200, "{name}");
-        assert_eq!(replay, live, "{name}: the replay differs from the live stream");
+        assert_eq!(
+            replay, live,
+            "{name}: the replay differs from the live stream"
+        );
         let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
         assert_eq!(got, body.events.last().unwrap()["response"], "{name}");
         // A cursor gives exactly the events after it.
-        let (_, tail) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true&starting_after=5"))).await;
+        let (_, tail) =
+            get_text(&relay.url(&format!("/v1/responses/{id}?stream=true&starting_after=5"))).await;
         let tail = parse_sse(&tail);
         assert!(tail.done);
         assert_eq!(tail.events, body.events[6..], "{name}");
@@ -71,15 +83,26 @@ async fn a_client_that_lost_the_connection_resumes_with_no_gap_and_no_duplicate(
         drop(resp);
         let cut = &seen[..seen.rfind("\n\n").unwrap() + 2];
         let first = parse_sse(cut);
-        let last_seq = first.events.last().unwrap()["sequence_number"].as_u64().unwrap();
-        let id = first.events[0]["response"]["id"].as_str().unwrap().to_string();
-        let (_, rest) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true&starting_after={last_seq}"))).await;
+        let last_seq = first.events.last().unwrap()["sequence_number"]
+            .as_u64()
+            .unwrap();
+        let id = first.events[0]["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let (_, rest) = get_text(&relay.url(&format!(
+            "/v1/responses/{id}?stream=true&starting_after={last_seq}"
+        )))
+        .await;
         let rest = parse_sse(&rest);
         assert!(rest.done, "{name}");
         let mut all = first.events.clone();
         all.extend(rest.events.clone());
         let folded = check_events(&all);
-        assert_eq!(folded["status"], "completed", "{name}: the run did not survive its client");
+        assert_eq!(
+            folded["status"], "completed",
+            "{name}: the run did not survive its client"
+        );
         let (_, full) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
         assert_eq!(parse_sse(&full).events, all, "{name}");
     }
@@ -103,7 +126,14 @@ async fn concurrent_readers_of_a_live_run_see_the_same_log() {
                 let url = relay.url(&format!("/v1/responses/{id}?stream=true"));
                 tokio::spawn(async move {
                     tokio::time::sleep(std::time::Duration::from_millis(i * 40)).await;
-                    client().get(url).send().await.unwrap().text().await.unwrap()
+                    client()
+                        .get(url)
+                        .send()
+                        .await
+                        .unwrap()
+                        .text()
+                        .await
+                        .unwrap()
                 })
             })
             .collect();
@@ -111,11 +141,22 @@ async fn concurrent_readers_of_a_live_run_see_the_same_log() {
         for r in readers {
             logs.push(r.await.unwrap());
         }
-        assert!(logs.windows(2).all(|w| w[0] == w[1]), "{name}: readers saw different logs");
+        assert!(
+            logs.windows(2).all(|w| w[0] == w[1]),
+            "{name}: readers saw different logs"
+        );
         let body = parse_sse(&logs[0]);
         check_events(&body.events);
         let k = kinds(&body.events);
-        assert_eq!(&k[..3], ["response.created", "response.queued", "response.in_progress"], "{name}");
+        assert_eq!(
+            &k[..3],
+            [
+                "response.created",
+                "response.queued",
+                "response.in_progress"
+            ],
+            "{name}"
+        );
     }
 }
 
@@ -124,27 +165,70 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, created) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model?fault=stall", "input": "x", "background": true})).await;
+        let (_, created) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+        )
+        .await;
         let id = created["id"].as_str().unwrap().to_string();
         eventually("the upstream stream is open", || up.open_streams() >= 1).await;
-        let (status, cancelled) = post(&relay.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+        let (status, cancelled) = post(
+            &relay.url(&format!("/v1/responses/{id}/cancel")),
+            &json!({}),
+        )
+        .await;
         assert_eq!(status, 200, "{name}: {cancelled}");
         assert_eq!(cancelled["status"], "cancelled");
-        let (status, again) = post(&relay.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
-        assert_eq!((status, &again), (200, &cancelled), "{name}: cancel is not idempotent");
+        let (status, again) = post(
+            &relay.url(&format!("/v1/responses/{id}/cancel")),
+            &json!({}),
+        )
+        .await;
+        assert_eq!(
+            (status, &again),
+            (200, &cancelled),
+            "{name}: cancel is not idempotent"
+        );
         let (_, log) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
         let body = parse_sse(&log);
         check_events(&body.events);
-        assert_eq!(body.events.last().unwrap()["response"]["status"], "cancelled");
+        assert_eq!(
+            body.events.last().unwrap()["response"]["status"],
+            "cancelled"
+        );
         // A finished run cannot be cancelled; a synchronous one neither.
-        let (_, done) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "background": true})).await;
+        let (_, done) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "x", "background": true}),
+        )
+        .await;
         let done_id = done["id"].as_str().unwrap().to_string();
         wait_done(&relay, &done_id).await;
-        let (status, err) = post(&relay.url(&format!("/v1/responses/{done_id}/cancel")), &json!({})).await;
+        let (status, err) = post(
+            &relay.url(&format!("/v1/responses/{done_id}/cancel")),
+            &json!({}),
+        )
+        .await;
         assert_eq!(status, 400, "{name}: {err}");
-        assert!(err["error"]["message"].as_str().unwrap().contains("completed"));
-        let (_, sync) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
-        let (status, _) = post(&relay.url(&format!("/v1/responses/{}/cancel", sync["id"].as_str().unwrap())), &json!({})).await;
+        assert!(
+            err["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("completed")
+        );
+        let (_, sync) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "x"}),
+        )
+        .await;
+        let (status, _) = post(
+            &relay.url(&format!(
+                "/v1/responses/{}/cancel",
+                sync["id"].as_str().unwrap()
+            )),
+            &json!({}),
+        )
+        .await;
         assert_eq!(status, 400);
         let (status, _) = post(&relay.url("/v1/responses/resp_unknown/cancel"), &json!({})).await;
         assert_eq!(status, 404);
@@ -163,7 +247,10 @@ async fn a_streaming_client_that_disconnects_leaves_a_cancelled_run() {
             .await
             .unwrap();
         let first = String::from_utf8(resp.chunk().await.unwrap().unwrap().to_vec()).unwrap();
-        let id = parse_sse(&first).events[0]["response"]["id"].as_str().unwrap().to_string();
+        let id = parse_sse(&first).events[0]["response"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
         drop(resp);
         let r = wait_done(&relay, &id).await;
         assert_eq!(r["status"], "cancelled", "{name}");
@@ -175,24 +262,58 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+        let (_, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "x"}),
+        )
+        .await;
         let id = r["id"].as_str().unwrap();
-        let r2 = client().delete(relay.url(&format!("/v1/responses/{id}"))).send().await.unwrap();
+        let r2 = client()
+            .delete(relay.url(&format!("/v1/responses/{id}")))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r2.status(), 200, "{name}");
         let body: Value = r2.json().await.unwrap();
-        assert_eq!(body, json!({"id": id, "object": "response", "deleted": true}));
-        for path in [format!("/v1/responses/{id}"), format!("/v1/responses/{id}?stream=true"), format!("/v1/responses/{id}/input_items")] {
+        assert_eq!(
+            body,
+            json!({"id": id, "object": "response", "deleted": true})
+        );
+        for path in [
+            format!("/v1/responses/{id}"),
+            format!("/v1/responses/{id}?stream=true"),
+            format!("/v1/responses/{id}/input_items"),
+        ] {
             let (status, _) = get(&relay.url(&path)).await;
             assert_eq!(status, 404, "{name} {path}");
         }
-        let r3 = client().delete(relay.url(&format!("/v1/responses/{id}"))).send().await.unwrap();
+        let r3 = client()
+            .delete(relay.url(&format!("/v1/responses/{id}")))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r3.status(), 404);
-        let (_, unstored) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "store": false})).await;
+        let (_, unstored) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "x", "store": false}),
+        )
+        .await;
         assert_eq!(unstored["store"], false);
-        let (status, _) = get(&relay.url(&format!("/v1/responses/{}", unstored["id"].as_str().unwrap()))).await;
+        let (status, _) = get(&relay.url(&format!(
+            "/v1/responses/{}",
+            unstored["id"].as_str().unwrap()
+        )))
+        .await;
         assert_eq!(status, 404, "{name}: a store:false run was kept");
-        let (status, err) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]})).await;
-        assert_eq!((status, err["error"]["code"].as_str()), (400, Some("previous_response_not_found")));
+        let (status, err) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]}),
+        )
+        .await;
+        assert_eq!(
+            (status, err["error"]["code"].as_str()),
+            (400, Some("previous_response_not_found"))
+        );
     }
 }
 
@@ -201,22 +322,47 @@ async fn input_items_paginate_as_openai_does() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let input: Vec<Value> = (0..5).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
-        let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": input})).await;
+        let input: Vec<Value> = (0..5)
+            .map(|i| json!({"role": "user", "content": format!("m{i}")}))
+            .collect();
+        let (_, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": input}),
+        )
+        .await;
         let id = r["id"].as_str().unwrap();
         let (_, page) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=2"))).await;
         assert_eq!(page["object"], "list", "{name}");
-        let texts = |p: &Value| -> Vec<String> { p["data"].as_array().unwrap().iter().map(|i| i["content"].as_str().unwrap().to_string()).collect() };
+        let texts = |p: &Value| -> Vec<String> {
+            p["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i["content"].as_str().unwrap().to_string())
+                .collect()
+        };
         assert_eq!(texts(&page), ["m4", "m3"], "default order is desc");
         assert_eq!(page["has_more"], true);
         assert_eq!(page["first_id"], page["data"][0]["id"]);
         let after = page["last_id"].as_str().unwrap();
-        let (_, next) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=2&after={after}"))).await;
+        let (_, next) = get(&relay.url(&format!(
+            "/v1/responses/{id}/input_items?limit=2&after={after}"
+        )))
+        .await;
         assert_eq!(texts(&next), ["m2", "m1"]);
-        let (_, asc) = get(&relay.url(&format!("/v1/responses/{id}/input_items?order=asc&limit=100"))).await;
+        let (_, asc) = get(&relay.url(&format!(
+            "/v1/responses/{id}/input_items?order=asc&limit=100"
+        )))
+        .await;
         assert_eq!(texts(&asc), ["m0", "m1", "m2", "m3", "m4"]);
         assert_eq!(asc["has_more"], false);
-        assert!(asc["data"].as_array().unwrap().iter().all(|i| i["id"].as_str().unwrap().starts_with("msg_")));
+        assert!(
+            asc["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|i| i["id"].as_str().unwrap().starts_with("msg_"))
+        );
         let (status, _) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=0"))).await;
         assert_eq!(status, 400);
     }
@@ -242,10 +388,19 @@ async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or_default().to_string()))
+            .map(|m| {
+                (
+                    m["role"].as_str().unwrap().to_string(),
+                    m["content"].as_str().unwrap_or_default().to_string(),
+                )
+            })
             .collect();
         let roles: Vec<&str> = msgs.iter().map(|(r, _)| r.as_str()).collect();
-        assert_eq!(roles, ["user", "assistant", "user", "assistant", "user"], "{name}");
+        assert_eq!(
+            roles,
+            ["user", "assistant", "user", "assistant", "user"],
+            "{name}"
+        );
         assert_eq!(msgs[0].1, "turn 0");
         assert_eq!(msgs[4].1, "turn 2");
         // An item_reference to a stored output item brings that item back.
@@ -268,11 +423,29 @@ async fn expired_runs_are_removed() {
         c.store_ttl = Some(std::time::Duration::from_secs(60));
         let app = responses_relay::App::new(c);
         let relay = relay_app(app.clone()).await;
-        let (_, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "x"})).await;
+        let (_, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "x"}),
+        )
+        .await;
         let id = r["id"].as_str().unwrap();
         app.store().flush().await;
-        assert_eq!(app.store().expire(app.clock().now_unix() + 30).await.unwrap(), 0, "{name}: expired too early");
-        assert_eq!(app.store().expire(app.clock().now_unix() + 61).await.unwrap(), 1, "{name}");
+        assert_eq!(
+            app.store()
+                .expire(app.clock().now_unix() + 30)
+                .await
+                .unwrap(),
+            0,
+            "{name}: expired too early"
+        );
+        assert_eq!(
+            app.store()
+                .expire(app.clock().now_unix() + 61)
+                .await
+                .unwrap(),
+            1,
+            "{name}"
+        );
         let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
         assert_eq!(status, 404, "{name}");
     }
@@ -287,15 +460,32 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
         let mut c = config(&up.base_url());
         c.store = store.clone();
         let app = responses_relay::app::App::new(c);
-        let body = json!({"model": "fake-model?fault=stall", "input": "x", "background": true}).to_string();
+        let body = json!({"model": "fake-model?fault=stall", "input": "x", "background": true})
+            .to_string();
         let request = responses_relay::api::request::parse_create(body.as_bytes()).unwrap();
-        let prepared = responses_relay::run::prepare(&app, request, None).await.unwrap();
+        let prepared = responses_relay::run::prepare(&app, request, None)
+            .await
+            .unwrap();
         let handle = responses_relay::run::start(&app, prepared, app.run_permit().unwrap());
         let found = app.store().response(&handle.id).await.unwrap();
-        let found = found.unwrap_or_else(|| panic!("{name}: a just-created background run is not found"));
-        assert_eq!((found.id.as_str(), found.background), (handle.id.as_str(), true), "{name}");
-        assert_eq!(serde_json::to_value(found.status).unwrap(), "queued", "{name}");
-        let record = app.store().record(&handle.id).await.unwrap().unwrap_or_else(|| panic!("{name}: no record"));
+        let found =
+            found.unwrap_or_else(|| panic!("{name}: a just-created background run is not found"));
+        assert_eq!(
+            (found.id.as_str(), found.background),
+            (handle.id.as_str(), true),
+            "{name}"
+        );
+        assert_eq!(
+            serde_json::to_value(found.status).unwrap(),
+            "queued",
+            "{name}"
+        );
+        let record = app
+            .store()
+            .record(&handle.id)
+            .await
+            .unwrap()
+            .unwrap_or_else(|| panic!("{name}: no record"));
         assert_eq!(record.response.id, handle.id);
         handle.cancel.cancel();
         handle.log.wait_finished().await;
@@ -312,7 +502,11 @@ async fn kept_runs_reach_the_sqlite_file_itself_while_the_relay_runs() {
     let mut c = config(&up.base_url());
     c.store = StoreKind::Sqlite(db.clone());
     let relay = relay(c).await;
-    let (status, r) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": "to the file"})).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "to the file"}),
+    )
+    .await;
     assert_eq!(status, 200, "{r}");
     let id = r["id"].as_str().unwrap().to_string();
     // The database file alone (a copy, without its WAL) says what was checkpointed.
@@ -320,7 +514,10 @@ async fn kept_runs_reach_the_sqlite_file_itself_while_the_relay_runs() {
     let in_file = || -> Option<String> {
         std::fs::copy(&db, &copy).ok()?;
         let c = rusqlite::Connection::open(&copy).ok()?;
-        c.query_row("SELECT status FROM responses WHERE id = ?1", [&id], |r| r.get(0)).ok()
+        c.query_row("SELECT status FROM responses WHERE id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .ok()
     };
     let mut status = None;
     for _ in 0..100 {
@@ -330,5 +527,9 @@ async fn kept_runs_reach_the_sqlite_file_itself_while_the_relay_runs() {
         }
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    assert_eq!(status.as_deref(), Some("completed"), "the run never reached the database file");
+    assert_eq!(
+        status.as_deref(),
+        Some("completed"),
+        "the run never reached the database file"
+    );
 }

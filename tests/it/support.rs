@@ -20,7 +20,12 @@ pub fn manifest_dir() -> PathBuf {
 }
 
 pub async fn upstream() -> fake_upstream::FakeUpstream {
-    fake_upstream::start("127.0.0.1:0".parse().unwrap(), manifest_dir().join("fixtures/upstream")).await.expect("fake upstream starts")
+    fake_upstream::start(
+        "127.0.0.1:0".parse().unwrap(),
+        manifest_dir().join("fixtures/upstream"),
+    )
+    .await
+    .expect("fake upstream starts")
 }
 
 /// A relay served in-process on a loopback port.
@@ -57,7 +62,11 @@ impl Drop for Relay {
 /// A deterministic config (sequential ids, fixed clock) pointing at `upstream_base`, with MCP
 /// servers on loopback allowed (`--mcp-allow-private-networks`).
 pub fn config(upstream_base: &str) -> Config {
-    let mut c = Config { upstream_url: upstream_base.to_string(), deterministic: true, ..Config::default() };
+    let mut c = Config {
+        upstream_url: upstream_base.to_string(),
+        deterministic: true,
+        ..Config::default()
+    };
     c.mcp.ssrf = responses_relay::ssrf::Policy::allow_private_networks();
     c
 }
@@ -75,14 +84,22 @@ pub async fn relay_app(app: App) -> Relay {
     let done = tokio::spawn(responses_relay::server::serve_on(listener, app, async {
         let _ = rx.await;
     }));
-    Relay { addr, stop: Some(tx), done: Some(done) }
+    Relay {
+        addr,
+        stop: Some(tx),
+        done: Some(done),
+    }
 }
 
 /// A fresh scratch directory under the system temp dir.
 pub fn scratch(name: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!("relay-{name}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "relay-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -93,8 +110,14 @@ pub fn scratch(name: &str) -> PathBuf {
 pub fn stores() -> Vec<(&'static str, responses_relay::config::StoreKind)> {
     vec![
         ("memory", responses_relay::config::StoreKind::Memory),
-        ("sqlite", responses_relay::config::StoreKind::Sqlite(scratch("store").join("relay.sqlite3"))),
-        ("redis", responses_relay::config::StoreKind::Redis(redis_db())),
+        (
+            "sqlite",
+            responses_relay::config::StoreKind::Sqlite(scratch("store").join("relay.sqlite3")),
+        ),
+        (
+            "redis",
+            responses_relay::config::StoreKind::Redis(redis_db()),
+        ),
     ]
 }
 
@@ -107,13 +130,20 @@ pub struct RedisServer {
 
 impl RedisServer {
     pub fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         Self::start_on(port)
     }
 
     /// Starts (or restarts) a server on `port`.
     pub fn start_on(port: u16) -> Self {
-        let bin = std::process::Command::new("sh").args(["-c", "command -v redis-server"]).output().unwrap();
+        let bin = std::process::Command::new("sh")
+            .args(["-c", "command -v redis-server"])
+            .output()
+            .unwrap();
         assert!(
             bin.status.success(),
             "redis-server is not installed: run `bash scripts/test.sh --install-only` (or `apt-get install -y redis-server`)"
@@ -133,8 +163,14 @@ impl RedisServer {
                 use std::io::{Read, Write};
                 let _ = c.set_read_timeout(Some(std::time::Duration::from_secs(1)));
                 let mut buf = [0u8; 64];
-                if c.write_all(b"PING\r\n").is_ok() && c.read(&mut buf).is_ok_and(|n| buf[..n].starts_with(b"+PONG")) {
-                    return RedisServer { port, child: Some(child) };
+                if c.write_all(b"PING\r\n").is_ok()
+                    && c.read(&mut buf)
+                        .is_ok_and(|n| buf[..n].starts_with(b"+PONG"))
+                {
+                    return RedisServer {
+                        port,
+                        child: Some(child),
+                    };
                 }
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
@@ -190,14 +226,20 @@ pub async fn post(url: &str, body: &Value) -> (u16, Value) {
     let r = client().post(url).json(body).send().await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 pub async fn get(url: &str) -> (u16, Value) {
     let r = client().get(url).send().await.unwrap();
     let status = r.status().as_u16();
     let text = r.text().await.unwrap();
-    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
 }
 
 /// A whole SSE body, checked for framing: each event `event: T\ndata: JSON\n\n` with T equal to
@@ -225,9 +267,17 @@ pub fn parse_sse(text: &str) -> SseBody {
             continue;
         }
         let lines: Vec<&str> = block.split('\n').collect();
-        assert_eq!(lines.len(), 2, "event is not exactly an event line and one data line: {block:?}");
-        let name = lines[0].strip_prefix("event: ").unwrap_or_else(|| panic!("no event line: {block:?}"));
-        let data = lines[1].strip_prefix("data: ").unwrap_or_else(|| panic!("no data line: {block:?}"));
+        assert_eq!(
+            lines.len(),
+            2,
+            "event is not exactly an event line and one data line: {block:?}"
+        );
+        let name = lines[0]
+            .strip_prefix("event: ")
+            .unwrap_or_else(|| panic!("no event line: {block:?}"));
+        let data = lines[1]
+            .strip_prefix("data: ")
+            .unwrap_or_else(|| panic!("no data line: {block:?}"));
         let v: Value = serde_json::from_str(data).unwrap();
         assert_eq!(v["type"], name, "event name differs from type");
         events.push(v);
@@ -238,13 +288,26 @@ pub fn parse_sse(text: &str) -> SseBody {
 
 /// POSTs a request and returns the raw body text (a whole SSE stream for `stream: true`).
 pub async fn post_text(url: &str, body: &Value) -> String {
-    client().post(url).json(body).send().await.unwrap().text().await.unwrap()
+    client()
+        .post(url)
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// POSTs a streaming request and reads the whole SSE body.
 pub async fn stream(url: &str, body: &Value) -> SseBody {
     let r = client().post(url).json(body).send().await.unwrap();
-    assert_eq!(r.status(), 200, "stream request failed: {}", r.text().await.unwrap());
+    assert_eq!(
+        r.status(),
+        200,
+        "stream request failed: {}",
+        r.text().await.unwrap()
+    );
     assert_eq!(r.headers()["content-type"], "text/event-stream");
     parse_sse(&r.text().await.unwrap())
 }
@@ -255,12 +318,19 @@ pub fn check_events(events: &[Value]) -> Value {
     let mut fold = Fold::new();
     for (i, e) in events.iter().enumerate() {
         assert_eq!(e["sequence_number"], i as u64, "sequence gap at {i}: {e}");
-        let s: Sequenced = serde_json::from_value(e.clone()).unwrap_or_else(|err| panic!("event {i} does not parse ({err}): {e}"));
-        fold.apply(&s.event).unwrap_or_else(|err| panic!("event {i} breaks the rules: {err}"));
+        let s: Sequenced = serde_json::from_value(e.clone())
+            .unwrap_or_else(|err| panic!("event {i} does not parse ({err}): {e}"));
+        fold.apply(&s.event)
+            .unwrap_or_else(|err| panic!("event {i} breaks the rules: {err}"));
     }
     let terminal: Vec<_> = events
         .iter()
-        .filter(|e| matches!(e["type"].as_str(), Some("response.completed" | "response.incomplete" | "response.failed")))
+        .filter(|e| {
+            matches!(
+                e["type"].as_str(),
+                Some("response.completed" | "response.incomplete" | "response.failed")
+            )
+        })
         .collect();
     assert_eq!(terminal.len(), 1, "expected exactly one terminal event");
     assert!(fold.is_terminal(), "the terminal event is not last");
@@ -275,7 +345,9 @@ pub fn golden(name: &str, body: &SseBody) {
 
 /// As [`golden`], with loopback addresses of test servers (random ports) written as names.
 pub fn golden_at(name: &str, body: &SseBody, addresses: &[(&str, &str)]) {
-    let path = manifest_dir().join("fixtures/golden").join(format!("{name}.jsonl"));
+    let path = manifest_dir()
+        .join("fixtures/golden")
+        .join(format!("{name}.jsonl"));
     let mut actual: String = body.raw.iter().map(|e| format!("{e}\n")).collect();
     for (addr, placeholder) in addresses {
         actual = actual.replace(addr, placeholder);
@@ -285,18 +357,30 @@ pub fn golden_at(name: &str, body: &SseBody, addresses: &[(&str, &str)]) {
         std::fs::write(&path, &actual).unwrap();
         return;
     }
-    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("missing golden {} (run with UPDATE_GOLDEN=1)", path.display()));
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "missing golden {} (run with UPDATE_GOLDEN=1)",
+            path.display()
+        )
+    });
     if expected != actual {
         for (i, (a, b)) in expected.lines().zip(actual.lines()).enumerate() {
             assert_eq!(a, b, "golden {name} differs at line {}", i + 1);
         }
-        assert_eq!(expected.lines().count(), actual.lines().count(), "golden {name}: different number of events");
+        assert_eq!(
+            expected.lines().count(),
+            actual.lines().count(),
+            "golden {name}: different number of events"
+        );
     }
 }
 
 /// The `type`s of a list of events.
 pub fn kinds(events: &[Value]) -> Vec<String> {
-    events.iter().map(|e| e["type"].as_str().unwrap().to_string()).collect()
+    events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_string())
+        .collect()
 }
 
 /// Polls `f` until it is true, for at most ten seconds (a liveness bound, not a timing test).

@@ -8,7 +8,16 @@ use crate::mcp_loop::mcp_test_server::{self, Options, catalog_topic};
 use crate::support::*;
 
 async fn catalog(n: usize, seed: usize) -> mcp_test_server::McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Options { catalog: n, catalog_seed: seed, ..Options::default() }).await.unwrap()
+    mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        Options {
+            catalog: n,
+            catalog_seed: seed,
+            ..Options::default()
+        },
+    )
+    .await
+    .unwrap()
 }
 
 fn deferred(label: &str, url: &str) -> Value {
@@ -17,7 +26,14 @@ fn deferred(label: &str, url: &str) -> Value {
 }
 
 fn function_names(request: &Value) -> Vec<String> {
-    request["tools"].as_array().map(|t| t.iter().map(|f| f["function"]["name"].as_str().unwrap().to_string()).collect()).unwrap_or_default()
+    request["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .map(|f| f["function"]["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 #[tokio::test]
@@ -34,16 +50,41 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     );
     let tools = json!([deferred("a", &a.url()), deferred("b", &b.url()),
         {"type": "mcp", "server_label": "plain", "server_url": plain.url(), "require_approval": "never"}]);
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": script, "stream": true, "tools": tools})).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": script, "stream": true, "tools": tools}),
+    )
+    .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
-    let types: Vec<&str> = folded["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = folded["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
     assert_eq!(
         types,
-        ["mcp_list_tools", "mcp_list_tools", "mcp_list_tools", "tool_search_call", "tool_search_output", "tool_search_call", "tool_search_output", "mcp_call", "message"],
+        [
+            "mcp_list_tools",
+            "mcp_list_tools",
+            "mcp_list_tools",
+            "tool_search_call",
+            "tool_search_output",
+            "tool_search_call",
+            "tool_search_output",
+            "mcp_call",
+            "message"
+        ],
     );
-    let listed: usize = folded["output"].as_array().unwrap()[..3].iter().map(|l| l["tools"].as_array().unwrap().len()).sum();
-    assert!(listed >= 250, "every server is still listed at the start ({listed})");
+    let listed: usize = folded["output"].as_array().unwrap()[..3]
+        .iter()
+        .map(|l| l["tools"].as_array().unwrap().len())
+        .sum();
+    assert!(
+        listed >= 250,
+        "every server is still listed at the start ({listed})"
+    );
     // The first search found nothing, and said so; the second found the right tool first.
     assert_eq!(folded["output"][4]["tools"], json!([]));
     assert_eq!(folded["output"][3]["arguments"]["query"], "zebra unicorn");
@@ -51,26 +92,64 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     assert_eq!(found[0]["type"], "namespace");
     assert_eq!(found[0]["name"], "b");
     assert_eq!(found[0]["tools"][0]["name"], target, "{found}");
-    assert!(found.as_array().unwrap().iter().map(|ns| ns["tools"].as_array().unwrap().len()).sum::<usize>() <= 5);
-    assert_eq!(folded["output"][3]["call_id"], folded["output"][4]["call_id"]);
+    assert!(
+        found
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|ns| ns["tools"].as_array().unwrap().len())
+            .sum::<usize>()
+            <= 5
+    );
+    assert_eq!(
+        folded["output"][3]["call_id"],
+        folded["output"][4]["call_id"]
+    );
     let call = &folded["output"][7];
-    assert_eq!((call["server_label"].as_str(), call["name"].as_str(), call["status"].as_str()), (Some("b"), Some(target), Some("completed")));
+    assert_eq!(
+        (
+            call["server_label"].as_str(),
+            call["name"].as_str(),
+            call["status"].as_str()
+        ),
+        (Some("b"), Some(target), Some("completed"))
+    );
     assert_eq!(call["output"], format!("called {target}"));
     // What the model saw: turn 1 only the plain server's tools and the search tool; the found
     // tool from turn 3 on.
     let reqs = up.requests();
-    let turns: Vec<Vec<String>> = reqs[reqs.len() - 4..].iter().map(|r| function_names(&r.body)).collect();
+    let turns: Vec<Vec<String>> = reqs[reqs.len() - 4..]
+        .iter()
+        .map(|r| function_names(&r.body))
+        .collect();
     assert!(turns[0].contains(&"tool_search".to_string()));
-    assert!(turns[0].iter().all(|n| !n.starts_with("a__") && !n.starts_with("b__")), "{:?}", turns[0]);
-    assert_eq!(turns[0].len(), 50 + 9 + 1, "plain's catalog + its 9 tools + tool_search");
-    assert!(!turns[1].iter().any(|n| n.starts_with("b__")), "nothing was found yet");
+    assert!(
+        turns[0]
+            .iter()
+            .all(|n| !n.starts_with("a__") && !n.starts_with("b__")),
+        "{:?}",
+        turns[0]
+    );
+    assert_eq!(
+        turns[0].len(),
+        50 + 9 + 1,
+        "plain's catalog + its 9 tools + tool_search"
+    );
+    assert!(
+        !turns[1].iter().any(|n| n.starts_with("b__")),
+        "nothing was found yet"
+    );
     assert!(turns[2].contains(&format!("b__{target}")));
     assert_eq!(b.count("tools/call"), 1);
     assert_eq!(a.count("tools/call"), 0);
     golden_at(
         "tool_search_catalog_250",
         &body,
-        &[(&a.url(), "http://mcp-a/mcp"), (&b.url(), "http://mcp-b/mcp"), (&plain.url(), "http://mcp-plain/mcp")],
+        &[
+            (&a.url(), "http://mcp-a/mcp"),
+            (&b.url(), "http://mcp-b/mcp"),
+            (&plain.url(), "http://mcp-plain/mcp"),
+        ],
     );
 }
 
@@ -87,9 +166,16 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     )
     .await;
     let folded = check_events(&body.events);
-    assert_eq!(folded["output"][2]["tools"][0]["tools"][0]["name"], "tool_005");
+    assert_eq!(
+        folded["output"][2]["tools"][0]["tools"][0]["name"],
+        "tool_005"
+    );
     assert_eq!(folded["tools"][1]["type"], "tool_search");
-    golden_at("tool_search", &body, &[(&a.url(), "http://mcp-test-server/mcp")]);
+    golden_at(
+        "tool_search",
+        &body,
+        &[(&a.url(), "http://mcp-test-server/mcp")],
+    );
     // Next response in the chain: the found tool is callable without searching again.
     let (status, next) = post(
         &relay.url("/v1/responses"),
@@ -97,7 +183,12 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     )
     .await;
     assert_eq!(status, 200, "{next}");
-    let types: Vec<&str> = next["output"].as_array().unwrap().iter().map(|i| i["type"].as_str().unwrap()).collect();
+    let types: Vec<&str> = next["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
     assert_eq!(types, ["mcp_call", "message"]);
     assert_eq!(next["output"][0]["output"], "called tool_005");
     let (status, err) = post(
@@ -105,5 +196,8 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
         &json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "client"}]}),
     )
     .await;
-    assert_eq!((status, err["error"]["param"].as_str()), (400, Some("tools[0].execution")));
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("tools[0].execution"))
+    );
 }

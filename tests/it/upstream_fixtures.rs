@@ -23,7 +23,8 @@ use responses_relay::run::transcode::{ToolMap, Transcoder};
 use responses_relay::upstream::chat::ChunkParser;
 use responses_relay::upstream::responses::EventParser;
 use responses_relay::upstream::{
-    FinishReason, ModelEvent, Timeouts, TurnRequest, TurnToolChoice, Upstream, UpstreamApi, UpstreamError,
+    FinishReason, ModelEvent, Timeouts, TurnRequest, TurnToolChoice, Upstream, UpstreamApi,
+    UpstreamError,
 };
 use serde_json::{Map, Value, json};
 
@@ -88,26 +89,47 @@ fn sse_payloads(text: &str) -> Vec<String> {
 }
 
 fn load(path: &Path) -> Transcript {
-    let name = path.strip_prefix(fixtures_dir()).unwrap().to_string_lossy().replace('\\', "/");
+    let name = path
+        .strip_prefix(fixtures_dir())
+        .unwrap()
+        .to_string_lossy()
+        .replace('\\', "/");
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{name}: {e}"));
     let payloads: Vec<String> = if name.ends_with(".sse") {
         sse_payloads(&text)
     } else if name.ends_with(".chunks.txt") {
-        text.lines().map(str::trim).filter(|l| !l.is_empty()).map(str::to_string).collect()
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .map(str::to_string)
+            .collect()
     } else if name.ends_with(".json") {
         let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         v.pointer("/response/body")
             .and_then(Value::as_array)
             .unwrap_or_else(|| panic!("{name}: no response.body"))
             .iter()
-            .map(|c| c.get("__data__").unwrap_or_else(|| panic!("{name}: a chunk without __data__")).to_string())
+            .map(|c| {
+                c.get("__data__")
+                    .unwrap_or_else(|| panic!("{name}: a chunk without __data__"))
+                    .to_string()
+            })
             .collect()
     } else {
         panic!("{name}: unknown transcript format")
     };
-    let first: Value = serde_json::from_str(&payloads[0]).unwrap_or_else(|e| panic!("{name}: first payload: {e}"));
-    let api = if first.get("type").is_some() { Api::Responses } else { Api::Chat };
-    Transcript { name, api, payloads }
+    let first: Value =
+        serde_json::from_str(&payloads[0]).unwrap_or_else(|e| panic!("{name}: first payload: {e}"));
+    let api = if first.get("type").is_some() {
+        Api::Responses
+    } else {
+        Api::Chat
+    };
+    Transcript {
+        name,
+        api,
+        payloads,
+    }
 }
 
 fn all_transcripts() -> Vec<Transcript> {
@@ -128,7 +150,10 @@ fn all_transcripts() -> Vec<Transcript> {
 }
 
 fn transcripts(api: Api) -> Vec<Transcript> {
-    all_transcripts().into_iter().filter(|t| t.api == api).collect()
+    all_transcripts()
+        .into_iter()
+        .filter(|t| t.api == api)
+        .collect()
 }
 
 /// What a transcript says the model did, read straight from its JSON.
@@ -163,11 +188,17 @@ fn chat_expected(t: &Transcript) -> Expected {
         for choice in v["choices"].as_array().into_iter().flatten() {
             let d = &choice["delta"];
             let s = |k: &str| d.get(k).and_then(Value::as_str).unwrap_or("");
-            e.reasoning.push_str(if s("reasoning_content").is_empty() { s("reasoning") } else { s("reasoning_content") });
+            e.reasoning.push_str(if s("reasoning_content").is_empty() {
+                s("reasoning")
+            } else {
+                s("reasoning_content")
+            });
             e.text.push_str(s("content"));
             e.refusal.push_str(s("refusal"));
             for tc in d["tool_calls"].as_array().into_iter().flatten() {
-                let index = tc["index"].as_u64().unwrap_or_else(|| panic!("{}: a tool call without index", t.name));
+                let index = tc["index"]
+                    .as_u64()
+                    .unwrap_or_else(|| panic!("{}: a tool call without index", t.name));
                 let at = match by_index.iter().find(|(i, _)| *i == index) {
                     Some((_, at)) => *at,
                     None => {
@@ -182,7 +213,9 @@ fn chat_expected(t: &Transcript) -> Expected {
                 {
                     e.calls[at].0 = n.to_string();
                 }
-                e.calls[at].1.push_str(f["arguments"].as_str().unwrap_or(""));
+                e.calls[at]
+                    .1
+                    .push_str(f["arguments"].as_str().unwrap_or(""));
             }
             if let Some(r) = choice["finish_reason"].as_str()
                 && e.finish.is_none()
@@ -196,9 +229,12 @@ fn chat_expected(t: &Transcript) -> Expected {
                 output_tokens: u(usage, "/completion_tokens"),
                 ..Usage::default()
             };
-            x.total_tokens = usage["total_tokens"].as_u64().unwrap_or(x.input_tokens + x.output_tokens);
+            x.total_tokens = usage["total_tokens"]
+                .as_u64()
+                .unwrap_or(x.input_tokens + x.output_tokens);
             x.input_tokens_details.cached_tokens = u(usage, "/prompt_tokens_details/cached_tokens");
-            x.output_tokens_details.reasoning_tokens = u(usage, "/completion_tokens_details/reasoning_tokens");
+            x.output_tokens_details.reasoning_tokens =
+                u(usage, "/completion_tokens_details/reasoning_tokens");
             e.usage = Some(x);
         }
     }
@@ -213,10 +249,15 @@ fn responses_expected(t: &Transcript) -> Expected {
         match v["type"].as_str().unwrap_or("") {
             "response.output_text.delta" => e.text.push_str(&delta()),
             "response.refusal.delta" => e.refusal.push_str(&delta()),
-            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => e.reasoning.push_str(&delta()),
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                e.reasoning.push_str(&delta())
+            }
             "response.output_item.done" if v["item"]["type"] == "function_call" => {
                 let item = &v["item"];
-                e.calls.push((item["name"].as_str().unwrap().to_string(), item["arguments"].as_str().unwrap().to_string()));
+                e.calls.push((
+                    item["name"].as_str().unwrap().to_string(),
+                    item["arguments"].as_str().unwrap().to_string(),
+                ));
             }
             kind @ ("response.completed" | "response.incomplete") => {
                 let usage = &v["response"]["usage"];
@@ -229,20 +270,35 @@ fn responses_expected(t: &Transcript) -> Expected {
                             cached_tokens: u(usage, "/input_tokens_details/cached_tokens"),
                             cache_write_tokens: 0,
                         },
-                        output_tokens_details: responses_relay::api::response::OutputTokensDetails {
-                            reasoning_tokens: u(usage, "/output_tokens_details/reasoning_tokens"),
-                        },
+                        output_tokens_details:
+                            responses_relay::api::response::OutputTokensDetails {
+                                reasoning_tokens: u(
+                                    usage,
+                                    "/output_tokens_details/reasoning_tokens",
+                                ),
+                            },
                     });
                 }
                 e.finish = Some(kind.to_string());
                 break;
             }
             "error" => {
-                e.error = Some(v.pointer("/error/message").or_else(|| v.get("message")).and_then(Value::as_str).unwrap_or("").into());
+                e.error = Some(
+                    v.pointer("/error/message")
+                        .or_else(|| v.get("message"))
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .into(),
+                );
                 break;
             }
             "response.failed" => {
-                e.error = Some(v.pointer("/response/error/message").and_then(Value::as_str).unwrap_or("").into());
+                e.error = Some(
+                    v.pointer("/response/error/message")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .into(),
+                );
                 break;
             }
             _ => {}
@@ -320,9 +376,18 @@ struct Outcome {
 fn run(t: &Transcript) -> Outcome {
     let (events, error) = parse_all(t);
     let log = Arc::new(RunLog::new());
-    let mut em = Emitter::new(log.clone(), Arc::new(Immediate), IdSource::sequential(), Clock::Fixed(0));
-    em.emit(Event::Created { response: Box::new(created_response()) });
-    em.emit(Event::InProgress { response: Box::new(em.snapshot()) });
+    let mut em = Emitter::new(
+        log.clone(),
+        Arc::new(Immediate),
+        IdSource::sequential(),
+        Clock::Fixed(0),
+    );
+    em.emit(Event::Created {
+        response: Box::new(created_response()),
+    });
+    em.emit(Event::InProgress {
+        response: Box::new(em.snapshot()),
+    });
     let mut tc = Transcoder::new();
     let tools = ToolMap::new();
     for ev in events {
@@ -333,7 +398,10 @@ fn run(t: &Transcript) -> Outcome {
     }
     let outcome = tc.finish(&mut em);
     let ending = match (&error, outcome.finish) {
-        (Some(e), _) => Ending::Failed(ResponseError { code: "server_error".into(), message: e.to_string() }),
+        (Some(e), _) => Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: e.to_string(),
+        }),
         (None, Some(FinishReason::Length)) => Ending::Incomplete("max_output_tokens".into()),
         (None, Some(FinishReason::ContentFilter)) => Ending::Incomplete("content_filter".into()),
         (None, _) => Ending::Completed,
@@ -344,17 +412,48 @@ fn run(t: &Transcript) -> Outcome {
     assert!(log.is_finished(), "{}: the log is not finished", t.name);
     let mut fold = Fold::new();
     for (i, entry) in entries.iter().enumerate() {
-        assert_eq!(entry.seq, i as u64, "{}: log entry {i} has seq {}", t.name, entry.seq);
-        let s: Sequenced = serde_json::from_slice(&entry.json())
-            .unwrap_or_else(|e| panic!("{}: entry {i} is not an event ({e}): {}", t.name, String::from_utf8_lossy(&entry.json())));
-        assert_eq!(s.sequence_number, i as u64, "{}: entry {i} has sequence_number {}", t.name, s.sequence_number);
-        assert_eq!(entry.kind(), s.event.kind(), "{}: entry {i}'s event line", t.name);
-        fold.apply(&s.event).unwrap_or_else(|e| panic!("{}: re-folding entry {i}: {e}", t.name));
+        assert_eq!(
+            entry.seq, i as u64,
+            "{}: log entry {i} has seq {}",
+            t.name, entry.seq
+        );
+        let s: Sequenced = serde_json::from_slice(&entry.json()).unwrap_or_else(|e| {
+            panic!(
+                "{}: entry {i} is not an event ({e}): {}",
+                t.name,
+                String::from_utf8_lossy(&entry.json())
+            )
+        });
+        assert_eq!(
+            s.sequence_number, i as u64,
+            "{}: entry {i} has sequence_number {}",
+            t.name, s.sequence_number
+        );
+        assert_eq!(
+            entry.kind(),
+            s.event.kind(),
+            "{}: entry {i}'s event line",
+            t.name
+        );
+        fold.apply(&s.event)
+            .unwrap_or_else(|e| panic!("{}: re-folding entry {i}: {e}", t.name));
     }
-    assert!(fold.is_terminal(), "{}: the log does not end with a terminal event", t.name);
+    assert!(
+        fold.is_terminal(),
+        "{}: the log does not end with a terminal event",
+        t.name
+    );
     let refolded = fold.into_response().expect("created");
-    assert_eq!(refolded, finished, "{}: the re-folded Response differs from the emitted one", t.name);
-    Outcome { response: finished, finish: outcome.finish, error }
+    assert_eq!(
+        refolded, finished,
+        "{}: the re-folded Response differs from the emitted one",
+        t.name
+    );
+    Outcome {
+        response: finished,
+        finish: outcome.finish,
+        error,
+    }
 }
 
 fn refusal_of(r: &Response) -> String {
@@ -399,15 +498,26 @@ fn calls_of(r: &Response) -> Vec<(String, String)> {
 fn actual(t: &Transcript, o: &Outcome, expected: &Expected) -> Expected {
     let r = &o.response;
     let finish = match t.api {
-        Api::Chat => expected.finish.as_ref().and(o.finish).map(|f| format!("{f:?}")),
-        Api::Responses => expected.finish.as_ref().and(Some(format!("response.{}", status_word(r.status)))),
+        Api::Chat => expected
+            .finish
+            .as_ref()
+            .and(o.finish)
+            .map(|f| format!("{f:?}")),
+        Api::Responses => expected
+            .finish
+            .as_ref()
+            .and(Some(format!("response.{}", status_word(r.status)))),
     };
     Expected {
         text: r.output_text(),
         refusal: refusal_of(r),
         reasoning: reasoning_of(r),
         calls: calls_of(r),
-        usage: if expected.usage.is_some() { r.usage.clone() } else { None },
+        usage: if expected.usage.is_some() {
+            r.usage.clone()
+        } else {
+            None
+        },
         finish,
         error: o.error.as_ref().map(|e| match e {
             UpstreamError::Status { message, .. } => message.clone(),
@@ -447,17 +557,38 @@ fn check_all(ts: &[Transcript], check: impl Fn(&Transcript)) {
             failures.push(format!("{}: {msg}", t.name));
         }
     }
-    assert!(failures.is_empty(), "{} of {} transcripts failed:\n{}", failures.len(), ts.len(), failures.join("\n\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} transcripts failed:\n{}",
+        failures.len(),
+        ts.len(),
+        failures.join("\n\n")
+    );
 }
 
 /// The set exercises every kind of output, so the comparisons cannot pass vacuously.
 fn assert_covers(ts: &[Transcript], expected: fn(&Transcript) -> Expected) {
     let all: Vec<Expected> = ts.iter().map(expected).collect();
-    assert!(all.iter().any(|e| !e.text.is_empty()), "no transcript with text");
-    assert!(all.iter().any(|e| !e.refusal.is_empty()), "no transcript with a refusal");
-    assert!(all.iter().any(|e| !e.reasoning.is_empty()), "no transcript with reasoning");
-    assert!(all.iter().any(|e| e.calls.len() >= 2), "no transcript with parallel calls");
-    assert!(all.iter().any(|e| e.usage.is_some()), "no transcript with usage");
+    assert!(
+        all.iter().any(|e| !e.text.is_empty()),
+        "no transcript with text"
+    );
+    assert!(
+        all.iter().any(|e| !e.refusal.is_empty()),
+        "no transcript with a refusal"
+    );
+    assert!(
+        all.iter().any(|e| !e.reasoning.is_empty()),
+        "no transcript with reasoning"
+    );
+    assert!(
+        all.iter().any(|e| e.calls.len() >= 2),
+        "no transcript with parallel calls"
+    );
+    assert!(
+        all.iter().any(|e| e.usage.is_some()),
+        "no transcript with usage"
+    );
 }
 
 fn check_transcript(t: &Transcript) {
@@ -469,9 +600,18 @@ fn check_transcript(t: &Transcript) {
     let got = actual(t, &o, &expected);
     let expected = normalized(t, expected);
     if expected.usage.is_none() {
-        assert_eq!(o.response.usage, Some(Usage::default()), "{}: usage without a usage report", t.name);
+        assert_eq!(
+            o.response.usage,
+            Some(Usage::default()),
+            "{}: usage without a usage report",
+            t.name
+        );
     }
-    assert_eq!(got, expected, "{}: what the relay made of the transcript differs from it", t.name);
+    assert_eq!(
+        got, expected,
+        "{}: what the relay made of the transcript differs from it",
+        t.name
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -480,8 +620,15 @@ fn check_transcript(t: &Transcript) {
 #[test]
 fn every_recorded_chat_stream_becomes_well_ordered_events() {
     let ts = transcripts(Api::Chat);
-    assert!(ts.len() >= 21, "expected every chat transcript, found {}", ts.len());
-    assert!(ts.iter().any(|t| t.name.ends_with(".llama-stack-recording.json")));
+    assert!(
+        ts.len() >= 21,
+        "expected every chat transcript, found {}",
+        ts.len()
+    );
+    assert!(
+        ts.iter()
+            .any(|t| t.name.ends_with(".llama-stack-recording.json"))
+    );
     assert_covers(&ts, chat_expected);
     check_all(&ts, check_transcript);
 }
@@ -489,7 +636,11 @@ fn every_recorded_chat_stream_becomes_well_ordered_events() {
 #[test]
 fn every_recorded_responses_stream_becomes_well_ordered_events() {
     let ts = transcripts(Api::Responses);
-    assert!(ts.len() >= 9, "expected every Responses transcript, found {}", ts.len());
+    assert!(
+        ts.len() >= 9,
+        "expected every Responses transcript, found {}",
+        ts.len()
+    );
     assert_covers(&ts, responses_expected);
     check_all(&ts, check_transcript);
 }
@@ -498,12 +649,21 @@ fn every_recorded_responses_stream_becomes_well_ordered_events() {
 fn a_recorded_mid_stream_error_fails_the_response() {
     let t = load(&fixtures_dir().join("openai-responses/error-response-failed.chunks.txt"));
     let o = run(&t);
-    assert!(matches!(o.error, Some(UpstreamError::Status { .. })), "{:?}", o.error);
+    assert!(
+        matches!(o.error, Some(UpstreamError::Status { .. })),
+        "{:?}",
+        o.error
+    );
     assert_eq!(o.response.status, ResponseStatus::Failed);
 }
 
 fn test_timeouts() -> Timeouts {
-    Timeouts { retries: 0, connect: Duration::from_secs(5), first_byte: Duration::from_secs(10), idle: Duration::from_secs(10) }
+    Timeouts {
+        retries: 0,
+        connect: Duration::from_secs(5),
+        first_byte: Duration::from_secs(10),
+        idle: Duration::from_secs(10),
+    }
 }
 
 fn turn(model: &str) -> TurnRequest {
@@ -526,7 +686,9 @@ fn turn(model: &str) -> TurnRequest {
 
 async fn start_fake() -> fake_upstream::FakeUpstream {
     responses_relay::install_tls();
-    fake_upstream::start("127.0.0.1:0".parse().unwrap(), fixtures_dir()).await.expect("fake upstream starts")
+    fake_upstream::start("127.0.0.1:0".parse().unwrap(), fixtures_dir())
+        .await
+        .expect("fake upstream starts")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -542,7 +704,12 @@ async fn replayed_transcripts_reach_the_adapters_exactly_as_recorded() {
         let (want, want_err) = parse_all(&t);
         if t.api == Api::Responses && want_err.is_none() {
             // The Responses adapter stops at the terminal event; nothing follows it in these files.
-            assert!(want.last().is_some_and(|e| matches!(e, ModelEvent::Finish(_))), "{}", t.name);
+            assert!(
+                want.last()
+                    .is_some_and(|e| matches!(e, ModelEvent::Finish(_))),
+                "{}",
+                t.name
+            );
         }
         let mut stream = match upstream.open(&turn(&format!("replay:{}", t.name))).await {
             Ok(s) => s,
@@ -563,7 +730,10 @@ async fn replayed_transcripts_reach_the_adapters_exactly_as_recorded() {
             }
         }
         if got != want || got_err.is_some() != want_err.is_some() {
-            failures.push(format!("{}: over HTTP {got:?} / {got_err:?}\nfrom the file {want:?} / {want_err:?}", t.name));
+            failures.push(format!(
+                "{}: over HTTP {got:?} / {got_err:?}\nfrom the file {want:?} / {want_err:?}",
+                t.name
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
@@ -573,26 +743,53 @@ async fn replayed_transcripts_reach_the_adapters_exactly_as_recorded() {
 async fn sse_transcripts_replay_byte_for_byte_on_their_own_route_only() {
     let fake = start_fake().await;
     let http = reqwest::Client::new();
-    for t in all_transcripts().into_iter().filter(|t| t.name.ends_with(".sse")) {
+    for t in all_transcripts()
+        .into_iter()
+        .filter(|t| t.name.ends_with(".sse"))
+    {
         let (route, other) = match t.api {
             Api::Chat => ("chat/completions", "responses"),
             Api::Responses => ("responses", "chat/completions"),
         };
         let body = json!({"model": format!("replay:{}", t.name), "stream": true, "messages": [], "input": []});
-        let resp = http.post(format!("{}/{route}", fake.base_url())).json(&body).send().await.unwrap();
+        let resp = http
+            .post(format!("{}/{route}", fake.base_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(resp.status(), 200, "{}", t.name);
         assert_eq!(resp.headers()["content-type"], "text/event-stream");
         let bytes = resp.bytes().await.unwrap();
         let file = std::fs::read(fixtures_dir().join(&t.name)).unwrap();
-        assert!(bytes == file, "{}: the replay differs from the recording", t.name);
-        let wrong = http.post(format!("{}/{other}", fake.base_url())).json(&body).send().await.unwrap();
+        assert!(
+            bytes == file,
+            "{}: the replay differs from the recording",
+            t.name
+        );
+        let wrong = http
+            .post(format!("{}/{other}", fake.base_url()))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(wrong.status(), 400, "{} on /{other}", t.name);
     }
     let missing = json!({"model": "replay:nope/missing.sse", "stream": true, "messages": []});
-    let resp = http.post(format!("{}/chat/completions", fake.base_url())).json(&missing).send().await.unwrap();
+    let resp = http
+        .post(format!("{}/chat/completions", fake.base_url()))
+        .json(&missing)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 404);
     let escape = json!({"model": "replay:../Cargo.toml", "stream": true, "messages": []});
-    let resp = http.post(format!("{}/chat/completions", fake.base_url())).json(&escape).send().await.unwrap();
+    let resp = http
+        .post(format!("{}/chat/completions", fake.base_url()))
+        .json(&escape)
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status(), 400);
 }
 
@@ -602,17 +799,56 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
     for api in [UpstreamApi::Chat, UpstreamApi::Responses] {
         let upstream = Upstream::new(api, &fake.base_url(), None, test_timeouts());
         let mut req = turn("fake-model?deltas=3&reasoning=2");
-        req.items = vec![serde_json::from_value(json!({"type": "message", "role": "user", "content": "hi"})).unwrap()];
-        let events: Vec<ModelEvent> = upstream.open(&req).await.unwrap().map(|e| e.unwrap()).collect().await;
-        let text: String = events.iter().filter_map(|e| if let ModelEvent::Text(t) = e { Some(t.as_str()) } else { None }).collect();
-        let reasoning: String =
-            events.iter().filter_map(|e| if let ModelEvent::Reasoning(t) = e { Some(t.as_str()) } else { None }).collect();
+        req.items = vec![
+            serde_json::from_value(json!({"type": "message", "role": "user", "content": "hi"}))
+                .unwrap(),
+        ];
+        let events: Vec<ModelEvent> = upstream
+            .open(&req)
+            .await
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect()
+            .await;
+        let text: String = events
+            .iter()
+            .filter_map(|e| {
+                if let ModelEvent::Text(t) = e {
+                    Some(t.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let reasoning: String = events
+            .iter()
+            .filter_map(|e| {
+                if let ModelEvent::Reasoning(t) = e {
+                    Some(t.as_str())
+                } else {
+                    None
+                }
+            })
+            .collect();
         assert_eq!(text, "Hello! You said: hi", "{api:?}");
         assert_eq!(reasoning, "think think ", "{api:?}");
-        let usage = events.iter().find_map(|e| if let ModelEvent::Usage(u) = e { Some(u.clone()) } else { None });
+        let usage = events.iter().find_map(|e| {
+            if let ModelEvent::Usage(u) = e {
+                Some(u.clone())
+            } else {
+                None
+            }
+        });
         let usage = usage.unwrap_or_else(|| panic!("{api:?}: no usage"));
-        assert_eq!((usage.input_tokens, usage.output_tokens, usage.total_tokens), (10, 5, 15), "{api:?}");
-        assert!(events.contains(&ModelEvent::Finish(FinishReason::Stop)), "{api:?}: {events:?}");
+        assert_eq!(
+            (usage.input_tokens, usage.output_tokens, usage.total_tokens),
+            (10, 5, 15),
+            "{api:?}"
+        );
+        assert!(
+            events.contains(&ModelEvent::Finish(FinishReason::Stop)),
+            "{api:?}: {events:?}"
+        );
 
         let mut req = turn("fake-model");
         req.tools = vec![responses_relay::upstream::FunctionDef {
@@ -625,10 +861,22 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
             serde_json::from_value(json!({"type": "message", "role": "user", "content": "CALL add {\"a\":2,\"b\":3}\nCALL other {}"}))
                 .unwrap(),
         ];
-        let events: Vec<ModelEvent> = upstream.open(&req).await.unwrap().map(|e| e.unwrap()).collect().await;
+        let events: Vec<ModelEvent> = upstream
+            .open(&req)
+            .await
+            .unwrap()
+            .map(|e| e.unwrap())
+            .collect()
+            .await;
         let mut calls: Vec<(String, String)> = Vec::new();
         for e in &events {
-            if let ModelEvent::ToolCall { index, name, arguments, .. } = e {
+            if let ModelEvent::ToolCall {
+                index,
+                name,
+                arguments,
+                ..
+            } = e
+            {
                 let i = *index as usize;
                 if calls.len() <= i {
                     calls.resize(i + 1, (String::new(), String::new()));
@@ -641,15 +889,26 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
         }
         assert_eq!(
             calls,
-            vec![("math__add".to_string(), r#"{"a":2,"b":3}"#.to_string()), ("other".to_string(), "{}".to_string())],
+            vec![
+                ("math__add".to_string(), r#"{"a":2,"b":3}"#.to_string()),
+                ("other".to_string(), "{}".to_string())
+            ],
             "{api:?}"
         );
-        assert!(events.contains(&ModelEvent::Finish(FinishReason::ToolCalls)), "{api:?}: {events:?}");
+        assert!(
+            events.contains(&ModelEvent::Finish(FinishReason::ToolCalls)),
+            "{api:?}: {events:?}"
+        );
     }
     let recorded = fake.requests();
     assert_eq!(recorded.len(), 4);
     assert_eq!(recorded[0].path, "/v1/chat/completions");
-    assert_eq!(recorded[1].body["messages"][0]["content"].as_str().map(|s| s.starts_with("CALL add")), Some(true));
+    assert_eq!(
+        recorded[1].body["messages"][0]["content"]
+            .as_str()
+            .map(|s| s.starts_with("CALL add")),
+        Some(true)
+    );
     assert_eq!(recorded[2].path, "/v1/responses");
 }
 
@@ -657,7 +916,10 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
 async fn a_client_that_goes_away_ends_the_fake_stream() {
     let fake = start_fake().await;
     let upstream = Upstream::new(UpstreamApi::Chat, &fake.base_url(), None, test_timeouts());
-    let mut stream = upstream.open(&turn("fake-model?fault=stall")).await.unwrap();
+    let mut stream = upstream
+        .open(&turn("fake-model?fault=stall"))
+        .await
+        .unwrap();
     // Two deltas arrive, then nothing.
     let mut texts = 0;
     while texts < 2 {
@@ -667,7 +929,10 @@ async fn a_client_that_goes_away_ends_the_fake_stream() {
     }
     assert_eq!(fake.open_streams(), 1);
     drop(stream);
-    assert!(fake.wait_open_streams(0, Duration::from_secs(5)).await, "the stalled stream is still open");
+    assert!(
+        fake.wait_open_streams(0, Duration::from_secs(5)).await,
+        "the stalled stream is still open"
+    );
 }
 
 /// Inputs the fuzzer found (fuzz/seeds/*/…overflow*): absurd counts and indices from an upstream
@@ -676,28 +941,61 @@ async fn a_client_that_goes_away_ends_the_fake_stream() {
 fn absurd_usage_and_indices_from_an_upstream_saturate_instead_of_overflowing() {
     use responses_relay::api::Usage;
     use responses_relay::upstream::ModelEvent;
-    let mut total = Usage { input_tokens: u64::MAX - 1, output_tokens: u64::MAX, total_tokens: u64::MAX, ..Usage::default() };
-    total.add(&Usage { input_tokens: 5, output_tokens: 5, total_tokens: 10, ..Usage::default() });
-    assert_eq!((total.input_tokens, total.output_tokens, total.total_tokens), (u64::MAX, u64::MAX, u64::MAX));
+    let mut total = Usage {
+        input_tokens: u64::MAX - 1,
+        output_tokens: u64::MAX,
+        total_tokens: u64::MAX,
+        ..Usage::default()
+    };
+    total.add(&Usage {
+        input_tokens: 5,
+        output_tokens: 5,
+        total_tokens: 10,
+        ..Usage::default()
+    });
+    assert_eq!(
+        (total.input_tokens, total.output_tokens, total.total_tokens),
+        (u64::MAX, u64::MAX, u64::MAX)
+    );
 
     let mut parser = responses_relay::upstream::chat::ChunkParser::new();
     let mut out = Vec::new();
-    let huge = format!(r#"{{"choices":[],"usage":{{"prompt_tokens":{},"completion_tokens":7}}}}"#, u64::MAX);
+    let huge = format!(
+        r#"{{"choices":[],"usage":{{"prompt_tokens":{},"completion_tokens":7}}}}"#,
+        u64::MAX
+    );
     parser.parse(&huge, &mut out).unwrap();
     assert!(matches!(&out[0], ModelEvent::Usage(u) if u.total_tokens == u64::MAX));
     out.clear();
-    let max_index = format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{},"id":"a","function":{{"name":"f","arguments":""}}}}]}}}}]}}"#, u32::MAX);
+    let max_index = format!(
+        r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":{},"id":"a","function":{{"name":"f","arguments":""}}}}]}}}}]}}"#,
+        u32::MAX
+    );
     parser.parse(&max_index, &mut out).unwrap();
     parser.parse(r#"{"choices":[{"delta":{"tool_calls":[{"id":"b","function":{"name":"g","arguments":""}}]}}]}"#, &mut out).unwrap();
     assert_eq!(out.len(), 2);
 
     let mut events = responses_relay::upstream::responses::EventParser::new();
     let mut out = Vec::new();
-    let added = |name: &str| format!(r#"{{"type":"response.output_item.added","output_index":0,"item":{{"type":"function_call","call_id":"c","name":"{name}","arguments":""}}}}"#);
+    let added = |name: &str| {
+        format!(
+            r#"{{"type":"response.output_item.added","output_index":0,"item":{{"type":"function_call","call_id":"c","name":"{name}","arguments":""}}}}"#
+        )
+    };
     events.parse(&added("f"), &mut out).unwrap();
     events.parse(&added("g"), &mut out).unwrap();
-    let indices: Vec<u32> = out.iter().filter_map(|e| match e { ModelEvent::ToolCall { index, .. } => Some(*index), _ => None }).collect();
-    assert_eq!(indices, [0, 1], "a repeated output_index must not merge two calls");
+    let indices: Vec<u32> = out
+        .iter()
+        .filter_map(|e| match e {
+            ModelEvent::ToolCall { index, .. } => Some(*index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        indices,
+        [0, 1],
+        "a repeated output_index must not merge two calls"
+    );
 }
 
 #[test]
@@ -706,8 +1004,18 @@ fn turn_bodies_carry_each_tool_whole_in_each_wire_format() {
     let schema = json!({"type": "object", "properties": {"q": {"type": "string", "description": "ü \"quoted\""}}, "required": ["q"]});
     let mut req = turn("m");
     req.tools = vec![
-        FunctionDef { name: "s__find".into(), description: "Find.".into(), parameters: Arc::new(schema.clone()), strict: Some(true) },
-        FunctionDef { name: "plain".into(), description: String::new(), parameters: Arc::new(json!({"type": "object"})), strict: None },
+        FunctionDef {
+            name: "s__find".into(),
+            description: "Find.".into(),
+            parameters: Arc::new(schema.clone()),
+            strict: Some(true),
+        },
+        FunctionDef {
+            name: "plain".into(),
+            description: String::new(),
+            parameters: Arc::new(json!({"type": "object"})),
+            strict: None,
+        },
     ];
     req.tool_choice = TurnToolChoice::Required;
     fn body(b: &impl serde::Serialize) -> Value {
@@ -721,7 +1029,14 @@ fn turn_bodies_carry_each_tool_whole_in_each_wire_format() {
             {"type": "function", "function": {"name": "plain", "description": "", "parameters": {"type": "object"}}},
         ])
     );
-    assert_eq!((chat["tool_choice"].clone(), chat["parallel_tool_calls"].clone(), chat["model"].clone()), (json!("required"), json!(true), json!("m")));
+    assert_eq!(
+        (
+            chat["tool_choice"].clone(),
+            chat["parallel_tool_calls"].clone(),
+            chat["model"].clone()
+        ),
+        (json!("required"), json!(true), json!("m"))
+    );
     let resp = body(&responses::request_body(&req));
     assert_eq!(
         resp["tools"],
@@ -730,12 +1045,22 @@ fn turn_bodies_carry_each_tool_whole_in_each_wire_format() {
             {"type": "function", "name": "plain", "description": "", "parameters": {"type": "object"}, "strict": false},
         ])
     );
-    assert_eq!((resp["tool_choice"].clone(), resp["store"].clone()), (json!("required"), json!(false)));
+    assert_eq!(
+        (resp["tool_choice"].clone(), resp["store"].clone()),
+        (json!("required"), json!(false))
+    );
     // No tools: no `tools`, `tool_choice` or `parallel_tool_calls` key at all.
     req.tools.clear();
-    for b in [body(&chat::request_body(&req)), body(&responses::request_body(&req))] {
+    for b in [
+        body(&chat::request_body(&req)),
+        body(&responses::request_body(&req)),
+    ] {
         let keys: Vec<&String> = b.as_object().unwrap().keys().collect();
-        assert!(!keys.iter().any(|k| ["tools", "tool_choice", "parallel_tool_calls"].contains(&k.as_str())), "{keys:?}");
+        assert!(
+            !keys
+                .iter()
+                .any(|k| ["tools", "tool_choice", "parallel_tool_calls"].contains(&k.as_str())),
+            "{keys:?}"
+        );
     }
 }
-

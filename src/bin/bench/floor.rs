@@ -34,7 +34,10 @@ pub async fn serve(listen: SocketAddr, upstream: String) -> std::io::Result<()> 
     let listener = TcpListener::bind(listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(Duration::from_secs(30));
+    builder
+        .http1()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30));
     let upstream: std::sync::Arc<str> = upstream.trim_end_matches('/').into();
     loop {
         let stream = match listener.accept().await {
@@ -47,21 +50,33 @@ pub async fn serve(listen: SocketAddr, upstream: String) -> std::io::Result<()> 
         let _ = stream.set_nodelay(true);
         let (http, upstream) = (http.clone(), upstream.clone());
         let svc = service_fn(move |req| forward(http.clone(), upstream.clone(), req));
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+        let conn = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
+            .into_owned();
         tokio::spawn(async move {
             let _ = conn.await;
         });
     }
 }
 
-async fn forward(http: reqwest::Client, upstream: std::sync::Arc<str>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn forward(
+    http: reqwest::Client,
+    upstream: std::sync::Arc<str>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
     let bytes = match body.collect().await {
         Ok(c) => c.to_bytes(),
         Err(e) => return Ok(status(StatusCode::BAD_REQUEST, e.to_string())),
     };
-    let path = parts.uri.path_and_query().map(|p| p.as_str()).unwrap_or("/");
-    let mut out = http.request(parts.method, format!("{upstream}{path}")).body(bytes);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let mut out = http
+        .request(parts.method, format!("{upstream}{path}"))
+        .body(bytes);
     for name in [CONTENT_TYPE, AUTHORIZATION] {
         if let Some(v) = parts.headers.get(&name) {
             out = out.header(name, v.clone());
@@ -75,12 +90,20 @@ async fn forward(http: reqwest::Client, upstream: std::sync::Arc<str>, req: Requ
     if let Some(ct) = up.headers().get(CONTENT_TYPE) {
         resp = resp.header(CONTENT_TYPE, ct.clone());
     }
-    let frames = up.bytes_stream().map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxErr));
-    Ok(resp.body(BodyExt::boxed_unsync(StreamBody::new(frames))).unwrap_or_else(|e| status(StatusCode::BAD_GATEWAY, e.to_string())))
+    let frames = up
+        .bytes_stream()
+        .map(|r| r.map(Frame::data).map_err(|e| Box::new(e) as BoxErr));
+    Ok(resp
+        .body(BodyExt::boxed_unsync(StreamBody::new(frames)))
+        .unwrap_or_else(|e| status(StatusCode::BAD_GATEWAY, e.to_string())))
 }
 
 fn status(code: StatusCode, message: String) -> Response<Body> {
-    let mut r = Response::new(Full::new(Bytes::from(message)).map_err(|never: Infallible| -> BoxErr { match never {} }).boxed_unsync());
+    let mut r = Response::new(
+        Full::new(Bytes::from(message))
+            .map_err(|never: Infallible| -> BoxErr { match never {} })
+            .boxed_unsync(),
+    );
     *r.status_mut() = code;
     r
 }

@@ -70,8 +70,14 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// The stamp after `@T` in a block, if any.
 fn stamp(block: &[u8]) -> Option<u64> {
     let at = find(block, b"@T")? + 2;
-    let digits = block[at..].iter().take_while(|b| b.is_ascii_digit()).count();
-    std::str::from_utf8(&block[at..at + digits]).ok()?.parse().ok()
+    let digits = block[at..]
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .count();
+    std::str::from_utf8(&block[at..at + digits])
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// The first `"id":"..."` of a block (the response id in `response.created`).
@@ -91,14 +97,21 @@ pub async fn one_run(
 ) -> Result<RunOut, String> {
     let t0 = Instant::now();
     let rb = match &req.body {
-        Some(b) => http.post(&req.url).header("content-type", "application/json").body(b.clone()),
+        Some(b) => http
+            .post(&req.url)
+            .header("content-type", "application/json")
+            .body(b.clone()),
         None => http.get(&req.url),
     };
     let mut resp = rb.send().await.map_err(|e| format!("{}: {e}", req.url))?;
     if !resp.status().is_success() {
         let status = resp.status();
         let text = resp.text().await.unwrap_or_default();
-        return Err(format!("{}: HTTP {status}: {}", req.url, text.chars().take(300).collect::<String>()));
+        return Err(format!(
+            "{}: HTTP {status}: {}",
+            req.url,
+            text.chars().take(300).collect::<String>()
+        ));
     }
     let mut out = RunOut::default();
     let mut buf: Vec<u8> = Vec::with_capacity(8192);
@@ -129,7 +142,10 @@ pub async fn one_run(
             if first {
                 first = false;
                 if measuring {
-                    st.ttfe_us.lock().expect("lock").push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                    st.ttfe_us
+                        .lock()
+                        .expect("lock")
+                        .push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
                 }
                 if kind != Kind::Floor {
                     out.id = response_id(block);
@@ -152,8 +168,13 @@ pub async fn one_run(
                     out.completed = true;
                 } else if ty.starts_with(b"mcp_call.completed\n") {
                     out.mcp_calls += 1;
-                } else if ty.starts_with(b"failed\n") || ty.starts_with(b"incomplete\n") || ty.starts_with(b"mcp_call.failed\n") {
-                    failure.get_or_insert_with(|| String::from_utf8_lossy(&block[..block.len().min(400)]).into_owned());
+                } else if ty.starts_with(b"failed\n")
+                    || ty.starts_with(b"incomplete\n")
+                    || ty.starts_with(b"mcp_call.failed\n")
+                {
+                    failure.get_or_insert_with(|| {
+                        String::from_utf8_lossy(&block[..block.len().min(400)]).into_owned()
+                    });
                 }
             }
         }
@@ -198,8 +219,13 @@ pub async fn loop_runs(
         n += 1;
         let req = make();
         match one_run(&http, &req, kind, &st, || {}).await {
-            Ok(out) if !out.completed => st.error(format!("{}: stream ended without its terminal event", req.url)),
-            Ok(out) if expect.mcp_call && out.mcp_calls == 0 => st.error(format!("{}: run completed without an mcp_call", req.url)),
+            Ok(out) if !out.completed => st.error(format!(
+                "{}: stream ended without its terminal event",
+                req.url
+            )),
+            Ok(out) if expect.mcp_call && out.mcp_calls == 0 => {
+                st.error(format!("{}: run completed without an mcp_call", req.url))
+            }
             Ok(_) => {
                 st.runs.fetch_add(1, Ordering::Relaxed);
             }

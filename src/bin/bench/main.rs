@@ -30,7 +30,10 @@ use load::{Expect, Kind, Req, Stats};
 use procs::{Proc, Redis};
 
 #[derive(Parser, Debug)]
-#[command(name = "bench", about = "Benchmark of the relay against a pass-through floor, measured in the same run.")]
+#[command(
+    name = "bench",
+    about = "Benchmark of the relay against a pass-through floor, measured in the same run."
+)]
 struct Cli {
     #[command(subcommand)]
     serve: Option<Serve>,
@@ -157,21 +160,35 @@ impl Plan {
 
     fn new(o: &Opts) -> Plan {
         let s = o.smoke;
-        let secs = |v: Option<f64>, full: f64, smoke: f64| Duration::from_secs_f64(v.unwrap_or(if s { smoke } else { full }).clamp(0.2, 600.0));
+        let secs = |v: Option<f64>, full: f64, smoke: f64| {
+            Duration::from_secs_f64(v.unwrap_or(if s { smoke } else { full }).clamp(0.2, 600.0))
+        };
         Plan {
             smoke: s,
             clients: o.clients.unwrap_or(if s { 8 } else { 256 }).clamp(1, 5000),
             window: secs(o.seconds, 10.0, 1.5),
             warmup: Duration::from_millis(if s { 500 } else { 1500 }),
-            deltas: o.deltas.unwrap_or(if s { 20 } else { 200 }).clamp(1, 10_000),
+            deltas: o
+                .deltas
+                .unwrap_or(if s { 20 } else { 200 })
+                .clamp(1, 10_000),
             mcp_deltas: o.mcp_deltas.clamp(1, 10_000),
             delay_ms: o.delay_ms.unwrap_or(10).min(1000),
-            idle_streams: o.idle_streams.unwrap_or(if s { 200 } else { 10_000 }).clamp(1, 100_000),
+            idle_streams: o
+                .idle_streams
+                .unwrap_or(if s { 200 } else { 10_000 })
+                .clamp(1, 100_000),
             idle_per_conn: o.idle_streams_per_conn.min(10_000),
             idle_hold: secs(o.idle_seconds, 5.0, 1.5),
             idle_ramp_timeout: Duration::from_secs(if s { 20 } else { 240 }),
-            replay_clients: o.replay_clients.unwrap_or(if s { 4 } else { 32 }).clamp(1, 5000),
-            replay_runs: o.replay_runs.unwrap_or(if s { 16 } else { 256 }).clamp(1, 100_000),
+            replay_clients: o
+                .replay_clients
+                .unwrap_or(if s { 4 } else { 32 })
+                .clamp(1, 5000),
+            replay_runs: o
+                .replay_runs
+                .unwrap_or(if s { 16 } else { 256 })
+                .clamp(1, 100_000),
         }
     }
 }
@@ -307,7 +324,11 @@ impl Env {
 
     /// The stores the `store: true` and `replay` phases run with.
     fn phase_stores(&self) -> Vec<Store> {
-        if self.explicit_store.is_some() { vec![Store::Default] } else { vec![Store::Sqlite, Store::Redis] }
+        if self.explicit_store.is_some() {
+            vec![Store::Default]
+        } else {
+            vec![Store::Sqlite, Store::Redis]
+        }
     }
 
     /// A store for one relay: a fresh SQLite file, the emptied Redis, or the `--store` URL.
@@ -315,20 +336,40 @@ impl Env {
         let sqlite = || {
             let n = self.serial.fetch_add(1, Ordering::Relaxed);
             let f = self.store_dir.0.join(format!("{n:02}.sqlite3"));
-            StoreUse { url: format!("sqlite:{}", f.display()), label: "sqlite".into(), redis_pid: None, sqlite_file: Some(f) }
+            StoreUse {
+                url: format!("sqlite:{}", f.display()),
+                label: "sqlite".into(),
+                redis_pid: None,
+                sqlite_file: Some(f),
+            }
         };
         match (which, &self.explicit_store) {
-            (Store::Default, Some(url)) => Ok(StoreUse { url: url.clone(), label: store_label(url), redis_pid: None, sqlite_file: None }),
+            (Store::Default, Some(url)) => Ok(StoreUse {
+                url: url.clone(),
+                label: store_label(url),
+                redis_pid: None,
+                sqlite_file: None,
+            }),
             (Store::Default, None) | (Store::Sqlite, _) => Ok(sqlite()),
             (Store::Redis, _) => match &self.redis {
                 RedisState::Up(r) => {
                     // A clean server for every phase: the previous phase's runs are gone.
-                    r.command("FLUSHALL").map_err(|e| StoreErr::Failed(format!("redis-server FLUSHALL: {e}")))?;
-                    Ok(StoreUse { url: r.url(0), label: "redis".into(), redis_pid: Some(r.pid()), sqlite_file: None })
+                    r.command("FLUSHALL")
+                        .map_err(|e| StoreErr::Failed(format!("redis-server FLUSHALL: {e}")))?;
+                    Ok(StoreUse {
+                        url: r.url(0),
+                        label: "redis".into(),
+                        redis_pid: Some(r.pid()),
+                        sqlite_file: None,
+                    })
                 }
-                RedisState::Missing => Err(StoreErr::NotAvailable("N/A: redis-server not installed".into())),
+                RedisState::Missing => Err(StoreErr::NotAvailable(
+                    "N/A: redis-server not installed".into(),
+                )),
                 RedisState::Failed(e) => Err(StoreErr::Failed(e.clone())),
-                RedisState::NotWanted => Err(StoreErr::Failed("redis-server was not started".into())),
+                RedisState::NotWanted => {
+                    Err(StoreErr::Failed("redis-server was not started".into()))
+                }
             },
         }
     }
@@ -354,20 +395,46 @@ impl Env {
     /// A relay with `extra` flags after the usual ones.
     fn relay_with(&self, store: &str, extra: &[String]) -> Result<Proc, String> {
         // The MCP test server is on loopback, which the relay refuses unless allowed.
-        let args: Vec<String> = ["serve", "--listen", "127.0.0.1:0", "--upstream-url", &self.upstream_v1, "--store", store, "--mcp-allow-host", "127.0.0.1"]
+        let args: Vec<String> = [
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream-url",
+            &self.upstream_v1,
+            "--store",
+            store,
+            "--mcp-allow-host",
+            "127.0.0.1",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(extra.iter().cloned())
+        .collect();
+        let envs: Vec<(&str, &str)> = self
+            .relay_env
             .iter()
-            .map(|s| s.to_string())
-            .chain(extra.iter().cloned())
+            .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let envs: Vec<(&str, &str)> = self.relay_env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let p = Proc::spawn("relay", &self.bin_dir.join("responses-relay"), &args, &envs, &self.log("relay"))?;
+        let p = Proc::spawn(
+            "relay",
+            &self.bin_dir.join("responses-relay"),
+            &args,
+            &envs,
+            &self.log("relay"),
+        )?;
         eprintln!("  relay pid {} at {} (--store {store})", p.pid(), p.url);
         Ok(p)
     }
 
     fn floor(&self) -> Result<Proc, String> {
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let args = vec!["serve-floor".into(), "--listen".into(), "127.0.0.1:0".into(), "--upstream".into(), self.upstream.origin()];
+        let args = vec![
+            "serve-floor".into(),
+            "--listen".into(),
+            "127.0.0.1:0".into(),
+            "--upstream".into(),
+            self.upstream.origin(),
+        ];
         let p = Proc::spawn("floor", &exe, &args, &[], &self.log("floor"))?;
         eprintln!("  floor pid {} at {}", p.pid(), p.url);
         Ok(p)
@@ -379,22 +446,30 @@ impl Env {
 }
 
 fn single_thread() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime")
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     match cli.serve {
         // The model server runs on one thread: it only sleeps and writes, and one thread leaves
         // more of the machine to what is measured.
-        Some(Serve::ServeUpstream { listen }) => match single_thread().block_on(upstream::serve(listen)) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("serve-upstream: {e}");
-                ExitCode::FAILURE
+        Some(Serve::ServeUpstream { listen }) => {
+            match single_thread().block_on(upstream::serve(listen)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("serve-upstream: {e}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
         Some(Serve::ServeFloor { listen, upstream }) => {
             responses_relay::install_tls();
             match rt.block_on(floor::serve(listen, upstream)) {
@@ -418,7 +493,17 @@ fn build_siblings(bin_dir: &Path) -> Result<(), String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let manifest = concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml");
     let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "--manifest-path", manifest, "--bin", "responses-relay", "--bin", "mcp-test-server", "--bin", "fake-upstream"]);
+    cmd.args([
+        "build",
+        "--manifest-path",
+        manifest,
+        "--bin",
+        "responses-relay",
+        "--bin",
+        "mcp-test-server",
+        "--bin",
+        "fake-upstream",
+    ]);
     if release {
         cmd.arg("--release");
     } else {
@@ -440,14 +525,20 @@ async fn bench(o: Opts) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let bin_dir = exe.parent().expect("executable has a directory").to_path_buf();
+    let bin_dir = exe
+        .parent()
+        .expect("executable has a directory")
+        .to_path_buf();
     if !o.no_build {
         if let Err(e) = build_siblings(&bin_dir) {
             eprintln!("bench: {e}");
             return ExitCode::from(2);
         }
     }
-    let logs = o.log_dir.clone().unwrap_or_else(|| std::env::temp_dir().join("relay-bench"));
+    let logs = o
+        .log_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join("relay-bench"));
     if let Err(e) = std::fs::create_dir_all(&logs) {
         eprintln!("bench: cannot create {}: {e}", logs.display());
         return ExitCode::from(2);
@@ -485,7 +576,13 @@ async fn bench(o: Opts) -> ExitCode {
     let all_pass = report(&rows, &plan, &env, started.elapsed());
     for r in &rows {
         if r.errors > 0 {
-            failures.push(format!("{} {}: {} errors, first: {}", r.scenario, r.side, r.errors, r.first_error.as_deref().unwrap_or("?")));
+            failures.push(format!(
+                "{} {}: {} errors, first: {}",
+                r.scenario,
+                r.side,
+                r.errors,
+                r.first_error.as_deref().unwrap_or("?")
+            ));
         }
     }
     if !failures.is_empty() {
@@ -506,23 +603,49 @@ async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env, Str
     let upstream = match o.upstream {
         UpstreamKind::Stamp => {
             let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-            let args = vec!["serve-upstream".into(), "--listen".into(), "127.0.0.1:0".into()];
+            let args = vec![
+                "serve-upstream".into(),
+                "--listen".into(),
+                "127.0.0.1:0".into(),
+            ];
             Proc::spawn("upstream", &exe, &args, &[], &logs.join("upstream.log"))?
         }
         UpstreamKind::Fake => {
             let args = vec!["--listen".into(), "127.0.0.1:0".into()];
-            Proc::spawn("fake-upstream", &bin_dir.join("fake-upstream"), &args, &[], &logs.join("upstream.log"))?
+            Proc::spawn(
+                "fake-upstream",
+                &bin_dir.join("fake-upstream"),
+                &args,
+                &[],
+                &logs.join("upstream.log"),
+            )?
         }
     };
     let mcp_args = vec!["--listen".into(), "127.0.0.1:0".into()];
-    let mcp = Proc::spawn("mcp-test-server", &bin_dir.join("mcp-test-server"), &mcp_args, &[], &logs.join("mcp.log"))?;
-    eprintln!("upstream pid {} at {}; MCP server pid {} at {}; logs in {}", upstream.pid(), upstream.url, mcp.pid(), mcp.url, logs.display());
+    let mcp = Proc::spawn(
+        "mcp-test-server",
+        &bin_dir.join("mcp-test-server"),
+        &mcp_args,
+        &[],
+        &logs.join("mcp.log"),
+    )?;
+    eprintln!(
+        "upstream pid {} at {}; MCP server pid {} at {}; logs in {}",
+        upstream.pid(),
+        upstream.url,
+        mcp.pid(),
+        mcp.url,
+        logs.display()
+    );
     let upstream_v1 = format!("{}/v1", upstream.origin());
     let (model, stamps) = match o.upstream {
         UpstreamKind::Stamp => ("bench".to_string(), true),
         UpstreamKind::Fake => ("fake-model".to_string(), false),
     };
-    let wants_stores = matches!(o.scenario, Scenario::All | Scenario::Stream | Scenario::Replay);
+    let wants_stores = matches!(
+        o.scenario,
+        Scenario::All | Scenario::Stream | Scenario::Replay
+    );
     let redis = if o.store.is_some() || !wants_stores {
         RedisState::NotWanted
     } else {
@@ -555,7 +678,11 @@ async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env, Str
         relay_env: o
             .relay_env
             .iter()
-            .map(|kv| kv.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or(format!("--relay-env {kv:?}: expected KEY=VALUE")))
+            .map(|kv| {
+                kv.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .ok_or(format!("--relay-env {kv:?}: expected KEY=VALUE"))
+            })
             .collect::<Result<_, _>>()?,
         store_dir,
         redis,
@@ -594,11 +721,24 @@ async fn measure_loop(
     let tasks: Vec<_> = (0..clients)
         .map(|i| {
             let start_after = spread.mul_f64(i as f64 / clients as f64);
-            tokio::spawn(load::loop_runs(start_after, http.clone(), make.clone(), kind, expect, st.clone(), hard_deadline, 10_000_000))
+            tokio::spawn(load::loop_runs(
+                start_after,
+                http.clone(),
+                make.clone(),
+                kind,
+                expect,
+                st.clone(),
+                hard_deadline,
+                10_000_000,
+            ))
         })
         .collect();
     tokio::time::sleep(warmup).await;
-    let (ev0, runs0, cpu0) = (st.events.load(Ordering::Relaxed), st.runs.load(Ordering::Relaxed), procs::cpu_ticks(pid));
+    let (ev0, runs0, cpu0) = (
+        st.events.load(Ordering::Relaxed),
+        st.runs.load(Ordering::Relaxed),
+        procs::cpu_ticks(pid),
+    );
     let also0 = also.and_then(procs::cpu_ticks);
     st.measuring.store(true, Ordering::Relaxed);
     let t0 = Instant::now();
@@ -607,7 +747,10 @@ async fn measure_loop(
     let cpu1 = procs::cpu_ticks(pid);
     let also1 = also.and_then(procs::cpu_ticks);
     let secs = t0.elapsed().as_secs_f64();
-    let (ev1, runs1) = (st.events.load(Ordering::Relaxed), st.runs.load(Ordering::Relaxed));
+    let (ev1, runs1) = (
+        st.events.load(Ordering::Relaxed),
+        st.runs.load(Ordering::Relaxed),
+    );
     st.stop.store(true, Ordering::Relaxed);
     // Runs in flight finish (each is bounded by deltas × delay); stragglers are dropped.
     let grace = Instant::now() + Duration::from_secs(30);
@@ -618,8 +761,22 @@ async fn measure_loop(
             abort.abort();
         }
     }
-    let mut row = finish_row(&st, scenario, side, clients, secs, ev1 - ev0, runs1 - runs0, cpu0, cpu1, env.ticks, pid);
-    row.store_cpu_s = also0.zip(also1).map(|(a, b)| b.saturating_sub(a) as f64 / env.ticks);
+    let mut row = finish_row(
+        &st,
+        scenario,
+        side,
+        clients,
+        secs,
+        ev1 - ev0,
+        runs1 - runs0,
+        cpu0,
+        cpu1,
+        env.ticks,
+        pid,
+    );
+    row.store_cpu_s = also0
+        .zip(also1)
+        .map(|(a, b)| b.saturating_sub(a) as f64 / env.ticks);
     row
 }
 
@@ -683,13 +840,25 @@ impl Env {
 
 /// The row of a store that cannot be measured here.
 fn na_row(scenario: &str, side: &str, store: &str, why: String) -> Row {
-    Row { scenario: scenario.into(), side: side.into(), store: store.into(), na: Some(why), ..Row::default() }
+    Row {
+        scenario: scenario.into(),
+        side: side.into(),
+        store: store.into(),
+        na: Some(why),
+        ..Row::default()
+    }
 }
 
 /// Runs `phase` once per store of `env.phase_stores()`: an N/A row for a store not installed, an
 /// error (and the other stores still measured) for a store that fails.
-async fn per_store<'a, F, Fut>(env: &'a Env, scenario: &str, side: impl Fn(&str) -> String, rows: &mut Vec<Row>, failures: &mut Vec<String>, phase: F)
-where
+async fn per_store<'a, F, Fut>(
+    env: &'a Env,
+    scenario: &str,
+    side: impl Fn(&str) -> String,
+    rows: &mut Vec<Row>,
+    failures: &mut Vec<String>,
+    phase: F,
+) where
     F: Fn(&'a Env, StoreUse) -> Fut,
     Fut: std::future::Future<Output = Result<Row, String>>,
 {
@@ -709,16 +878,40 @@ where
     }
 }
 
-async fn scenario_stream(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: &mut Vec<String>) -> Result<(), String> {
-    eprintln!("stream: {} clients, {} deltas per run, {} ms apart", plan.clients, plan.deltas, plan.delay_ms);
+async fn scenario_stream(
+    env: &Env,
+    plan: &Plan,
+    rows: &mut Vec<Row>,
+    failures: &mut Vec<String>,
+) -> Result<(), String> {
+    eprintln!(
+        "stream: {} clients, {} deltas per run, {} ms apart",
+        plan.clients, plan.deltas, plan.delay_ms
+    );
     let model = env.model(plan.deltas, plan.delay_ms);
     rows.push(measure_floor(env, plan, "stream", plan.deltas).await?);
     {
         let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
         let relay = env.relay(&su.url)?;
-        let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(responses_body(&model, "hi", false, json!([]))) };
+        let req = Req {
+            url: format!("{}/v1/responses", relay.origin()),
+            body: Some(responses_body(&model, "hi", false, json!([]))),
+        };
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-        let mut row = measure_loop(env, plan, plan.run_length(plan.deltas), relay.pid(), "stream", "relay store:false", Kind::Relay, Expect { mcp_call: false }, plan.clients, make, None).await;
+        let mut row = measure_loop(
+            env,
+            plan,
+            plan.run_length(plan.deltas),
+            relay.pid(),
+            "stream",
+            "relay store:false",
+            Kind::Relay,
+            Expect { mcp_call: false },
+            plan.clients,
+            make,
+            None,
+        )
+        .await;
         row.store = su.label.clone();
         drop(relay);
         env.release(&su);
@@ -728,10 +921,26 @@ async fn scenario_stream(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: 
     let model = &model;
     per_store(env, "stream", side, rows, failures, |env, su| async move {
         let relay = env.relay(&su.url)?;
-        let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(responses_body(model, "hi", true, json!([]))) };
+        let req = Req {
+            url: format!("{}/v1/responses", relay.origin()),
+            body: Some(responses_body(model, "hi", true, json!([]))),
+        };
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
         let side = format!("relay store:true ({})", su.label);
-        let mut row = measure_loop(env, plan, plan.run_length(plan.deltas), relay.pid(), "stream", &side, Kind::Relay, Expect { mcp_call: false }, plan.clients, make, su.redis_pid).await;
+        let mut row = measure_loop(
+            env,
+            plan,
+            plan.run_length(plan.deltas),
+            relay.pid(),
+            "stream",
+            &side,
+            Kind::Relay,
+            Expect { mcp_call: false },
+            plan.clients,
+            make,
+            su.redis_pid,
+        )
+        .await;
         row.store = su.label.clone();
         drop(relay);
         env.release(&su);
@@ -742,27 +951,75 @@ async fn scenario_stream(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: 
 }
 
 /// The pass-through floor carrying a plain stream of `deltas` deltas at the plan's pace.
-async fn measure_floor(env: &Env, plan: &Plan, scenario: &str, deltas: usize) -> Result<Row, String> {
+async fn measure_floor(
+    env: &Env,
+    plan: &Plan,
+    scenario: &str,
+    deltas: usize,
+) -> Result<Row, String> {
     let floor = env.floor()?;
     let model = env.model(deltas, plan.delay_ms);
-    let body = Bytes::from(json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true}).to_string());
-    let req = Req { url: format!("{}/v1/chat/completions", floor.origin()), body: Some(body) };
+    let body = Bytes::from(
+        json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true})
+            .to_string(),
+    );
+    let req = Req {
+        url: format!("{}/v1/chat/completions", floor.origin()),
+        body: Some(body),
+    };
     let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-    Ok(measure_loop(env, plan, plan.run_length(deltas), floor.pid(), scenario, "floor (pass-through)", Kind::Floor, Expect { mcp_call: false }, plan.clients, make, None).await)
+    Ok(measure_loop(
+        env,
+        plan,
+        plan.run_length(deltas),
+        floor.pid(),
+        scenario,
+        "floor (pass-through)",
+        Kind::Floor,
+        Expect { mcp_call: false },
+        plan.clients,
+        make,
+        None,
+    )
+    .await)
 }
 
 /// The relay's agent loop, after the floor carrying the same text deltas alone: what moving
 /// those bytes costs before any MCP or Responses work.
 async fn scenario_mcp(env: &Env, plan: &Plan, rows: &mut Vec<Row>) -> Result<(), String> {
-    eprintln!("mcp: {} clients, list + 1 call + {} deltas, {} ms apart", plan.clients, plan.mcp_deltas, plan.delay_ms);
+    eprintln!(
+        "mcp: {} clients, list + 1 call + {} deltas, {} ms apart",
+        plan.clients, plan.mcp_deltas, plan.delay_ms
+    );
     rows.push(measure_floor(env, plan, "mcp", plan.mcp_deltas).await?);
     let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
     let relay = env.relay(&su.url)?;
     let tools = json!([{"type": "mcp", "server_label": "bench", "server_url": env.mcp.url, "require_approval": "never"}]);
-    let body = responses_body(&env.model(plan.mcp_deltas, plan.delay_ms), "CALL echo {\"text\":\"hi\"}", false, tools);
-    let req = Req { url: format!("{}/v1/responses", relay.origin()), body: Some(body) };
+    let body = responses_body(
+        &env.model(plan.mcp_deltas, plan.delay_ms),
+        "CALL echo {\"text\":\"hi\"}",
+        false,
+        tools,
+    );
+    let req = Req {
+        url: format!("{}/v1/responses", relay.origin()),
+        body: Some(body),
+    };
     let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-    let mut row = measure_loop(env, plan, plan.run_length(plan.mcp_deltas), relay.pid(), "mcp", "relay store:false", Kind::Relay, Expect { mcp_call: true }, plan.clients, make, None).await;
+    let mut row = measure_loop(
+        env,
+        plan,
+        plan.run_length(plan.mcp_deltas),
+        relay.pid(),
+        "mcp",
+        "relay store:false",
+        Kind::Relay,
+        Expect { mcp_call: true },
+        plan.clients,
+        make,
+        None,
+    )
+    .await;
     row.store = su.label.clone();
     drop(relay);
     env.release(&su);
@@ -773,17 +1030,27 @@ async fn scenario_mcp(env: &Env, plan: &Plan, rows: &mut Vec<Row>) -> Result<(),
 async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
     let n = plan.idle_streams;
     let per_conn = plan.idle_per_conn;
-    let transport = if per_conn > 0 { format!("h2c, {per_conn} streams per connection") } else { "HTTP/1.1".into() };
+    let transport = if per_conn > 0 {
+        format!("h2c, {per_conn} streams per connection")
+    } else {
+        "HTTP/1.1".into()
+    };
     eprintln!("idle: {n} streams ({transport}), upstream sends one delta a second");
     let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
     // Every idle stream is a run: room for all of them (the relay's default is 1,024).
-    let relay = env.relay_with(&su.url, &["--max-concurrent-runs".into(), (n + 64).to_string()])?;
+    let relay = env.relay_with(
+        &su.url,
+        &["--max-concurrent-runs".into(), (n + 64).to_string()],
+    )?;
     let pid = relay.pid();
     let url = format!("{}/v1/responses", relay.origin());
     // Warm the relay (runtime threads, pools, allocator arenas) before the baseline.
     let warm = Arc::new(Stats::default());
     let http1 = load::http1_client(8);
-    let warm_req = Req { url: url.clone(), body: Some(responses_body(&env.model(5, 0), "hi", false, json!([]))) };
+    let warm_req = Req {
+        url: url.clone(),
+        body: Some(responses_body(&env.model(5, 0), "hi", false, json!([]))),
+    };
     for _ in 0..20 {
         if let Err(e) = load::one_run(&http1, &warm_req, Kind::Relay, &warm, || {}).await {
             return Err(format!("warm-up run: {e}"));
@@ -794,9 +1061,19 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
     let st = Arc::new(Stats::default());
     // Each stream lasts at most this many seconds (one delta a second): longer than the ramp and hold.
     let life = (plan.idle_ramp_timeout + plan.idle_hold).as_secs() + 30;
-    let req = Req { url, body: Some(responses_body(&env.model(life as usize, 1000), "hi", false, json!([]))) };
+    let req = Req {
+        url,
+        body: Some(responses_body(
+            &env.model(life as usize, 1000),
+            "hi",
+            false,
+            json!([]),
+        )),
+    };
     let clients: Vec<reqwest::Client> = if per_conn > 0 {
-        (0..n.div_ceil(per_conn)).map(|_| load::http2_client()).collect()
+        (0..n.div_ceil(per_conn))
+            .map(|_| load::http2_client())
+            .collect()
     } else {
         vec![load::http1_client(n)]
     };
@@ -807,7 +1084,9 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
             let http = clients[if per_conn > 0 { i / per_conn } else { 0 }].clone();
             let (req, st, opening) = (req.clone(), st.clone(), opening.clone());
             tokio::spawn(async move {
-                let Ok(permit) = opening.acquire_owned().await else { return };
+                let Ok(permit) = opening.acquire_owned().await else {
+                    return;
+                };
                 let mut permit = Some(permit);
                 let st2 = st.clone();
                 let r = load::one_run(&http, &req, Kind::Relay, &st, move || {
@@ -823,7 +1102,10 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
         .collect();
     let ramp_deadline = Instant::now() + plan.idle_ramp_timeout;
     while Instant::now() < ramp_deadline {
-        let (opened, errors) = (st.opened.load(Ordering::Relaxed), st.errors.load(Ordering::Relaxed));
+        let (opened, errors) = (
+            st.opened.load(Ordering::Relaxed),
+            st.errors.load(Ordering::Relaxed),
+        );
         if opened + errors >= n as u64 {
             break;
         }
@@ -831,7 +1113,11 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
     }
     let ramp = t_ramp.elapsed();
     let opened = st.opened.load(Ordering::Relaxed);
-    eprintln!("  {opened} of {n} streams open after {:.1} s ({} errors)", ramp.as_secs_f64(), st.errors.load(Ordering::Relaxed));
+    eprintln!(
+        "  {opened} of {n} streams open after {:.1} s ({} errors)",
+        ramp.as_secs_f64(),
+        st.errors.load(Ordering::Relaxed)
+    );
     let (ev0, cpu0) = (st.events.load(Ordering::Relaxed), procs::cpu_ticks(pid));
     st.measuring.store(true, Ordering::Relaxed);
     let t0 = Instant::now();
@@ -849,10 +1135,29 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
     for t in tasks {
         let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
     }
-    eprintln!("  relay RSS {} KiB before, {} KiB with the streams open; {} descriptors", base, rss.unwrap_or(0), fds.unwrap_or(0));
-    let mut row = finish_row(&st, "idle", &format!("relay ({transport})"), n, secs, ev1 - ev0, 0, cpu0, cpu1, env.ticks, pid);
+    eprintln!(
+        "  relay RSS {} KiB before, {} KiB with the streams open; {} descriptors",
+        base,
+        rss.unwrap_or(0),
+        fds.unwrap_or(0)
+    );
+    let mut row = finish_row(
+        &st,
+        "idle",
+        &format!("relay ({transport})"),
+        n,
+        secs,
+        ev1 - ev0,
+        0,
+        cpu0,
+        cpu1,
+        env.ticks,
+        pid,
+    );
     row.open_streams = Some(still_open);
-    row.rss_per_stream_kib = rss.filter(|_| still_open > 0).map(|r| r.saturating_sub(base) as f64 / still_open as f64);
+    row.rss_per_stream_kib = rss
+        .filter(|_| still_open > 0)
+        .map(|r| r.saturating_sub(base) as f64 / still_open as f64);
     row.store = su.label.clone();
     drop(relay);
     env.release(&su);
@@ -873,9 +1178,20 @@ async fn scenario_replay(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: 
 
 /// Creates the stored runs through `relay`, then re-streams them with `plan.replay_clients` readers.
 async fn replay_one(env: &Env, plan: &Plan, relay: &Proc, su: &StoreUse) -> Result<Row, String> {
-    eprintln!("replay: {} stored runs of {} deltas, {} readers, --store {}", plan.replay_runs, plan.deltas, plan.replay_clients, su.label);
+    eprintln!(
+        "replay: {} stored runs of {} deltas, {} readers, --store {}",
+        plan.replay_runs, plan.deltas, plan.replay_clients, su.label
+    );
     let base = relay.origin();
-    let create = Req { url: format!("{base}/v1/responses"), body: Some(responses_body(&env.model(plan.deltas, 0), "hi", true, json!([]))) };
+    let create = Req {
+        url: format!("{base}/v1/responses"),
+        body: Some(responses_body(
+            &env.model(plan.deltas, 0),
+            "hi",
+            true,
+            json!([]),
+        )),
+    };
     let ids = Arc::new(std::sync::Mutex::new(Vec::new()));
     let st = Arc::new(Stats::default());
     let http = load::http1_client(16);
@@ -900,7 +1216,14 @@ async fn replay_one(env: &Env, plan: &Plan, relay: &Proc, su: &StoreUse) -> Resu
         let _ = tokio::time::timeout(Duration::from_secs(120), t).await;
     }
     if st.errors.load(Ordering::Relaxed) > 0 {
-        return Err(format!("creating stored runs: {}", st.first_error.lock().expect("lock").clone().unwrap_or_default()));
+        return Err(format!(
+            "creating stored runs: {}",
+            st.first_error
+                .lock()
+                .expect("lock")
+                .clone()
+                .unwrap_or_default()
+        ));
     }
     let ids: Vec<String> = std::mem::take(&mut *ids.lock().expect("lock"));
     if ids.is_empty() {
@@ -910,10 +1233,26 @@ async fn replay_one(env: &Env, plan: &Plan, relay: &Proc, su: &StoreUse) -> Resu
     let ids = Arc::new(ids);
     let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || {
         let i = next.fetch_add(1, Ordering::Relaxed) % ids.len();
-        Req { url: format!("{base}/v1/responses/{}?stream=true", ids[i]), body: None }
+        Req {
+            url: format!("{base}/v1/responses/{}?stream=true", ids[i]),
+            body: None,
+        }
     });
     let side = format!("relay GET ?stream=true ({})", su.label);
-    let mut row = measure_loop(env, plan, Duration::ZERO, relay.pid(), "replay", &side, Kind::Count, Expect { mcp_call: false }, plan.replay_clients, make, su.redis_pid).await;
+    let mut row = measure_loop(
+        env,
+        plan,
+        Duration::ZERO,
+        relay.pid(),
+        "replay",
+        &side,
+        Kind::Count,
+        Expect { mcp_call: false },
+        plan.replay_clients,
+        make,
+        su.redis_pid,
+    )
+    .await;
     row.store = su.label.clone();
     Ok(row)
 }
@@ -939,18 +1278,25 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
     println!(
         "Benchmark ({}; {} cores; upstream delay {} ms; window {:.1} s per phase; took {:.0} s)",
         if plan.smoke { "SMOKE" } else { "full" },
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0),
         plan.delay_ms,
         plan.window.as_secs_f64(),
         took.as_secs_f64()
     );
     println!();
-    println!("| scenario | process | store | clients | runs/s | events/s | CPU ms / 1k events | CPU ms / run | added latency p50 / p99 (µs) | first event p50 / p99 (ms) | peak RSS (MiB) | RSS / open stream (KiB) | errors |");
+    println!(
+        "| scenario | process | store | clients | runs/s | events/s | CPU ms / 1k events | CPU ms / run | added latency p50 / p99 (µs) | first event p50 / p99 (ms) | peak RSS (MiB) | RSS / open stream (KiB) | errors |"
+    );
     println!("|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|");
     for r in rows {
         let store = if r.store.is_empty() { "–" } else { &r.store };
         if let Some(why) = &r.na {
-            println!("| {} | {} | {store} | {why} | – | – | – | – | – | – | – | – | – |", r.scenario, r.side);
+            println!(
+                "| {} | {} | {store} | {why} | – | – | – | – | – | – | – | – | – |",
+                r.scenario, r.side
+            );
             continue;
         }
         let lat = match (r.lat_q(0.5), r.lat_q(0.99)) {
@@ -970,10 +1316,18 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
             r.scenario,
             r.side,
             clients,
-            if r.scenario == "idle" { "–".into() } else { format!("{:.1}", r.runs as f64 / r.secs.max(1e-9)) },
+            if r.scenario == "idle" {
+                "–".into()
+            } else {
+                format!("{:.1}", r.runs as f64 / r.secs.max(1e-9))
+            },
             r.events_per_s(),
             fmt_opt(r.cpu_ms_per_1k(), 1),
-            if r.scenario == "idle" { "–".into() } else { fmt_opt(r.cpu_ms_per_run(), 3) },
+            if r.scenario == "idle" {
+                "–".into()
+            } else {
+                fmt_opt(r.cpu_ms_per_run(), 3)
+            },
             lat,
             ttfe,
             fmt_opt(r.peak_rss_kib.map(|k| k as f64 / 1024.0), 1),
@@ -982,20 +1336,37 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
         );
     }
     let measured = |r: &&Row| r.na.is_none();
-    let redis_cpu: Vec<&Row> = rows.iter().filter(measured).filter(|r| r.store_cpu_s.is_some() && r.events > 0).collect();
+    let redis_cpu: Vec<&Row> = rows
+        .iter()
+        .filter(measured)
+        .filter(|r| r.store_cpu_s.is_some() && r.events > 0)
+        .collect();
     if !redis_cpu.is_empty() {
         println!();
         println!("The benchmark's redis-server beside the relay (not in the relay's CPU column):");
         for r in redis_cpu {
             let s = r.store_cpu_s.unwrap_or(f64::NAN);
-            println!("- {} {}: redis-server {:.1} CPU ms / 1k events", r.scenario, r.side, s * 1000.0 / (r.events as f64 / 1000.0));
+            println!(
+                "- {} {}: redis-server {:.1} CPU ms / 1k events",
+                r.scenario,
+                r.side,
+                s * 1000.0 / (r.events as f64 / 1000.0)
+            );
         }
     }
-    let find = |scenario: &str, side_prefix: &str| rows.iter().filter(measured).find(|r| r.scenario == scenario && r.side.starts_with(side_prefix));
+    let find = |scenario: &str, side_prefix: &str| {
+        rows.iter()
+            .filter(measured)
+            .find(|r| r.scenario == scenario && r.side.starts_with(side_prefix))
+    };
     // The store targets name SQLite: they are judged on the SQLite rows; other stores' rows are
     // shown beside them. With one explicit non-SQLite `--store`, that store's row is judged (noted).
     let judged_store = |scenario: &str, side_prefix: &str| -> Option<String> {
-        let stores: Vec<&str> = rows.iter().filter(|r| r.scenario == scenario && r.side.starts_with(side_prefix)).map(|r| r.store.as_str()).collect();
+        let stores: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.scenario == scenario && r.side.starts_with(side_prefix))
+            .map(|r| r.store.as_str())
+            .collect();
         if stores.contains(&"sqlite") {
             Some("sqlite".into())
         } else if env.explicit_store.is_some() {
@@ -1010,9 +1381,17 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
         println!();
         println!("Ratios to the floor (same upstream, same clients, same run):");
         let judged = judged_store("stream", "relay store:true");
-        for r in rows.iter().filter(measured).filter(|r| r.scenario == "stream" && r.side.starts_with("relay")) {
+        for r in rows
+            .iter()
+            .filter(measured)
+            .filter(|r| r.scenario == "stream" && r.side.starts_with("relay"))
+        {
             let cpu = r.cpu_ms_per_1k().zip(f.cpu_ms_per_1k()).map(|(a, b)| a / b);
-            let lat = |q| r.lat_q(q).zip(f.lat_q(q)).map(|(a, b)| a as f64 / (b as f64).max(1.0));
+            let lat = |q| {
+                r.lat_q(q)
+                    .zip(f.lat_q(q))
+                    .map(|(a, b)| a as f64 / (b as f64).max(1.0))
+            };
             println!(
                 "- {}: CPU per event {}x, added latency p50 {}x, p99 {}x",
                 r.side,
@@ -1023,49 +1402,113 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
             let got = format!("{}x", fmt_opt(cpu, 2));
             if r.side.contains("store:false") {
                 let what = "relay CPU per streamed event <= 3x floor (store: false)".to_string();
-                targets.push(Target { what, ok: cpu.map(|c| c <= 3.0), got, info: false });
+                targets.push(Target {
+                    what,
+                    ok: cpu.map(|c| c <= 3.0),
+                    got,
+                    info: false,
+                });
             } else {
                 let info = judged.as_deref() != Some(r.store.as_str());
-                let what = format!("relay CPU per streamed event <= 5x floor (store: true, {})", r.store);
-                targets.push(Target { what, ok: cpu.map(|c| c <= 5.0), got, info });
+                let what = format!(
+                    "relay CPU per streamed event <= 5x floor (store: true, {})",
+                    r.store
+                );
+                targets.push(Target {
+                    what,
+                    ok: cpu.map(|c| c <= 5.0),
+                    got,
+                    info,
+                });
             }
         }
     }
     if let Some(r) = find("stream", "relay store:false") {
         let p99 = r.lat_q(0.99);
-        let what = format!("p99 added latency per event < 1 ms at 256 concurrent streams (measured at {})", r.clients);
-        let ok = if r.clients == 256 { p99.map(|p| p < 1000) } else { None };
-        let floor_p99 = floor.and_then(|f| f.lat_q(0.99)).map(|p| format!(", floor {p} µs")).unwrap_or_default();
-        let got = format!("{} µs{floor_p99}", p99.map(|p| p.to_string()).unwrap_or("–".into()));
-        targets.push(Target { what, ok, got, info: false });
+        let what = format!(
+            "p99 added latency per event < 1 ms at 256 concurrent streams (measured at {})",
+            r.clients
+        );
+        let ok = if r.clients == 256 {
+            p99.map(|p| p < 1000)
+        } else {
+            None
+        };
+        let floor_p99 = floor
+            .and_then(|f| f.lat_q(0.99))
+            .map(|p| format!(", floor {p} µs"))
+            .unwrap_or_default();
+        let got = format!(
+            "{} µs{floor_p99}",
+            p99.map(|p| p.to_string()).unwrap_or("–".into())
+        );
+        targets.push(Target {
+            what,
+            ok,
+            got,
+            info: false,
+        });
     }
     if let Some(r) = find("mcp", "relay") {
         let v = r.cpu_ms_per_run();
         let what = "relay CPU per mcp run (list from pool, 1 call, 50 deltas) < 1 ms".into();
         let floor = find("mcp", "floor").and_then(Row::cpu_ms_per_run);
-        let floor = floor.map(|f| format!(" (the floor spends {f:.3} ms passing the same deltas alone)")).unwrap_or_default();
-        targets.push(Target { what, ok: v.map(|v| v < 1.0), got: format!("{} ms{floor}", fmt_opt(v, 3)), info: false });
+        let floor = floor
+            .map(|f| format!(" (the floor spends {f:.3} ms passing the same deltas alone)"))
+            .unwrap_or_default();
+        targets.push(Target {
+            what,
+            ok: v.map(|v| v < 1.0),
+            got: format!("{} ms{floor}", fmt_opt(v, 3)),
+            info: false,
+        });
     }
     if let Some(r) = find("idle", "relay") {
         let open = r.open_streams.unwrap_or(0);
         let per = r.rss_per_stream_kib;
         let ok = per.map(|p| open >= 10_000 && p < 64.0);
         let what = "idle: >= 10,000 open streams, relay RSS < 64 KiB per stream".into();
-        targets.push(Target { what, ok, got: format!("{open} open, {} KiB per stream", fmt_opt(per, 1)), info: false });
+        targets.push(Target {
+            what,
+            ok,
+            got: format!("{open} open, {} KiB per stream", fmt_opt(per, 1)),
+            info: false,
+        });
     }
     let judged = judged_store("replay", "relay");
-    for r in rows.iter().filter(measured).filter(|r| r.scenario == "replay") {
+    for r in rows
+        .iter()
+        .filter(measured)
+        .filter(|r| r.scenario == "replay")
+    {
         let eps = r.events_per_s();
         let info = judged.as_deref() != Some(r.store.as_str());
         let what = format!("replay >= 200,000 events/s ({})", r.store);
-        targets.push(Target { what, ok: Some(eps >= 200_000.0), got: format!("{eps:.0} events/s"), info });
+        targets.push(Target {
+            what,
+            ok: Some(eps >= 200_000.0),
+            got: format!("{eps:.0} events/s"),
+            info,
+        });
     }
     for r in rows.iter().filter(|r| r.na.is_some()) {
         let what = format!("{} {}", r.scenario, r.side);
-        targets.push(Target { what, ok: None, got: r.na.clone().unwrap_or_default(), info: true });
+        targets.push(Target {
+            what,
+            ok: None,
+            got: r.na.clone().unwrap_or_default(),
+            info: true,
+        });
     }
     println!();
-    println!("Targets (issue 8 item 4; the store targets are judged on SQLite, other stores shown as info){}:", if plan.smoke { " — smoke mode: reported, not enforced" } else { "" });
+    println!(
+        "Targets (issue 8 item 4; the store targets are judged on SQLite, other stores shown as info){}:",
+        if plan.smoke {
+            " — smoke mode: reported, not enforced"
+        } else {
+            ""
+        }
+    );
     let mut all = true;
     for t in targets.iter().filter(|t| !t.info) {
         let verdict = match t.ok {
@@ -1092,7 +1535,10 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
     if let Some(url) = &env.explicit_store
         && store_label(url) != "sqlite"
     {
-        println!("(the store targets name SQLite; this run used --store {})", store_label(url));
+        println!(
+            "(the store targets name SQLite; this run used --store {})",
+            store_label(url)
+        );
     }
     println!("Child logs: {}", env.logs.display());
     all

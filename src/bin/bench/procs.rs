@@ -16,14 +16,26 @@ pub struct Proc {
 impl Proc {
     /// Starts `program args`, waits (at most 20 s) for its `listening on URL` line. Its stderr
     /// goes to `log` (a file), so a noisy child does not garble the table.
-    pub fn spawn(name: &str, program: &Path, args: &[String], env: &[(&str, &str)], log: &Path) -> Result<Proc, String> {
-        let stderr = std::fs::File::create(log).map_err(|e| format!("{name}: cannot create {}: {e}", log.display()))?;
+    pub fn spawn(
+        name: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Result<Proc, String> {
+        let stderr = std::fs::File::create(log)
+            .map_err(|e| format!("{name}: cannot create {}: {e}", log.display()))?;
         let mut cmd = Command::new(program);
-        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(stderr));
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr));
         for (k, v) in env {
             cmd.env(k, v);
         }
-        let mut child = cmd.spawn().map_err(|e| format!("{name}: cannot start {}: {e}", program.display()))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("{name}: cannot start {}: {e}", program.display()))?;
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         // Reads the first line, then keeps draining so the child never blocks on a full pipe.
@@ -38,7 +50,10 @@ impl Proc {
             _ => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("{name}: no `listening on` line within 20 s (see {})", log.display()));
+                return Err(format!(
+                    "{name}: no `listening on` line within 20 s (see {})",
+                    log.display()
+                ));
             }
         };
         let Some(url) = line.strip_prefix("listening on ") else {
@@ -46,7 +61,10 @@ impl Proc {
             let _ = child.wait();
             return Err(format!("{name}: unexpected first line {line:?}"));
         };
-        Ok(Proc { url: url.trim().to_string(), child })
+        Ok(Proc {
+            url: url.trim().to_string(),
+            child,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -59,7 +77,6 @@ impl Proc {
         let host = rest.split('/').next().unwrap_or(rest);
         format!("http://{host}")
     }
-
 }
 
 impl Drop for Proc {
@@ -84,8 +101,14 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
 /// A `kB` line of `/proc/PID/status` (`VmRSS`, `VmHWM`), in KiB.
 pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
-    line[key.len() + 1..].split_whitespace().next()?.parse().ok()
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
+    line[key.len() + 1..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Open file descriptors of a process.
@@ -114,7 +137,9 @@ pub struct Redis {
 /// Where `redis-server` is on `PATH`, if anywhere.
 pub fn find_redis_server() -> Option<std::path::PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join("redis-server")).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join("redis-server"))
+        .find(|p| p.is_file())
 }
 
 impl Redis {
@@ -127,10 +152,24 @@ impl Redis {
                 .and_then(|l| l.local_addr())
                 .map_err(|e| format!("redis-server: no free port: {e}"))?
                 .port();
-            let stdout = std::fs::File::create(log).map_err(|e| format!("redis-server: cannot create {}: {e}", log.display()))?;
+            let stdout = std::fs::File::create(log)
+                .map_err(|e| format!("redis-server: cannot create {}: {e}", log.display()))?;
             let stderr = stdout.try_clone().map_err(|e| e.to_string())?;
             let p = port.to_string();
-            let args = ["--port", &p, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes"];
+            let args = [
+                "--port",
+                &p,
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "no",
+                "--protected-mode",
+                "yes",
+            ];
             let child = Command::new(program)
                 .args(args)
                 .stdin(Stdio::null())
@@ -151,7 +190,10 @@ impl Redis {
                 std::thread::sleep(Duration::from_millis(50));
             }
             if last.is_empty() {
-                last = format!("redis-server did not answer PING within 10 s (see {})", log.display());
+                last = format!(
+                    "redis-server did not answer PING within 10 s (see {})",
+                    log.display()
+                );
             }
         }
         Err(last)
@@ -170,11 +212,16 @@ impl Redis {
     pub fn command(&self, cmd: &str) -> Result<String, String> {
         use std::io::Write;
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
-        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500)).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(Duration::from_secs(30))).map_err(|e| e.to_string())?;
-        s.write_all(format!("{cmd}\r\n").as_bytes()).map_err(|e| e.to_string())?;
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+            .map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        s.write_all(format!("{cmd}\r\n").as_bytes())
+            .map_err(|e| e.to_string())?;
         let mut line = String::new();
-        BufReader::new(s).read_line(&mut line).map_err(|e| e.to_string())?;
+        BufReader::new(s)
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
         Ok(line)
     }
 }

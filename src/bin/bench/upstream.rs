@@ -24,7 +24,10 @@ type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
 /// Microseconds since the Unix epoch (the clock both this server and the load generator read).
 pub fn now_micros() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0)
 }
 
 /// Serves until the process is killed. Prints `listening on http://ADDR/v1`.
@@ -42,7 +45,9 @@ pub async fn serve(listen: SocketAddr) -> std::io::Result<()> {
             }
         };
         let _ = stream.set_nodelay(true);
-        let conn = builder.serve_connection(TokioIo::new(stream), service_fn(handle)).into_owned();
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), service_fn(handle))
+            .into_owned();
         tokio::spawn(async move {
             let _ = conn.await;
         });
@@ -50,9 +55,14 @@ pub async fn serve(listen: SocketAddr) -> std::io::Result<()> {
 }
 
 fn full(bytes: impl Into<Bytes>, status: StatusCode, ct: &'static str) -> Response<Body> {
-    let mut r = Response::new(Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed_unsync());
+    let mut r = Response::new(
+        Full::new(bytes.into())
+            .map_err(|never: Infallible| match never {})
+            .boxed_unsync(),
+    );
     *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static(ct));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(ct));
     r
 }
 
@@ -65,12 +75,22 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     Ok(match (&route.0, route.1.as_str()) {
         (&Method::POST, "/v1/chat/completions") => match serde_json::from_slice::<Value>(&body) {
             Ok(v) => chat(&v),
-            Err(e) => full(format!("{{\"error\":{{\"message\":\"bad json: {e}\"}}}}"), StatusCode::BAD_REQUEST, "application/json"),
+            Err(e) => full(
+                format!("{{\"error\":{{\"message\":\"bad json: {e}\"}}}}"),
+                StatusCode::BAD_REQUEST,
+                "application/json",
+            ),
         },
-        (&Method::GET, "/v1/models") => {
-            full(r#"{"object":"list","data":[{"id":"bench","object":"model","created":0,"owned_by":"bench"}]}"#, StatusCode::OK, "application/json")
-        }
-        _ => full(r#"{"error":{"message":"not found"}}"#, StatusCode::NOT_FOUND, "application/json"),
+        (&Method::GET, "/v1/models") => full(
+            r#"{"object":"list","data":[{"id":"bench","object":"model","created":0,"owned_by":"bench"}]}"#,
+            StatusCode::OK,
+            "application/json",
+        ),
+        _ => full(
+            r#"{"error":{"message":"not found"}}"#,
+            StatusCode::NOT_FOUND,
+            "application/json",
+        ),
     })
 }
 
@@ -86,13 +106,20 @@ fn options(model: &str) -> (usize, Duration) {
             }
         }
     }
-    (deltas.clamp(1, 100_000), Duration::from_millis(delay.min(60_000)))
+    (
+        deltas.clamp(1, 100_000),
+        Duration::from_millis(delay.min(60_000)),
+    )
 }
 
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(" "),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(" "),
         _ => String::new(),
     }
 }
@@ -100,15 +127,19 @@ fn text_of(content: &Value) -> String {
 const HEAD: &str = r#"{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench","choices":[{"index":0,"delta":"#;
 
 fn chunk(delta: &str, finish: &str) -> Bytes {
-    Bytes::from(format!("data: {HEAD}{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"))
+    Bytes::from(format!(
+        "data: {HEAD}{delta},\"logprobs\":null,\"finish_reason\":{finish}}}]}}\n\n"
+    ))
 }
 
 fn sse(stream: impl futures::Stream<Item = Bytes> + Send + 'static) -> Response<Body> {
     use futures::StreamExt;
     let body = StreamBody::new(stream.map(|b| Ok::<_, std::io::Error>(Frame::data(b))));
     let mut r = Response::new(BodyExt::boxed_unsync(body));
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
-    r.headers_mut().insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    r.headers_mut()
+        .insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     r
 }
 
@@ -116,13 +147,31 @@ fn chat(body: &Value) -> Response<Body> {
     let model = body.get("model").and_then(Value::as_str).unwrap_or("bench");
     let (deltas, delay) = options(model);
     let empty = Vec::new();
-    let messages = body.get("messages").and_then(Value::as_array).unwrap_or(&empty);
-    let last_role = messages.last().and_then(|m| m.get("role")).and_then(Value::as_str).unwrap_or("");
+    let messages = body
+        .get("messages")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let last_role = messages
+        .last()
+        .and_then(|m| m.get("role"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
     if last_role == "user" {
-        let text = text_of(messages.last().and_then(|m| m.get("content")).unwrap_or(&Value::Null));
+        let text = text_of(
+            messages
+                .last()
+                .and_then(|m| m.get("content"))
+                .unwrap_or(&Value::Null),
+        );
         if let Some(call) = text.lines().find_map(|l| l.trim().strip_prefix("CALL ")) {
-            let (name, args) = call.trim().split_once(char::is_whitespace).unwrap_or((call.trim(), "{}"));
-            let tools = body.get("tools").and_then(Value::as_array).unwrap_or(&empty);
+            let (name, args) = call
+                .trim()
+                .split_once(char::is_whitespace)
+                .unwrap_or((call.trim(), "{}"));
+            let tools = body
+                .get("tools")
+                .and_then(Value::as_array)
+                .unwrap_or(&empty);
             let full_name = tools
                 .iter()
                 .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))

@@ -45,7 +45,10 @@ pub struct Recorded {
 impl Recorded {
     /// The first header with this (case-insensitive) name.
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -118,7 +121,11 @@ pub async fn start(addr: SocketAddr, fixtures_dir: PathBuf) -> std::io::Result<F
 }
 
 /// As [`start`], choosing whether requests are recorded (the benchmark does not record).
-pub async fn start_with(addr: SocketAddr, fixtures_dir: PathBuf, record: bool) -> std::io::Result<FakeUpstream> {
+pub async fn start_with(
+    addr: SocketAddr,
+    fixtures_dir: PathBuf,
+    record: bool,
+) -> std::io::Result<FakeUpstream> {
     let listener = TcpListener::bind(addr).await?;
     let addr = listener.local_addr()?;
     let state = Arc::new(State {
@@ -184,7 +191,15 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bo
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let headers: Vec<(String, String)> = if state.record {
-        req.headers().iter().map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+        req.headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect()
     } else {
         Vec::new()
     };
@@ -195,10 +210,16 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bo
     let body: Value = if bytes.is_empty() {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     };
     if state.record {
-        let rec = Recorded { method: method.to_string(), path: path.clone(), headers, body: body.clone() };
+        let rec = Recorded {
+            method: method.to_string(),
+            path: path.clone(),
+            headers,
+            body: body.clone(),
+        };
         state.requests.lock().expect("requests lock").push(rec);
     }
     let resp = match (&method, path.as_str()) {
@@ -220,22 +241,40 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Bo
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
-    Full::new(bytes.into()).map_err(|never: Infallible| match never {}).boxed_unsync()
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
 }
 
 fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
     let mut r = Response::new(full(serde_json::to_vec(v).expect("json serializes")));
     *r.status_mut() = status;
-    r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     r
 }
 
-fn error_response(status: StatusCode, message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Response<Body> {
-    json_response(status, &json!({"error": {"message": message, "type": kind, "param": param, "code": code}}))
+fn error_response(
+    status: StatusCode,
+    message: &str,
+    kind: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Response<Body> {
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": kind, "param": param, "code": code}}),
+    )
 }
 
 fn bad_request(message: &str) -> Response<Body> {
-    error_response(StatusCode::BAD_REQUEST, message, "invalid_request_error", None, None)
+    error_response(
+        StatusCode::BAD_REQUEST,
+        message,
+        "invalid_request_error",
+        None,
+        None,
+    )
 }
 
 /// Why a stream stops after its frames.
@@ -266,7 +305,12 @@ impl Drop for OpenGuard {
 }
 
 /// An SSE response writing each frame with one write, `delay` apart, then `tail`.
-fn sse_response(state: &Arc<State>, frames: Vec<Bytes>, delay: Duration, tail: Tail) -> Response<Body> {
+fn sse_response(
+    state: &Arc<State>,
+    frames: Vec<Bytes>,
+    delay: Duration,
+    tail: Tail,
+) -> Response<Body> {
     let guard = OpenGuard::new(state);
     let stream = async_stream::stream! {
         let _guard = guard;
@@ -350,7 +394,10 @@ fn parse_model(model: &str) -> Result<(&str, Opts), String> {
     let mut o = Opts::default();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let num = || v.parse::<u64>().map_err(|_| format!("model option {k}={v}: not a number"));
+        let num = || {
+            v.parse::<u64>()
+                .map_err(|_| format!("model option {k}={v}: not a number"))
+        };
         let flag = || match v {
             "1" | "true" | "" => Ok(true),
             "0" | "false" => Ok(false),
@@ -390,25 +437,55 @@ fn parse_model(model: &str) -> Result<(&str, Opts), String> {
 
 async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
     let Some(model) = body.get("model").and_then(Value::as_str) else {
-        return error_response(StatusCode::BAD_REQUEST, "model is required", "invalid_request_error", Some("model"), None);
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "model is required",
+            "invalid_request_error",
+            Some("model"),
+            None,
+        );
     };
     let (name, opts) = match parse_model(model) {
         Ok(p) => p,
-        Err(e) => return error_response(StatusCode::BAD_REQUEST, &e, "invalid_request_error", Some("model"), None),
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &e,
+                "invalid_request_error",
+                Some("model"),
+                None,
+            );
+        }
     };
     match opts.fault {
         Fault::Status500 => {
-            return error_response(StatusCode::INTERNAL_SERVER_ERROR, "The server had an error while processing your request.", "server_error", None, None);
+            return error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The server had an error while processing your request.",
+                "server_error",
+                None,
+                None,
+            );
         }
         Fault::Status429 => return too_many_requests(),
         Fault::Status429Once => {
-            let first = state.failed_once.lock().expect("failed_once lock").insert(model.to_string());
+            let first = state
+                .failed_once
+                .lock()
+                .expect("failed_once lock")
+                .insert(model.to_string());
             if first {
                 return too_many_requests();
             }
         }
         Fault::Status400 => {
-            return error_response(StatusCode::BAD_REQUEST, "bad model param", "invalid_request_error", Some("model"), None);
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "bad model param",
+                "invalid_request_error",
+                Some("model"),
+                None,
+            );
         }
         Fault::SlowHeaders => tokio::time::sleep(opts.delay).await,
         _ => {}
@@ -425,11 +502,16 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
     let serial = state.serial.fetch_add(1, Ordering::Relaxed);
     match (api, stream) {
         (Api::Chat, true) => {
-            let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool).unwrap_or(false);
+            let include_usage = body
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
             let (frames, tail) = chat_frames(&script, &opts, model, serial, include_usage);
             sse_response(state, frames, stream_delay(&opts), tail)
         }
-        (Api::Chat, false) => json_response(StatusCode::OK, &chat_completion(&script, model, serial)),
+        (Api::Chat, false) => {
+            json_response(StatusCode::OK, &chat_completion(&script, model, serial))
+        }
         (Api::Responses, true) => {
             let (frames, tail) = responses_frames(&script, &opts, &body, model, serial);
             sse_response(state, frames, stream_delay(&opts), tail)
@@ -444,7 +526,11 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
 }
 
 fn stream_delay(opts: &Opts) -> Duration {
-    if opts.fault == Fault::SlowHeaders { Duration::ZERO } else { opts.delay }
+    if opts.fault == Fault::SlowHeaders {
+        Duration::ZERO
+    } else {
+        opts.delay
+    }
 }
 
 fn too_many_requests() -> Response<Body> {
@@ -455,7 +541,8 @@ fn too_many_requests() -> Response<Body> {
         None,
         Some("rate_limit_exceeded"),
     );
-    r.headers_mut().insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     r
 }
 
@@ -525,14 +612,23 @@ fn plain_text(content: &Value) -> String {
 }
 
 fn tools_of(body: &Value) -> Vec<Tool> {
-    let Some(tools) = body.get("tools").and_then(Value::as_array) else { return Vec::new() };
+    let Some(tools) = body.get("tools").and_then(Value::as_array) else {
+        return Vec::new();
+    };
     tools
         .iter()
-        .filter(|t| t.get("type").and_then(Value::as_str).is_none_or(|ty| ty == "function"))
+        .filter(|t| {
+            t.get("type")
+                .and_then(Value::as_str)
+                .is_none_or(|ty| ty == "function")
+        })
         .filter_map(|t| {
             let f = t.get("function").unwrap_or(t);
             let name = f.get("name").and_then(Value::as_str)?;
-            Some(Tool { name: name.to_string(), parameters: f.get("parameters").cloned().unwrap_or(Value::Null) })
+            Some(Tool {
+                name: name.to_string(),
+                parameters: f.get("parameters").cloned().unwrap_or(Value::Null),
+            })
         })
         .collect()
 }
@@ -542,7 +638,11 @@ fn choice_of(body: &Value) -> Choice {
         Some(Value::String(s)) if s == "none" => Choice::None,
         Some(Value::String(s)) if s == "required" => Choice::Required,
         Some(v @ Value::Object(_)) => {
-            match v.pointer("/function/name").or_else(|| v.get("name")).and_then(Value::as_str) {
+            match v
+                .pointer("/function/name")
+                .or_else(|| v.get("name"))
+                .and_then(Value::as_str)
+            {
                 Some(n) => Choice::Named(n.to_string()),
                 None => Choice::Required,
             }
@@ -554,13 +654,30 @@ fn choice_of(body: &Value) -> Choice {
 impl Convo {
     fn from_chat(body: &Value) -> Convo {
         let empty = Vec::new();
-        let msgs = body.get("messages").and_then(Value::as_array).unwrap_or(&empty);
-        let role = |m: &Value| m.get("role").and_then(Value::as_str).unwrap_or("").to_string();
+        let msgs = body
+            .get("messages")
+            .and_then(Value::as_array)
+            .unwrap_or(&empty);
+        let role = |m: &Value| {
+            m.get("role")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string()
+        };
         let last = match msgs.last().map(role).as_deref() {
             Some("user") => Last::User,
             Some("tool") | Some("function") => {
-                let start = msgs.iter().rposition(|m| !matches!(role(m).as_str(), "tool" | "function")).map(|i| i + 1).unwrap_or(0);
-                Last::ToolResults(msgs[start..].iter().map(|m| plain_text(m.get("content").unwrap_or(&Value::Null))).collect())
+                let start = msgs
+                    .iter()
+                    .rposition(|m| !matches!(role(m).as_str(), "tool" | "function"))
+                    .map(|i| i + 1)
+                    .unwrap_or(0);
+                Last::ToolResults(
+                    msgs[start..]
+                        .iter()
+                        .map(|m| plain_text(m.get("content").unwrap_or(&Value::Null)))
+                        .collect(),
+                )
             }
             _ => Last::Other,
         };
@@ -569,18 +686,45 @@ impl Convo {
             .iter()
             .rev()
             .find(|m| role(m) == "user")
-            .map(|m| text_of(m.get("content").unwrap_or(&Value::Null), &mut images, &mut files))
+            .map(|m| {
+                text_of(
+                    m.get("content").unwrap_or(&Value::Null),
+                    &mut images,
+                    &mut files,
+                )
+            })
             .unwrap_or_default();
-        let after_user = msgs.iter().rposition(|m| role(m) == "user").map(|i| i + 1).unwrap_or(0);
+        let after_user = msgs
+            .iter()
+            .rposition(|m| role(m) == "user")
+            .map(|i| i + 1)
+            .unwrap_or(0);
         let rounds = msgs[after_user..]
             .iter()
-            .filter(|m| role(m) == "assistant" && m.get("tool_calls").and_then(Value::as_array).is_some_and(|c| !c.is_empty()))
+            .filter(|m| {
+                role(m) == "assistant"
+                    && m.get("tool_calls")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| !c.is_empty())
+            })
             .count();
-        Convo { messages: msgs.len(), last, user_text, images, files, tools: tools_of(body), choice: choice_of(body), rounds }
+        Convo {
+            messages: msgs.len(),
+            last,
+            user_text,
+            images,
+            files,
+            tools: tools_of(body),
+            choice: choice_of(body),
+            rounds,
+        }
     }
 
     fn from_responses(body: &Value) -> Convo {
-        let instructions = body.get("instructions").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) as usize;
+        let instructions = body
+            .get("instructions")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty()) as usize;
         let mut c = Convo {
             messages: instructions,
             last: Last::Other,
@@ -606,26 +750,46 @@ impl Convo {
                         None => String::new(),
                     }
                 };
-                let is_user = |i: &Value| kind(i) == "message" && i.get("role").and_then(Value::as_str) == Some("user");
+                let is_user = |i: &Value| {
+                    kind(i) == "message" && i.get("role").and_then(Value::as_str) == Some("user")
+                };
                 c.last = match items.last() {
                     Some(i) if is_user(i) => Last::User,
                     Some(i) if kind(i) == "function_call_output" => {
-                        let start = items.iter().rposition(|i| kind(i) != "function_call_output").map(|i| i + 1).unwrap_or(0);
+                        let start = items
+                            .iter()
+                            .rposition(|i| kind(i) != "function_call_output")
+                            .map(|i| i + 1)
+                            .unwrap_or(0);
                         Last::ToolResults(
-                            items[start..].iter().map(|i| plain_text(i.get("output").unwrap_or(&Value::Null))).collect(),
+                            items[start..]
+                                .iter()
+                                .map(|i| plain_text(i.get("output").unwrap_or(&Value::Null)))
+                                .collect(),
                         )
                     }
                     _ => Last::Other,
                 };
                 if let Some(u) = items.iter().rev().find(|i| is_user(i)) {
-                    c.user_text = text_of(u.get("content").unwrap_or(&Value::Null), &mut c.images, &mut c.files);
+                    c.user_text = text_of(
+                        u.get("content").unwrap_or(&Value::Null),
+                        &mut c.images,
+                        &mut c.files,
+                    );
                 }
-                let after_user = items.iter().rposition(|i| is_user(i)).map(|i| i + 1).unwrap_or(0);
+                let after_user = items
+                    .iter()
+                    .rposition(|i| is_user(i))
+                    .map(|i| i + 1)
+                    .unwrap_or(0);
                 let tail = &items[after_user..];
                 c.rounds = tail
                     .iter()
                     .enumerate()
-                    .filter(|(j, i)| kind(i) == "function_call" && (*j == 0 || kind(&tail[j - 1]) != "function_call"))
+                    .filter(|(j, i)| {
+                        kind(i) == "function_call"
+                            && (*j == 0 || kind(&tail[j - 1]) != "function_call")
+                    })
                     .count();
             }
             _ => {}
@@ -671,7 +835,10 @@ impl Script {
                 let text = match &c.last {
                     Last::ToolResults(outs) => format!("Tool results: {}", outs.join("; ")),
                     _ => {
-                        let mut t = format!("Hello! You said: {}", c.user_text.chars().take(200).collect::<String>());
+                        let mut t = format!(
+                            "Hello! You said: {}",
+                            c.user_text.chars().take(200).collect::<String>()
+                        );
                         match c.images {
                             0 => {}
                             1 => t.push_str(" [1 image]"),
@@ -716,7 +883,13 @@ impl Script {
             Last::ToolResults(_) if c.user_text.lines().any(|l| l.trim() == "THEN") => c.rounds,
             _ => return None,
         };
-        let group: Vec<&str> = c.user_text.split('\n').collect::<Vec<_>>().split(|l| l.trim() == "THEN").nth(round)?.to_vec();
+        let group: Vec<&str> = c
+            .user_text
+            .split('\n')
+            .collect::<Vec<_>>()
+            .split(|l| l.trim() == "THEN")
+            .nth(round)?
+            .to_vec();
         let lines: Vec<Call> = group
             .iter()
             .filter_map(|l| l.trim().strip_prefix("CALL "))
@@ -726,7 +899,11 @@ impl Script {
                 if name.is_empty() {
                     return None;
                 }
-                let args = if args.trim().is_empty() { "{}" } else { args.trim() };
+                let args = if args.trim().is_empty() {
+                    "{}"
+                } else {
+                    args.trim()
+                };
                 let tool = c
                     .tools
                     .iter()
@@ -758,7 +935,8 @@ impl Script {
                 })?
             }
         };
-        let args = serde_json::to_string(&sample_object(&tool.parameters)).expect("json serializes");
+        let args =
+            serde_json::to_string(&sample_object(&tool.parameters)).expect("json serializes");
         Some(vec![call(tool.name.clone(), args)])
     }
 }
@@ -766,14 +944,24 @@ impl Script {
 fn call(name: String, arguments: String) -> Call {
     let n = arguments.chars().count().clamp(1, 4);
     let pieces = split_even(&arguments, n);
-    Call { name, arguments, pieces }
+    Call {
+        name,
+        arguments,
+        pieces,
+    }
 }
 
 /// Arguments satisfying a JSON schema's `required` properties.
 fn sample_object(schema: &Value) -> Value {
     let mut obj = Map::new();
     let props = schema.get("properties");
-    for name in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+    for name in schema
+        .get("required")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
         let prop = props.and_then(|p| p.get(name)).unwrap_or(&Value::Null);
         obj.insert(name.to_string(), sample_value(name, prop));
     }
@@ -781,12 +969,20 @@ fn sample_object(schema: &Value) -> Value {
 }
 
 fn sample_value(name: &str, schema: &Value) -> Value {
-    if let Some(first) = schema.get("enum").and_then(Value::as_array).and_then(|e| e.first()) {
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
         return first.clone();
     }
     let ty = match schema.get("type") {
         Some(Value::String(t)) => t.as_str(),
-        Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).find(|t| *t != "null").unwrap_or("string"),
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("string"),
         _ => "string",
     };
     match ty {
@@ -814,13 +1010,19 @@ fn split_padded(text: &str, n: usize) -> Vec<String> {
 
 /// `s` in `n` pieces on char boundaries (`n` ≤ its length, except for the empty string).
 fn split_even(s: &str, n: usize) -> Vec<String> {
-    let bounds: Vec<usize> = s.char_indices().map(|(i, _)| i).chain(std::iter::once(s.len())).collect();
+    let bounds: Vec<usize> = s
+        .char_indices()
+        .map(|(i, _)| i)
+        .chain(std::iter::once(s.len()))
+        .collect();
     let len = bounds.len() - 1;
     if len == 0 {
         return vec![String::new()];
     }
     let n = n.clamp(1, len);
-    (0..n).map(|i| s[bounds[i * len / n]..bounds[(i + 1) * len / n]].to_string()).collect()
+    (0..n)
+        .map(|i| s[bounds[i * len / n]..bounds[(i + 1) * len / n]].to_string())
+        .collect()
 }
 
 /// Where a fault cuts the stream: after this many delta events (or none).
@@ -839,7 +1041,11 @@ struct Frames {
 
 impl Frames {
     /// Applies a mid-stream fault: keeps everything up to the cut point, then the fault's frames.
-    fn finish(self, fault: Fault, fault_frames: impl FnOnce(usize) -> Vec<Bytes>) -> (Vec<Bytes>, Tail) {
+    fn finish(
+        self,
+        fault: Fault,
+        fault_frames: impl FnOnce(usize) -> Vec<Bytes>,
+    ) -> (Vec<Bytes>, Tail) {
         let mut frames = self.frames;
         if let Some(after) = fault_cut(fault) {
             let mut seen = 0;
@@ -904,7 +1110,13 @@ fn chat_finish_reason(s: &Script) -> &'static str {
 }
 
 /// The frames of a streamed chat answer.
-fn chat_frames(s: &Script, o: &Opts, model: &str, serial: u64, include_usage: bool) -> (Vec<Bytes>, Tail) {
+fn chat_frames(
+    s: &Script,
+    o: &Opts,
+    model: &str,
+    serial: u64,
+    include_usage: bool,
+) -> (Vec<Bytes>, Tail) {
     // Every chunk shares this head; only the choice and usage differ.
     let head = format!(
         "{{\"id\":\"chatcmpl-fake{serial}\",\"object\":\"chat.completion.chunk\",\"created\":{},\"model\":{},\"system_fingerprint\":\"fp_fake\",\"choices\":[",
@@ -912,7 +1124,9 @@ fn chat_frames(s: &Script, o: &Opts, model: &str, serial: u64, include_usage: bo
         Value::String(model.to_string())
     );
     let chunk = |delta: &Value, finish: Option<&str>, usage: Option<&Value>| -> Bytes {
-        let finish = finish.map(|f| format!("\"{f}\"")).unwrap_or_else(|| "null".into());
+        let finish = finish
+            .map(|f| format!("\"{f}\""))
+            .unwrap_or_else(|| "null".into());
         let mut json = String::with_capacity(head.len() + 128);
         json.push_str(&head);
         json.push_str("{\"index\":0,\"delta\":");
@@ -928,19 +1142,25 @@ fn chat_frames(s: &Script, o: &Opts, model: &str, serial: u64, include_usage: bo
         data_frame(&json)
     };
     let mut f = Frames { frames: Vec::new() };
-    f.frames.push((chunk(&json!({"role": "assistant", "content": ""}), None, None), false));
+    f.frames.push((
+        chunk(&json!({"role": "assistant", "content": ""}), None, None),
+        false,
+    ));
     for r in &s.reasoning {
-        f.frames.push((chunk(&json!({"reasoning_content": r}), None, None), true));
+        f.frames
+            .push((chunk(&json!({"reasoning_content": r}), None, None), true));
     }
     match &s.output {
         Output::Text(_, pieces) => {
             for p in pieces {
-                f.frames.push((chunk(&json!({"content": p}), None, None), true));
+                f.frames
+                    .push((chunk(&json!({"content": p}), None, None), true));
             }
         }
         Output::Refusal(_, pieces) => {
             for p in pieces {
-                f.frames.push((chunk(&json!({"refusal": p}), None, None), true));
+                f.frames
+                    .push((chunk(&json!({"refusal": p}), None, None), true));
             }
         }
         Output::Calls(calls) => {
@@ -958,9 +1178,11 @@ fn chat_frames(s: &Script, o: &Opts, model: &str, serial: u64, include_usage: bo
     let usage = chat_usage(s);
     let finish = chat_finish_reason(s);
     if o.usage_on_finish {
-        f.frames.push((chunk(&json!({}), Some(finish), Some(&usage)), false));
+        f.frames
+            .push((chunk(&json!({}), Some(finish), Some(&usage)), false));
     } else {
-        f.frames.push((chunk(&json!({}), Some(finish), None), false));
+        f.frames
+            .push((chunk(&json!({}), Some(finish), None), false));
         if include_usage {
             let mut json = head.clone();
             json.push_str("],\"usage\":");
@@ -972,7 +1194,10 @@ fn chat_frames(s: &Script, o: &Opts, model: &str, serial: u64, include_usage: bo
     f.frames.push((Bytes::from_static(DONE), false));
     f.finish(o.fault, |_| match o.fault {
         Fault::Malformed => vec![Bytes::from_static(b"data: {not json\n\n")],
-        Fault::ErrorChunk => vec![data_frame(r#"{"error":{"message":"overloaded","code":503}}"#), Bytes::from_static(DONE)],
+        Fault::ErrorChunk => vec![
+            data_frame(r#"{"error":{"message":"overloaded","code":503}}"#),
+            Bytes::from_static(DONE),
+        ],
         _ => Vec::new(),
     })
 }
@@ -988,8 +1213,10 @@ fn chat_completion(s: &Script, model: &str, serial: u64) -> Value {
                 calls
                     .iter()
                     .enumerate()
-                    .map(|(i, c)| json!({"id": format!("call_{i}"), "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments}}))
+                    .map(|(i, c)| {
+                        json!({"id": format!("call_{i}"), "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments}})
+                    })
                     .collect(),
             )
         }
@@ -1009,7 +1236,10 @@ fn chat_completion(s: &Script, model: &str, serial: u64) -> Value {
 }
 
 fn unix_now() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1032,7 +1262,11 @@ fn delta_ev(json: Value) -> Ev {
 /// `event: TYPE\ndata: JSON\n\n` with the sequence number set.
 fn event_frame(mut json: Value, seq: usize) -> Bytes {
     json["sequence_number"] = json!(seq);
-    let kind = json.get("type").and_then(Value::as_str).unwrap_or("message").to_string();
+    let kind = json
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message")
+        .to_string();
     let data = json.to_string();
     let mut b = Vec::with_capacity(kind.len() + data.len() + 16);
     b.extend_from_slice(b"event: ");
@@ -1097,20 +1331,28 @@ impl ResponsesBuilder {
             let id = self.item_id("rs", at);
             evs.push(ev(json!({"type": "response.output_item.added", "output_index": at,
                 "item": {"id": id, "type": "reasoning", "status": "in_progress", "summary": [], "content": []}})));
-            evs.push(ev(json!({"type": "response.content_part.added", "item_id": id, "output_index": at,
-                "content_index": 0, "part": {"type": "reasoning_text", "text": ""}})));
+            evs.push(ev(
+                json!({"type": "response.content_part.added", "item_id": id, "output_index": at,
+                "content_index": 0, "part": {"type": "reasoning_text", "text": ""}}),
+            ));
             for r in &s.reasoning {
                 evs.push(delta_ev(json!({"type": "response.reasoning_text.delta", "item_id": id, "output_index": at,
                     "content_index": 0, "delta": r})));
             }
             let text = s.reasoning.concat();
             let part = json!({"type": "reasoning_text", "text": text});
-            evs.push(ev(json!({"type": "response.reasoning_text.done", "item_id": id, "output_index": at,
-                "content_index": 0, "text": text})));
-            evs.push(ev(json!({"type": "response.content_part.done", "item_id": id, "output_index": at,
-                "content_index": 0, "part": part})));
+            evs.push(ev(
+                json!({"type": "response.reasoning_text.done", "item_id": id, "output_index": at,
+                "content_index": 0, "text": text}),
+            ));
+            evs.push(ev(
+                json!({"type": "response.content_part.done", "item_id": id, "output_index": at,
+                "content_index": 0, "part": part}),
+            ));
             let item = json!({"id": id, "type": "reasoning", "status": "completed", "summary": [], "content": [part]});
-            evs.push(ev(json!({"type": "response.output_item.done", "output_index": at, "item": item})));
+            evs.push(ev(
+                json!({"type": "response.output_item.done", "output_index": at, "item": item}),
+            ));
             output.push(item);
         }
         match &s.output {
@@ -1121,15 +1363,20 @@ impl ResponsesBuilder {
                 evs.push(ev(json!({"type": "response.output_item.added", "output_index": at,
                     "item": {"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}})));
                 let (empty, full) = if refusal {
-                    (json!({"type": "refusal", "refusal": ""}), json!({"type": "refusal", "refusal": text}))
+                    (
+                        json!({"type": "refusal", "refusal": ""}),
+                        json!({"type": "refusal", "refusal": text}),
+                    )
                 } else {
                     (
                         json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []}),
                         json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []}),
                     )
                 };
-                evs.push(ev(json!({"type": "response.content_part.added", "item_id": id, "output_index": at,
-                    "content_index": 0, "part": empty})));
+                evs.push(ev(
+                    json!({"type": "response.content_part.added", "item_id": id, "output_index": at,
+                    "content_index": 0, "part": empty}),
+                ));
                 for p in pieces {
                     evs.push(delta_ev(if refusal {
                         json!({"type": "response.refusal.delta", "item_id": id, "output_index": at, "content_index": 0, "delta": p})
@@ -1144,10 +1391,14 @@ impl ResponsesBuilder {
                     json!({"type": "response.output_text.done", "item_id": id, "output_index": at, "content_index": 0,
                         "text": text, "logprobs": []})
                 }));
-                evs.push(ev(json!({"type": "response.content_part.done", "item_id": id, "output_index": at,
-                    "content_index": 0, "part": full})));
+                evs.push(ev(
+                    json!({"type": "response.content_part.done", "item_id": id, "output_index": at,
+                    "content_index": 0, "part": full}),
+                ));
                 let item = json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": [full]});
-                evs.push(ev(json!({"type": "response.output_item.done", "output_index": at, "item": item})));
+                evs.push(ev(
+                    json!({"type": "response.output_item.done", "output_index": at, "item": item}),
+                ));
                 output.push(item);
             }
             Output::Calls(calls) => {
@@ -1159,11 +1410,15 @@ impl ResponsesBuilder {
                         "item": {"id": id, "type": "function_call", "status": "in_progress", "arguments": "",
                             "call_id": call_id, "name": c.name}})));
                     for p in &c.pieces {
-                        evs.push(delta_ev(json!({"type": "response.function_call_arguments.delta", "item_id": id,
-                            "output_index": at, "delta": p})));
+                        evs.push(delta_ev(
+                            json!({"type": "response.function_call_arguments.delta", "item_id": id,
+                            "output_index": at, "delta": p}),
+                        ));
                     }
-                    evs.push(ev(json!({"type": "response.function_call_arguments.done", "item_id": id,
-                        "output_index": at, "name": c.name, "arguments": c.arguments})));
+                    evs.push(ev(
+                        json!({"type": "response.function_call_arguments.done", "item_id": id,
+                        "output_index": at, "name": c.name, "arguments": c.arguments}),
+                    ));
                     let item = json!({"id": id, "type": "function_call", "status": status, "arguments": c.arguments,
                         "call_id": call_id, "name": c.name});
                     evs.push(ev(json!({"type": "response.output_item.done", "output_index": at, "item": item})));
@@ -1201,7 +1456,13 @@ impl ResponsesBuilder {
 }
 
 /// The frames of a streamed Responses answer.
-fn responses_frames(s: &Script, o: &Opts, body: &Value, model: &str, serial: u64) -> (Vec<Bytes>, Tail) {
+fn responses_frames(
+    s: &Script,
+    o: &Opts,
+    body: &Value,
+    model: &str,
+    serial: u64,
+) -> (Vec<Bytes>, Tail) {
     let b = ResponsesBuilder::new(body, model, serial);
     let mut evs = vec![
         ev(json!({"type": "response.created", "response": b.base})),
@@ -1209,20 +1470,35 @@ fn responses_frames(s: &Script, o: &Opts, body: &Value, model: &str, serial: u64
     ];
     let output = b.output_events(s, &mut evs);
     let terminal = b.terminal(s, output);
-    let kind = if s.length { "response.incomplete" } else { "response.completed" };
+    let kind = if s.length {
+        "response.incomplete"
+    } else {
+        "response.completed"
+    };
     evs.push(ev(json!({"type": kind, "response": terminal})));
-    let frames = Frames { frames: evs.into_iter().enumerate().map(|(i, e)| (event_frame(e.json, i), e.delta)).collect() };
+    let frames = Frames {
+        frames: evs
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| (event_frame(e.json, i), e.delta))
+            .collect(),
+    };
     let failed = |seq: usize| {
         let mut r = b.base.clone();
         r["status"] = json!("failed");
         r["error"] = json!({"code": "server_error", "message": "overloaded"});
         vec![
-            event_frame(json!({"type": "error", "code": "server_error", "message": "overloaded", "param": null}), seq),
+            event_frame(
+                json!({"type": "error", "code": "server_error", "message": "overloaded", "param": null}),
+                seq,
+            ),
             event_frame(json!({"type": "response.failed", "response": r}), seq + 1),
         ]
     };
     frames.finish(o.fault, |seq| match o.fault {
-        Fault::Malformed => vec![Bytes::from_static(b"event: response.output_text.delta\ndata: {not json\n\n")],
+        Fault::Malformed => vec![Bytes::from_static(
+            b"event: response.output_text.delta\ndata: {not json\n\n",
+        )],
         Fault::ErrorChunk => failed(seq),
         _ => Vec::new(),
     })
@@ -1237,17 +1513,32 @@ struct Replay {
 }
 
 async fn replay(state: &Arc<State>, api: Api, file: &str, opts: &Opts) -> Response<Body> {
-    let cached = state.replays.lock().expect("replays lock").get(file).cloned();
+    let cached = state
+        .replays
+        .lock()
+        .expect("replays lock")
+        .get(file)
+        .cloned();
     let replay = match cached {
         Some(r) => r,
         None => match load_replay(&state.fixtures, file).await {
             Ok(r) => {
                 let r = Arc::new(r);
-                state.replays.lock().expect("replays lock").insert(file.to_string(), r.clone());
+                state
+                    .replays
+                    .lock()
+                    .expect("replays lock")
+                    .insert(file.to_string(), r.clone());
                 r
             }
             Err((status, msg)) => {
-                return error_response(status, &msg, "invalid_request_error", Some("model"), Some("model_not_found"));
+                return error_response(
+                    status,
+                    &msg,
+                    "invalid_request_error",
+                    Some("model"),
+                    Some("model_not_found"),
+                );
             }
         },
     };
@@ -1256,7 +1547,9 @@ async fn replay(state: &Arc<State>, api: Api, file: &str, opts: &Opts) -> Respon
             Api::Chat => ("a Chat Completions", "/v1/chat/completions"),
             Api::Responses => ("a Responses", "/v1/responses"),
         };
-        return bad_request(&format!("replay file '{file}' is {what} transcript: POST it to {route}"));
+        return bad_request(&format!(
+            "replay file '{file}' is {what} transcript: POST it to {route}"
+        ));
     }
     sse_response(state, replay.frames.clone(), opts.delay, Tail::End)
 }
@@ -1264,12 +1557,23 @@ async fn replay(state: &Arc<State>, api: Api, file: &str, opts: &Opts) -> Respon
 async fn load_replay(dir: &Path, file: &str) -> Result<Replay, (StatusCode, String)> {
     let rel = Path::new(file);
     if file.is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
-        return Err((StatusCode::BAD_REQUEST, format!("replay file '{file}' must be a relative path inside the fixtures")));
+        return Err((
+            StatusCode::BAD_REQUEST,
+            format!("replay file '{file}' must be a relative path inside the fixtures"),
+        ));
     }
-    let bytes = tokio::fs::read(dir.join(rel))
-        .await
-        .map_err(|e| (StatusCode::NOT_FOUND, format!("replay file '{file}' cannot be read: {e}")))?;
-    let bad = |m: String| (StatusCode::BAD_REQUEST, format!("replay file '{file}': {m}"));
+    let bytes = tokio::fs::read(dir.join(rel)).await.map_err(|e| {
+        (
+            StatusCode::NOT_FOUND,
+            format!("replay file '{file}' cannot be read: {e}"),
+        )
+    })?;
+    let bad = |m: String| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("replay file '{file}': {m}"),
+        )
+    };
     if file.ends_with(".sse") {
         let frames = split_sse(&bytes);
         let payloads: Vec<&[u8]> = frames.iter().flat_map(|f| data_lines(f)).collect();
@@ -1277,8 +1581,13 @@ async fn load_replay(dir: &Path, file: &str) -> Result<Replay, (StatusCode, Stri
         Ok(Replay { api, frames })
     } else if file.ends_with(".chunks.txt") {
         let text = std::str::from_utf8(&bytes).map_err(|e| bad(e.to_string()))?;
-        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
-        let api = detect_api(lines.iter().map(|l| l.as_bytes())).ok_or_else(|| bad("no JSON payload".into()))?;
+        let lines: Vec<&str> = text
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect();
+        let api = detect_api(lines.iter().map(|l| l.as_bytes()))
+            .ok_or_else(|| bad("no JSON payload".into()))?;
         let mut frames: Vec<Bytes> = match api {
             Api::Chat => lines.iter().map(|l| data_frame(l)).collect(),
             Api::Responses => lines
@@ -1301,13 +1610,24 @@ async fn load_replay(dir: &Path, file: &str) -> Result<Replay, (StatusCode, Stri
     } else if file.ends_with(".json") {
         // A llama-stack recording: `response.body[*].__data__` are the chunks.
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        let chunks = v.pointer("/response/body").and_then(Value::as_array).ok_or_else(|| bad("no response.body list".into()))?;
-        let mut frames: Vec<Bytes> =
-            chunks.iter().filter_map(|c| c.get("__data__")).map(|d| data_frame(&d.to_string())).collect();
+        let chunks = v
+            .pointer("/response/body")
+            .and_then(Value::as_array)
+            .ok_or_else(|| bad("no response.body list".into()))?;
+        let mut frames: Vec<Bytes> = chunks
+            .iter()
+            .filter_map(|c| c.get("__data__"))
+            .map(|d| data_frame(&d.to_string()))
+            .collect();
         frames.push(Bytes::from_static(DONE));
-        Ok(Replay { api: Api::Chat, frames })
+        Ok(Replay {
+            api: Api::Chat,
+            frames,
+        })
     } else {
-        Err(bad("expected a .sse, .chunks.txt or llama-stack .json file".into()))
+        Err(bad(
+            "expected a .sse, .chunks.txt or llama-stack .json file".into(),
+        ))
     }
 }
 
@@ -1342,7 +1662,9 @@ fn data_lines(frame: &[u8]) -> Vec<&[u8]> {
 /// Which API a transcript belongs to, from its first JSON payload.
 fn detect_api<'a>(payloads: impl Iterator<Item = &'a [u8]>) -> Option<Api> {
     for p in payloads {
-        let Ok(v) = serde_json::from_slice::<Value>(p) else { continue };
+        let Ok(v) = serde_json::from_slice::<Value>(p) else {
+            continue;
+        };
         if v.get("type").and_then(Value::as_str).is_some() {
             return Some(Api::Responses);
         }

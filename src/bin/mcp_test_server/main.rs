@@ -10,7 +10,10 @@ use std::net::SocketAddr;
 use clap::Parser;
 
 #[derive(Parser, Debug)]
-#[command(name = "mcp-test-server", about = "An MCP test server (Streamable HTTP) with known tools.")]
+#[command(
+    name = "mcp-test-server",
+    about = "An MCP test server (Streamable HTTP) with known tools."
+)]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:0")]

@@ -46,8 +46,7 @@ use rmcp::{
 use tokio_util::sync::CancellationToken;
 
 /// A 1x1 PNG, base64 (70 bytes decoded).
-pub const TINY_PNG_BASE64: &str =
-    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+pub const TINY_PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
 
 /// Catalog tools are listed in pages of this many tools.
 pub const PAGE_SIZE: usize = 10;
@@ -71,13 +70,35 @@ pub struct Options {
 /// The body of a `bad_json` answer.
 pub const BAD_JSON_BODY: &str = "{not json";
 
-const CATALOG_VERBS: &[&str] = &["get", "create", "delete", "list", "update", "search", "send", "convert"];
+const CATALOG_VERBS: &[&str] = &[
+    "get", "create", "delete", "list", "update", "search", "send", "convert",
+];
 const CATALOG_TOPICS: &[&str] = &[
-    "weather forecast", "invoice", "calendar event", "email message", "stock price", "flight booking",
-    "hotel reservation", "currency exchange rate", "contact card", "shared document", "support ticket",
-    "shipping label", "payroll record", "sales lead", "git repository", "database backup", "dns record",
-    "podcast episode", "recipe", "fitness workout", "parking permit", "library loan", "tax return",
-    "insurance claim", "train timetable",
+    "weather forecast",
+    "invoice",
+    "calendar event",
+    "email message",
+    "stock price",
+    "flight booking",
+    "hotel reservation",
+    "currency exchange rate",
+    "contact card",
+    "shared document",
+    "support ticket",
+    "shipping label",
+    "payroll record",
+    "sales lead",
+    "git repository",
+    "database backup",
+    "dns record",
+    "podcast episode",
+    "recipe",
+    "fitness workout",
+    "parking permit",
+    "library loan",
+    "tax return",
+    "insurance claim",
+    "train timetable",
 ];
 
 /// The topic of catalog tool `i`: a verb and an object, unique for the first 200 tools of a seed.
@@ -135,7 +156,13 @@ impl McpTestServer {
 
     /// How many requests with this JSON-RPC method arrived.
     pub fn count(&self, rpc_method: &str) -> usize {
-        self.state.seen.lock().unwrap().iter().filter(|r| r.rpc_method == rpc_method).count()
+        self.state
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.rpc_method == rpc_method)
+            .count()
     }
 
     /// How many `slow` calls were cancelled before they finished.
@@ -260,10 +287,16 @@ const STANDARD_HEADERS: &[&str] = &[
 #[tool_router]
 impl TestServer {
     fn new(state: Arc<State>) -> Self {
-        TestServer { tool_router: Self::tool_router(), state }
+        TestServer {
+            tool_router: Self::tool_router(),
+            state,
+        }
     }
 
-    #[tool(description = "Echoes the text back", annotations(read_only_hint = true))]
+    #[tool(
+        description = "Echoes the text back",
+        annotations(read_only_hint = true)
+    )]
     async fn echo(&self, Parameters(EchoArgs { text }): Parameters<EchoArgs>) -> String {
         text
     }
@@ -302,7 +335,10 @@ impl TestServer {
 
     #[tool(description = "Says whether the bearer token matched, and which custom headers arrived")]
     async fn whoami(&self, Extension(parts): Extension<hyper::http::request::Parts>) -> String {
-        let auth = parts.headers.get("authorization").and_then(|v| v.to_str().ok());
+        let auth = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
         let authorized = match (&self.state.opts.require_bearer, auth) {
             (Some(token), Some(got)) => got == format!("Bearer {token}"),
             (None, Some(got)) => got.starts_with("Bearer "),
@@ -318,7 +354,11 @@ impl TestServer {
         names.dedup();
         format!(
             "{}; headers: {}",
-            if authorized { "authorized" } else { "anonymous" },
+            if authorized {
+                "authorized"
+            } else {
+                "anonymous"
+            },
             names.join(",")
         )
     }
@@ -351,7 +391,11 @@ impl TestServer {
         (0..self.state.catalog.load(Ordering::SeqCst))
             .map(|i| {
                 let topic = catalog_topic(i, self.state.opts.catalog_seed);
-                Tool::new(format!("tool_{i:03}"), format!("Catalog tool number {i}: {topic}"), schema.clone())
+                Tool::new(
+                    format!("tool_{i:03}"),
+                    format!("Catalog tool number {i}: {topic}"),
+                    schema.clone(),
+                )
             })
             .collect()
     }
@@ -392,11 +436,18 @@ impl ServerHandler for TestServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if let Some(n) = request.name.strip_prefix("tool_")
-            && n.parse::<usize>().is_ok_and(|n| n < self.state.catalog.load(Ordering::SeqCst))
+            && n.parse::<usize>()
+                .is_ok_and(|n| n < self.state.catalog.load(Ordering::SeqCst))
         {
-            return Ok(CallToolResult::success(vec![ContentBlock::text(format!("called {}", request.name))]).into());
+            return Ok(CallToolResult::success(vec![ContentBlock::text(format!(
+                "called {}",
+                request.name
+            ))])
+            .into());
         }
-        self.tool_router.call(ToolCallContext::new(self, request, context)).await
+        self.tool_router
+            .call(ToolCallContext::new(self, request, context))
+            .await
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
@@ -404,8 +455,13 @@ impl ServerHandler for TestServer {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
-            .with_instructions("responses-relay test server")
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_instructions("responses-relay test server")
     }
 }
 
@@ -439,7 +495,11 @@ pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServ
     let addr = listener.local_addr()?;
     let bad_json = options.bad_json;
     let catalog = AtomicUsize::new(options.catalog);
-    let state = Arc::new(State { opts: options, catalog, ..State::default() });
+    let state = Arc::new(State {
+        opts: options,
+        catalog,
+        ..State::default()
+    });
     state.bad_json.store(bad_json, Ordering::SeqCst);
     let ct = CancellationToken::new();
     let config = StreamableHttpServerConfig::default()
@@ -447,7 +507,11 @@ pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServ
         .with_sse_keep_alive(None);
     let st = state.clone();
     let sessions = Arc::new(LocalSessionManager::default());
-    let mcp = StreamableHttpService::new(move || Ok(TestServer::new(st.clone())), sessions.clone(), config);
+    let mcp = StreamableHttpService::new(
+        move || Ok(TestServer::new(st.clone())),
+        sessions.clone(),
+        config,
+    );
     let accept_ct = ct.clone();
     let accept_state = state.clone();
     let task = tokio::spawn(async move {
@@ -487,7 +551,13 @@ pub async fn start(addr: SocketAddr, options: Options) -> io::Result<McpTestServ
         conns.abort_all();
         while conns.join_next().await.is_some() {}
     });
-    Ok(McpTestServer { addr, state, sessions, ct, task: Some(task) })
+    Ok(McpTestServer {
+        addr,
+        state,
+        sessions,
+        ct,
+        task: Some(task),
+    })
 }
 
 async fn handle(
@@ -504,7 +574,11 @@ async fn handle(
         .headers
         .iter()
         .map(|(k, v)| {
-            let value = if k == "authorization" { "***".to_string() } else { v.to_str().unwrap_or("?").to_string() };
+            let value = if k == "authorization" {
+                "***".to_string()
+            } else {
+                v.to_str().unwrap_or("?").to_string()
+            };
             (k.as_str().to_string(), value)
         })
         .collect();
@@ -514,7 +588,11 @@ async fn handle(
         headers,
     });
     if let Some(token) = &state.opts.require_bearer {
-        let ok = parts.headers.get("authorization").and_then(|v| v.to_str().ok()) == Some(&format!("Bearer {token}"));
+        let ok = parts
+            .headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            == Some(&format!("Bearer {token}"));
         if !ok {
             return text_resp(401, "unauthorized");
         }
