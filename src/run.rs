@@ -203,6 +203,13 @@ async fn approval_answers(
             StartError::Invalid(FieldError::invalid_value(param.clone(), message))
         };
         let rid = &resp.approval_request_id;
+        // History sent back whole (stateless): the call this answer approved is in the input,
+        // so the answer was used; it is context now, not a call to run again.
+        if input.iter().any(
+            |it| matches!(it, InputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(rid)),
+        ) {
+            continue;
+        }
         let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
             InputItem::McpApprovalRequest(a) if &a.id == rid => Some(a.clone()),
             _ => None,
@@ -239,10 +246,26 @@ async fn approval_answers(
                 "The mcp_approval_request '{rid}' was already answered."
             )));
         }
-        if !mcp.servers.iter().any(|s| s.label == req.server_label) {
+        let Some(server) = mcp.servers.iter().find(|s| s.label == req.server_label) else {
             return Err(bad(format!(
                 "The approved call belongs to MCP server '{}', which is not in this request's 'tools'; send the mcp tool again.",
                 req.server_label
+            )));
+        };
+        // Only a tool this request offers may run: in the server's list (when it could be
+        // listed) and let through by this request's `allowed_tools`.
+        let offered = match mcp
+            .listed
+            .iter()
+            .find(|(l, _)| l.server_label == req.server_label)
+        {
+            Some((l, _)) if l.error.is_none() => l.tools.iter().any(|t| t.name == req.name),
+            _ => server.allowed.allows(&req.name, false),
+        };
+        if !offered {
+            return Err(bad(format!(
+                "The approved call's tool '{}' is not among the tools MCP server '{}' offers in this request (see its 'allowed_tools').",
+                req.name, req.server_label
             )));
         }
         answers.push(ApprovalAnswer {
@@ -253,6 +276,14 @@ async fn approval_answers(
     }
     let _ = request;
     Ok(answers)
+}
+
+/// A listed tool's `readOnlyHint`, as its `mcp_list_tools` entry carries it.
+fn read_only(tool: &McpToolInfo) -> bool {
+    tool.annotations
+        .as_ref()
+        .and_then(|a| a.get("read_only")?.as_bool())
+        .unwrap_or(false)
 }
 
 /// Validates the request's `mcp` tools, reuses tool lists already in the context, lists the
@@ -287,7 +318,18 @@ async fn mcp_setup(
         .collect();
     let listings = futures::future::join_all(servers.iter().map(|spec| async {
         if let Some(l) = known.get(spec.label.as_str()) {
-            return Ok(((*l).clone(), false));
+            // Reused, but only what this request's `allowed_tools` lets through reaches the
+            // model (PROTOCOL §1.5): an earlier list may hold tools this request excludes.
+            let mut item = (*l).clone();
+            if !spec.allowed.is_all() {
+                item.tools = item
+                    .tools
+                    .iter()
+                    .filter(|t| spec.allowed.allows(&t.name, read_only(t)))
+                    .cloned()
+                    .collect();
+            }
+            return Ok((item, false));
         }
         // Minted before listing (futures start in request order), so ids follow the request,
         // not whichever server answers first.
@@ -370,8 +412,7 @@ async fn mcp_setup(
             .iter()
             .find(|(l, _)| l.server_label == label)
             .and_then(|(l, _)| l.tools.iter().find(|t| t.name == tool))
-            .and_then(|t| t.annotations.as_ref()?.get("read_only")?.as_bool())
-            .unwrap_or(false);
+            .is_some_and(read_only);
         let needs_approval = spec.approval.needs_approval(&tool, read_only);
         tools.insert(
             model_name,
