@@ -39,6 +39,9 @@ impl From<rusqlite::Error> for StoreError {
 /// layer answers 503 for it, not 500).
 pub const UNAVAILABLE: &str = "the store is unavailable";
 
+/// How long `DELETE` waits for a live run it cancelled to end before deleting anyway.
+const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A stored run's own data (its log aside).
 #[derive(Debug, Clone)]
 pub struct Record {
@@ -310,16 +313,20 @@ impl Store {
 
     /// Removes a run, its items and its log (cancelling it if it is live); false if unknown.
     pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
-        let live = self.live.lock().expect("store poisoned").remove(id);
-        if let Some(l) = &live {
+        // A live run is cancelled and allowed to end first (its terminal event kept), so that
+        // nothing it writes at its end lands after the delete and brings its log or items back.
+        let running = self.live.lock().expect("store poisoned").get(id).cloned();
+        if let Some(l) = &running {
             l.cancel.cancel();
+            let _ = tokio::time::timeout(DELETE_WAIT, l.log.wait_finished()).await;
         }
+        self.live.lock().expect("store poisoned").remove(id);
         let kept = match &self.backend {
             Backend::Memory(m) => m.delete(id),
             Backend::Sqlite(s) => s.delete(id).await?,
             Backend::Redis(r) => r.delete(id).await?,
         };
-        Ok(kept || live.is_some())
+        Ok(kept || running.is_some())
     }
 
     /// Removes runs whose time to live has passed; returns how many.

@@ -596,6 +596,19 @@ fn apply(
             entry,
             terminal: Some(r),
         } => {
+            journal.ended.insert(id.clone());
+            let kept = tx.execute(
+                "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
+                params![
+                    id,
+                    status_of(r),
+                    serde_json::to_string(&**r).expect("serializes")
+                ],
+            )?;
+            if kept == 0 {
+                // Deleted while it ran: its log and items are not written back.
+                return Ok(0);
+            }
             // The whole log, this terminal event included, goes to `events` in one piece.
             let mut stmt =
                 tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
@@ -609,15 +622,6 @@ fn apply(
                     std::str::from_utf8(&json).unwrap_or("")
                 ])?;
             }
-            journal.ended.insert(id.clone());
-            tx.execute(
-                "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
-                params![
-                    id,
-                    status_of(r),
-                    serde_json::to_string(&**r).expect("serializes")
-                ],
-            )?;
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
             )?;

@@ -429,6 +429,12 @@ async fn expired_runs_are_removed() {
         )
         .await;
         let id = r["id"].as_str().unwrap();
+        // The answer can arrive just before the run's task leaves the live map; live runs never
+        // expire, so wait for it to have left.
+        eventually("the run is no longer live", || {
+            app.store().live(id).is_none()
+        })
+        .await;
         app.store().flush().await;
         assert_eq!(
             app.store()
@@ -532,4 +538,85 @@ async fn kept_runs_reach_the_sqlite_file_itself_while_the_relay_runs() {
         Some("completed"),
         "the run never reached the database file"
     );
+}
+
+#[tokio::test]
+async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let (_, created) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+        )
+        .await;
+        let id = created["id"].as_str().unwrap().to_string();
+        // The run is live and has a message item (two deltas, then the model stalls).
+        let mut message = String::new();
+        for _ in 0..1000 {
+            let (_, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+            if let Some(m) = r["output"]
+                .as_array()
+                .and_then(|o| o.iter().find(|i| i["type"] == "message"))
+            {
+                message = m["id"].as_str().unwrap().to_string();
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(
+            !message.is_empty(),
+            "{name}: the run never showed its message"
+        );
+        let deleted = client()
+            .delete(relay.url(&format!("/v1/responses/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), 200, "{name}");
+        // Whatever the cancelled run still writes at its end, then another run through the same
+        // writer: nothing of the deleted run may come back.
+        eventually("the upstream stream is closed", || up.open_streams() == 0).await;
+        let (status, _) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "y"}),
+        )
+        .await;
+        assert_eq!(status, 200);
+        for path in [
+            format!("/v1/responses/{id}"),
+            format!("/v1/responses/{id}?stream=true"),
+            format!("/v1/responses/{id}/input_items"),
+        ] {
+            let (status, _) = get_text(&relay.url(&path)).await;
+            assert_eq!(status, 404, "{name} {path}");
+        }
+        let (status, err) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": message}]}),
+        )
+        .await;
+        assert_eq!(
+            status, 400,
+            "{name}: the deleted run's item is still found: {err}"
+        );
+        if let StoreKind::Sqlite(path) = &store {
+            let db = rusqlite::Connection::open_with_flags(
+                path,
+                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+            )
+            .unwrap();
+            for table in ["events", "items"] {
+                let n: i64 = db
+                    .query_row(
+                        &format!("SELECT COUNT(*) FROM {table} WHERE response_id = ?1"),
+                        [&id],
+                        |r| r.get(0),
+                    )
+                    .unwrap();
+                assert_eq!(n, 0, "rows of the deleted run written back to {table}");
+            }
+        }
+        relay.shutdown().await;
+    }
 }
