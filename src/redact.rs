@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::api::request::McpToolParam;
+use crate::mcp::Approval;
 
 /// `server_url` with its query string (and any userinfo) masked.
 pub fn mask_url(url: &str) -> String {
@@ -29,15 +30,20 @@ pub fn mask_url(url: &str) -> String {
     format!("{masked}{fragment}")
 }
 
-/// The `mcp` tool as echoed in every Response.
-pub fn mcp_tool_echo(m: &McpToolParam) -> Value {
+/// The `mcp` tool as echoed in every Response; without `require_approval`, it shows the relay's
+/// default (`--default-require-approval`), which is what the run applies.
+pub fn mcp_tool_echo(m: &McpToolParam, default: Approval) -> Value {
+    let approval = match default {
+        Approval::Always => "always",
+        Approval::Never => "never",
+    };
     json!({
         "type": "mcp",
         "server_label": m.server_label,
         "server_url": m.server_url.as_deref().map(mask_url),
         "allowed_tools": m.allowed_tools,
         "headers": null,
-        "require_approval": m.require_approval.clone().unwrap_or_else(|| json!("always")),
+        "require_approval": m.require_approval.clone().unwrap_or_else(|| json!(approval)),
         "server_description": m.server_description,
         "defer_loading": m.defer_loading.unwrap_or(false),
     })

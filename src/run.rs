@@ -824,7 +824,7 @@ fn template(app: &App, r: &CreateRequest) -> Response {
                 json!({"type": "function", "name": f.name, "description": f.description,
                 "parameters": f.parameters, "strict": f.strict})
             }
-            ToolParam::Mcp(m) => crate::redact::mcp_tool_echo(m),
+            ToolParam::Mcp(m) => crate::redact::mcp_tool_echo(m, app.config().mcp.default_approval),
             ToolParam::ToolSearch(t) => json!({"type": "tool_search", "execution": "server",
                 "description": t.description, "parameters": t.parameters}),
         })

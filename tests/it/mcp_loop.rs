@@ -712,3 +712,43 @@ async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
     assert_eq!(r["incomplete_details"]["reason"], "max_steps");
     assert_eq!(server.count("tools/call"), 5);
 }
+
+#[tokio::test]
+async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_applies() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    use responses_relay::mcp::Approval;
+    for (default, echoed, call_runs) in [
+        (Approval::Never, "never", true),
+        (Approval::Always, "always", false),
+    ] {
+        let mut c = config(&up.base_url());
+        c.mcp.default_approval = default;
+        let relay = relay(c).await;
+        let tool = json!({"type": "mcp", "server_label": "s", "server_url": server.url()});
+        let (status, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": [tool]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(r["tools"][0]["require_approval"], echoed, "{r}");
+        let types: Vec<&str> = r["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            types.contains(&"mcp_call"),
+            call_runs,
+            "{default:?}: {types:?}"
+        );
+        assert_eq!(
+            types.contains(&"mcp_approval_request"),
+            !call_runs,
+            "{default:?}: {types:?}"
+        );
+        relay.shutdown().await;
+    }
+}
