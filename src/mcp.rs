@@ -5,7 +5,7 @@
 //! - [`specs`] validates the request's `mcp` tools into [`ServerSpec`]s.
 //! - [`model_names`] gives every MCP tool a unique, upstream-valid function name.
 //! - [`Pool`] lists and calls tools; sessions are shared across requests.
-//! - [`result_text`], [`result_images`] and [`error_text`] turn results into what the model sees.
+//! - [`result_text`], [`result_images`], [`error_text`] and [`bounded_error`] turn results (and failures) into what the model sees, bounded.
 
 mod errors;
 mod http;
@@ -16,7 +16,7 @@ mod validate;
 
 pub use names::model_names;
 pub use pool::{CallOutcome, ListError, ListedTool, Pool, PoolConfig, ToolResult};
-pub use result::{error_text, result_images, result_text};
+pub use result::{bounded_error, error_text, result_images, result_text};
 pub use validate::specs;
 
 /// A filter over a server's tools (`allowed_tools`, or one side of `require_approval`).

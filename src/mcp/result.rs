@@ -39,6 +39,36 @@ pub fn result_images(result: &ToolResult) -> Vec<(String, String)> {
         .collect()
 }
 
+/// A failed call's error as it is kept, streamed and shown to the model: at most `cap_bytes` of
+/// it. An execution error whose content is larger (a long text, an image) becomes one text block
+/// of its text, images and blobs as placeholders, truncated like a result; messages of the other
+/// kinds are truncated.
+pub fn bounded_error(err: McpCallError, cap_bytes: usize) -> McpCallError {
+    match err {
+        McpCallError::McpToolExecutionError { content }
+            if content.to_string().len() > cap_bytes =>
+        {
+            let text = match &content {
+                Value::Array(blocks) => content_parts(blocks).0.join("\n"),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            McpCallError::McpToolExecutionError {
+                content: serde_json::json!([{"type": "text", "text": truncate(text, cap_bytes)}]),
+            }
+        }
+        McpCallError::McpProtocolError { code, message } => McpCallError::McpProtocolError {
+            code,
+            message: truncate(message, cap_bytes),
+        },
+        McpCallError::HttpError { code, message } => McpCallError::HttpError {
+            code,
+            message: truncate(message, cap_bytes),
+        },
+        small => small,
+    }
+}
+
 /// What the model is told when a call failed.
 pub fn error_text(err: &McpCallError) -> String {
     match err {

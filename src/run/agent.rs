@@ -544,6 +544,7 @@ async fn run_calls_with_images(
                         crate::mcp::result_images(&result),
                     )
                 })
+                .map_err(|e| crate::mcp::bounded_error(e, cap))
         }
     }))
     .buffered(cfg.max_concurrent_calls.max(1));

@@ -603,6 +603,42 @@ async fn structured_and_oversized_results_become_bounded_text() {
 }
 
 #[tokio::test]
+async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let mut c = config(&up.base_url());
+    c.mcp.max_output_bytes = 1000;
+    let relay = relay(c).await;
+    server.set_fail_bytes(200_000);
+    let text = post_text(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL fail {}", "stream": true, "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
+    assert!(
+        text.len() < 50_000,
+        "the whole error reached the client: {} bytes",
+        text.len()
+    );
+    let folded = check_events(&parse_sse(&text).events);
+    let call = items_of(&folded, "mcp_call")[0];
+    assert_eq!(call["status"], "failed");
+    let error_text = call["error"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        error_text.starts_with("eee")
+            && error_text.contains("truncated")
+            && error_text.len() < 1100,
+        "{call}"
+    );
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.len() < 20_000,
+        "the whole error reached the model: {} bytes",
+        sent.len()
+    );
+}
+
+#[tokio::test]
 async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
     let up = upstream().await;
     let server = mcp_server().await;

@@ -128,6 +128,8 @@ struct State {
     cancelled: AtomicUsize,
     slow_started: AtomicUsize,
     bad_json: std::sync::atomic::AtomicBool,
+    /// When not 0, `fail` answers an error text of this many bytes.
+    fail_bytes: AtomicUsize,
     /// How many catalog tools are listed now (starts at `opts.catalog`).
     catalog: AtomicUsize,
     /// Every initialized session's client, to send it notifications.
@@ -173,6 +175,11 @@ impl McpTestServer {
     /// How many `slow` calls started.
     pub fn slow_started(&self) -> usize {
         self.state.slow_started.load(Ordering::SeqCst)
+    }
+
+    /// From now on, `fail` answers an error text of `n` bytes (0: its usual short message).
+    pub fn set_fail_bytes(&self, n: usize) {
+        self.state.fail_bytes.store(n, Ordering::SeqCst);
     }
 
     /// From now on, answers every POST with invalid JSON (`true`) or serves normally (`false`).
@@ -308,7 +315,10 @@ impl TestServer {
 
     #[tool(description = "Always fails with isError")]
     async fn fail(&self) -> Result<String, String> {
-        Err("tool failed on purpose".to_string())
+        match self.state.fail_bytes.load(Ordering::SeqCst) {
+            0 => Err("tool failed on purpose".to_string()),
+            n => Err("e".repeat(n)),
+        }
     }
 
     #[tool(description = "Answers with a JSON-RPC error")]
