@@ -627,9 +627,11 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
                 m.content
                     .iter()
                     .filter_map(|p| match p {
-                        ContentPart::OutputText { text, .. } => Some(InputPart::OutputText {
+                        ContentPart::OutputText {
+                            text, annotations, ..
+                        } => Some(InputPart::OutputText {
                             text: text.clone(),
-                            annotations: None,
+                            annotations: Some(annotations.clone()),
                             logprobs: None,
                         }),
                         ContentPart::Refusal { refusal } => Some(InputPart::Refusal {

@@ -172,9 +172,10 @@ pub enum InputPart {
     },
     OutputText {
         text: String,
-        #[serde(default)]
+        // Absent, never `null`: strict Responses upstreams (openai-python's types) reject null.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         annotations: Option<Vec<Value>>,
-        #[serde(default)]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         logprobs: Option<Vec<Value>>,
     },
     Refusal {

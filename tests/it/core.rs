@@ -319,3 +319,38 @@ async fn responses_upstream_gives_the_same_events_as_chat_upstream() {
     assert_eq!(logs[0], logs[1]);
     assert!(up.requests().iter().any(|r| r.path == "/v1/responses"));
 }
+
+#[tokio::test]
+async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_no_nulls() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.upstream_api = responses_relay::upstream::UpstreamApi::Responses;
+    let r = relay(c).await;
+    let (status, a) = post(
+        &r.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hello"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{a}");
+    let (status, b) = post(
+        &r.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "again", "previous_response_id": a["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{b}");
+    let sent = up.requests().last().unwrap().body.clone();
+    let assistant = sent["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["role"] == "assistant")
+        .expect("the earlier answer was sent");
+    let part = &assistant["content"][0];
+    assert_eq!(part["type"], "output_text");
+    assert_eq!(part["text"], a["output"][0]["content"][0]["text"]);
+    assert_eq!(part["annotations"], json!([]), "{assistant}");
+    assert!(
+        part.as_object().unwrap().values().all(|v| !v.is_null()),
+        "a null reached the upstream: {assistant}"
+    );
+}
