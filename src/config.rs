@@ -210,7 +210,7 @@ pub struct ServeArgs {
     /// (repeatable).
     #[arg(
         long = "mcp-allow-host",
-        env = "RELAY_MCP_ALLOW_HOSTS",
+        env = "RELAY_MCP_ALLOW_HOST",
         value_name = "HOST",
         value_delimiter = ','
     )]
