@@ -101,8 +101,9 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     let mut step = 0usize;
     let ending = 'run: {
         if !p.mcp.answers.is_empty() {
-            match answer_approvals(&app, &p.mcp, &mut em, signal).await {
-                Ok((done, ran)) => {
+            match answer_approvals(&app, &p.mcp, &mut em, p.request.max_tool_calls, signal).await {
+                Ok((_, _, true)) => break 'run Ending::Incomplete("max_tool_calls".into()),
+                Ok((done, ran, false)) => {
                     calls_made += ran;
                     // One model turn: all the answered calls, then all their results.
                     conversation.extend(super::model_view(&done, &p.mcp.tools));
@@ -227,12 +228,15 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
 
 /// Runs the approved calls (each an `mcp_call` carrying its `approval_request_id`) and tells the
 /// model about refused ones. Returns the conversation items to add and how many calls ran.
+/// Runs the approved calls (at most `max_tool_calls`; the others fail as not run) and answers
+/// what the model sees of every answer, how many calls ran, and whether some were over the limit.
 async fn answer_approvals(
     app: &App,
     mcp: &super::McpSetup,
     em: &mut Emitter,
+    max_tool_calls: Option<u64>,
     cancel: &StopSignal,
-) -> Result<(Vec<InputItem>, u64), Stop> {
+) -> Result<(Vec<InputItem>, u64, bool), Stop> {
     use crate::api::request::InputMcpCall;
     use crate::api::response::McpCallItem;
     let mut started = Vec::new();
@@ -279,8 +283,27 @@ async fn answer_approvals(
             model_name: String::new(),
         });
     }
+    let over = started.split_off(
+        started
+            .len()
+            .min(max_tool_calls.map_or(usize::MAX, |m| m as usize)),
+    );
     let ran = started.len() as u64;
-    let done = run_calls(app, mcp, em, started, cancel).await?;
+    let done = match run_calls(app, mcp, em, started, cancel).await {
+        Ok(done) => done,
+        Err(stop) => {
+            fail_open_calls(em, &over, "The run stopped before this call ran.");
+            return Err(stop);
+        }
+    };
+    if !over.is_empty() {
+        fail_open_calls(
+            em,
+            &over,
+            "Not run: the response reached its max_tool_calls limit.",
+        );
+        return Ok((Vec::new(), ran, true));
+    }
     // In answer order; a refused call reaches the model as a call whose result is the refusal
     // (it never becomes an `mcp_call` item of the Response).
     let mut items = Vec::with_capacity(mcp.answers.len());
@@ -309,7 +332,7 @@ async fn answer_approvals(
             approval_request_id: Some(req.id.clone()),
         }));
     }
-    Ok((items, ran))
+    Ok((items, ran, false))
 }
 
 /// How many tools one search returns at most.

@@ -358,3 +358,45 @@ async fn history_sent_back_whole_does_not_run_an_approved_call_again() {
         "the approved call ran again"
     );
 }
+
+#[tokio::test]
+async fn approved_calls_count_against_max_tool_calls() {
+    let w = world().await;
+    let tools = w.tools(json!("always"));
+    let (_, a) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": "CALL add {\"a\":1,\"b\":2}\nCALL add {\"a\":3,\"b\":4}"}))
+        .await;
+    assert_eq!(
+        types(&a),
+        [
+            "mcp_list_tools",
+            "mcp_approval_request",
+            "mcp_approval_request"
+        ],
+        "{a}"
+    );
+    let answers = [
+        approve(&a["output"][1]["id"], true),
+        approve(&a["output"][2]["id"], true),
+    ];
+    let b = w
+        .stream(json!({"model": "fake-model", "previous_response_id": a["id"], "tools": tools, "max_tool_calls": 1, "input": answers}))
+        .await;
+    let folded = check_events(&b.events);
+    assert_eq!(types(&folded), ["mcp_call", "mcp_call"], "{folded}");
+    assert_eq!(folded["output"][0]["status"], "completed");
+    assert_eq!(folded["output"][1]["status"], "failed");
+    assert!(
+        folded["output"][1]["error"]
+            .to_string()
+            .contains("max_tool_calls"),
+        "{folded}"
+    );
+    assert_eq!(folded["status"], "incomplete");
+    assert_eq!(folded["incomplete_details"]["reason"], "max_tool_calls");
+    assert_eq!(
+        w.server.count("tools/call"),
+        1,
+        "a call over max_tool_calls ran"
+    );
+}

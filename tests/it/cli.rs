@@ -224,8 +224,15 @@ fn the_environment_and_flags_turn_off_a_switch_the_config_file_turns_on() {
     }
     // `--mcp-allow-host` is `RELAY_MCP_ALLOW_HOST` (comma separated), as every flag is `RELAY_<FLAG>`.
     let host = loopback_mcp_request(&[], &[("RELAY_MCP_ALLOW_HOST", "example.org,127.0.0.1")]);
-    assert!(!refused(host.clone()), "RELAY_MCP_ALLOW_HOST was not applied: {}", host.1);
-    assert!(refused(loopback_mcp_request(&[], &[])), "loopback is allowed by default");
+    assert!(
+        !refused(host.clone()),
+        "RELAY_MCP_ALLOW_HOST was not applied: {}",
+        host.1
+    );
+    assert!(
+        refused(loopback_mcp_request(&[], &[])),
+        "loopback is allowed by default"
+    );
     // A bare flag still turns it on, whatever the environment says.
     let on = loopback_mcp_request(
         &["--mcp-allow-private-networks"],
