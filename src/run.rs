@@ -759,6 +759,13 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
         reasoning_effort: r.reasoning_effort.clone(),
         user: r.user.clone(),
         client_bearer: p.client_bearer.clone(),
+        responses_only: crate::upstream::ResponsesOptions {
+            reasoning_summary: r.reasoning_summary.clone(),
+            verbosity: r.verbosity.clone(),
+            truncation: (r.truncation == "auto").then(|| r.truncation.clone()),
+            prompt_cache_key: r.prompt_cache_key.clone(),
+            safety_identifier: r.safety_identifier.clone(),
+        },
     }
 }
 

@@ -113,6 +113,19 @@ pub struct TurnRequest {
     pub user: Option<String>,
     /// The client's own bearer token, forwarded when no upstream key is configured.
     pub client_bearer: Option<String>,
+    /// Options only a Responses upstream has a place for (a chat upstream does not get them).
+    pub responses_only: ResponsesOptions,
+}
+
+/// Request fields a Responses upstream takes as they are; Chat Completions has no equivalent.
+#[derive(Debug, Clone, Default)]
+pub struct ResponsesOptions {
+    pub reasoning_summary: Option<String>,
+    pub verbosity: Option<String>,
+    /// `auto` only (`disabled` is what every upstream does).
+    pub truncation: Option<String>,
+    pub prompt_cache_key: Option<String>,
+    pub safety_identifier: Option<String>,
 }
 
 impl TurnRequest {

@@ -57,13 +57,37 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
         body.insert("tool_choice".into(), choice);
     }
     req.insert_sampling(&mut body, "max_output_tokens");
+    let o = &req.responses_only;
+    let mut reasoning = serde_json::Map::new();
     if let Some(e) = &req.reasoning_effort {
-        body.insert("reasoning".into(), json!({"effort": e}));
+        reasoning.insert("effort".into(), json!(e));
     }
+    if let Some(s) = &o.reasoning_summary {
+        reasoning.insert("summary".into(), json!(s));
+    }
+    if !reasoning.is_empty() {
+        body.insert("reasoning".into(), Value::Object(reasoning));
+    }
+    let mut text = serde_json::Map::new();
     if let Some(f) = &req.text_format
         && *f != TextFormat::Text
     {
-        body.insert("text".into(), json!({"format": f}));
+        text.insert("format".into(), json!(f));
+    }
+    if let Some(v) = &o.verbosity {
+        text.insert("verbosity".into(), json!(v));
+    }
+    if !text.is_empty() {
+        body.insert("text".into(), Value::Object(text));
+    }
+    for (key, value) in [
+        ("truncation", &o.truncation),
+        ("prompt_cache_key", &o.prompt_cache_key),
+        ("safety_identifier", &o.safety_identifier),
+    ] {
+        if let Some(v) = value {
+            body.insert(key.into(), json!(v));
+        }
     }
     Body {
         fields: body,

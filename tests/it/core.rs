@@ -354,3 +354,48 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
         "a null reached the upstream: {assistant}"
     );
 }
+
+#[tokio::test]
+async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
+    let up = upstream().await;
+    let body = json!({"model": "fake-model", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"},
+                      "text": {"verbosity": "low"}, "truncation": "auto", "prompt_cache_key": "cache-1", "safety_identifier": "user-1"});
+    for api in [
+        responses_relay::upstream::UpstreamApi::Responses,
+        responses_relay::upstream::UpstreamApi::Chat,
+    ] {
+        let mut c = config(&up.base_url());
+        c.upstream_api = api;
+        let r = relay(c).await;
+        let (status, answer) = post(&r.url("/v1/responses"), &body).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["reasoning"]["summary"], "auto");
+        let sent = up.requests().last().unwrap().body.clone();
+        if api == responses_relay::upstream::UpstreamApi::Responses {
+            assert_eq!(
+                sent["reasoning"],
+                json!({"effort": "low", "summary": "auto"}),
+                "{sent}"
+            );
+            assert_eq!(sent["text"]["verbosity"], "low", "{sent}");
+            assert_eq!(sent["truncation"], "auto");
+            assert_eq!(sent["prompt_cache_key"], "cache-1");
+            assert_eq!(sent["safety_identifier"], "user-1");
+        } else {
+            assert_eq!(sent["reasoning_effort"], "low", "{sent}");
+            for key in [
+                "reasoning",
+                "text",
+                "truncation",
+                "prompt_cache_key",
+                "safety_identifier",
+            ] {
+                assert!(
+                    sent.get(key).is_none(),
+                    "{key} reached the chat upstream: {sent}"
+                );
+            }
+        }
+        r.shutdown().await;
+    }
+}

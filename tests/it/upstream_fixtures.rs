@@ -681,6 +681,7 @@ fn turn(model: &str) -> TurnRequest {
         reasoning_effort: None,
         user: None,
         client_bearer: None,
+        responses_only: Default::default(),
     }
 }
 
