@@ -39,6 +39,9 @@ impl From<rusqlite::Error> for StoreError {
 /// layer answers 503 for it, not 500).
 pub const UNAVAILABLE: &str = "the store is unavailable";
 
+/// Called when the backend cannot keep a run's events: ends the run as failed with this message.
+pub type FailHook = Arc<dyn Fn(String) + Send + Sync>;
+
 /// How long `DELETE` waits for a live run it cancelled to end before deleting anyway.
 const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -138,7 +141,7 @@ impl Store {
 
     /// Ends a live run as failed with `reason` (the backend could not keep its events): records
     /// the reason for the agent ([`Store::failure`]) and cancels the run.
-    fn fail_hook(&self, id: &str) -> self::redis::FailHook {
+    fn fail_hook(&self, id: &str) -> FailHook {
         let (live, failures, id) = (self.live.clone(), self.failures.clone(), id.to_string());
         Arc::new(move |reason: String| {
             let run = live.lock().expect("store poisoned").get(&id).cloned();
@@ -183,18 +186,7 @@ impl Store {
         if !p.request.store {
             return;
         }
-        let record = Record {
-            response: p.response.clone(),
-            input: p.input.clone(),
-        };
-        let expires_at = self.ttl.map(|t| p.response.created_at + t.as_secs() as i64);
-        match &self.backend {
-            Backend::Memory(m) => m.insert(record, h.log.clone(), expires_at),
-            Backend::Sqlite(s) => s.insert(&record, expires_at),
-            Backend::Redis(r) => {
-                r.insert(&record, expires_at, h.cancel.clone(), self.fail_hook(&h.id))
-            }
-        }
+        // Live first: a backend that fails to keep the run finds it to fail it.
         self.live.lock().expect("store poisoned").insert(
             h.id.clone(),
             LiveRun {
@@ -205,6 +197,18 @@ impl Store {
                 created: h.created.clone(),
             },
         );
+        let record = Record {
+            response: p.response.clone(),
+            input: p.input.clone(),
+        };
+        let expires_at = self.ttl.map(|t| p.response.created_at + t.as_secs() as i64);
+        match &self.backend {
+            Backend::Memory(m) => m.insert(record, h.log.clone(), expires_at),
+            Backend::Sqlite(s) => s.insert(&record, expires_at, self.fail_hook(&h.id)),
+            Backend::Redis(r) => {
+                r.insert(&record, expires_at, h.cancel.clone(), self.fail_hook(&h.id))
+            }
+        }
     }
 
     /// Called when a run ended: once its terminal event is kept, it leaves the live map.

@@ -59,8 +59,7 @@ const BLOCK_MS: u64 = 1000;
 /// `XREAD`'s reply: per stream, its entries as (id, fields).
 type StreamReply = Vec<(String, Vec<(String, HashMap<String, String>)>)>;
 
-/// Called when the store cannot keep a run's events: ends the run as failed with this message.
-pub type FailHook = Arc<dyn Fn(String) + Send + Sync>;
+pub use super::FailHook;
 
 const INSERT: &str = r#"
 local t = redis.call('TIME')

@@ -76,6 +76,8 @@ enum Cmd {
         response: String,
         input: String,
         items: Vec<(String, String)>,
+        /// Ends the run as failed if the store cannot keep it.
+        fail: super::FailHook,
     },
     Append {
         id: String,
@@ -186,7 +188,7 @@ impl Sqlite {
         }
     }
 
-    pub fn insert(&self, record: &Record, expires_at: Option<i64>) {
+    pub fn insert(&self, record: &Record, expires_at: Option<i64>, fail: super::FailHook) {
         let r = &record.response;
         let items = record
             .input
@@ -201,6 +203,7 @@ impl Sqlite {
             response: serde_json::to_string(r).expect("serializes"),
             input: serde_json::to_string(&record.input).expect("serializes"),
             items,
+            fail,
         };
         let _ = self.tx.send(cmd);
     }
@@ -490,6 +493,10 @@ impl Journal {
 fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     let mut journal = Journal::default();
     let mut batch = Vec::with_capacity(BATCH);
+    // Live stored runs' fail hooks, and the runs a failed commit broke: their later events are
+    // shown to their clients without being kept, and at their end the run is removed.
+    let mut hooks: HashMap<String, super::FailHook> = HashMap::new();
+    let mut broken: HashSet<String> = HashSet::new();
     while let Ok(first) = rx.recv() {
         batch.push(first);
         while batch.len() < BATCH {
@@ -502,7 +509,17 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
-                *count = apply(&tx, cmd, &mut journal)?;
+                *count = match cmd {
+                    Cmd::Append { id, terminal, .. } if broken.contains(id) => {
+                        if terminal.is_some() {
+                            // Not kept whole, so not kept at all: never half-written.
+                            remove_run(&tx, id)?;
+                            journal.ended.insert(id.clone());
+                        }
+                        0
+                    }
+                    cmd => apply(&tx, cmd, &mut journal)?,
+                };
             }
             journal.trim(&tx)?;
             tx.commit()?;
@@ -512,17 +529,43 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
         if let Err(e) = &result {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         }
+        let not_kept = |e: &StoreError| {
+            format!(
+                "The relay's store (SQLite) could not keep this response ({e}); it was not kept."
+            )
+        };
         for (cmd, count) in batch.drain(..).zip(counts) {
             match cmd {
-                // Visible only once kept. A failed commit leaves the events invisible: readers
-                // then never see what was not kept (and the run's log stalls rather than lies).
+                Cmd::Insert { id, fail, .. } => {
+                    if let Err(e) = &result
+                        && broken.insert(id.clone())
+                    {
+                        fail(not_kept(e));
+                    }
+                    hooks.insert(id, fail);
+                }
+                // Visible once kept. A run whose events a failed commit lost is failed through
+                // its hook; its events are still shown to its live clients (unkept), so they
+                // get their terminal event.
                 Cmd::Append {
+                    id,
                     log,
                     entry,
                     terminal,
-                    ..
-                } if result.is_ok() => {
+                } => {
+                    if let Err(e) = &result
+                        && broken.insert(id.clone())
+                        && let Some(fail) = hooks.get(&id)
+                    {
+                        fail(not_kept(e));
+                    }
                     log.publish(entry.seq as usize + 1, terminal.is_some());
+                    if terminal.is_some() {
+                        hooks.remove(&id);
+                        if result.is_ok() {
+                            broken.remove(&id);
+                        }
+                    }
                 }
                 Cmd::Flush { reply } => {
                     let _ = reply.send(());
@@ -546,10 +589,17 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                             .map_err(|e| StoreError(e.0.clone())),
                     );
                 }
-                _ => {}
             }
         }
     }
+}
+
+/// Removes a run with its events and items; answers whether it was there.
+fn remove_run(tx: &rusqlite::Transaction, id: &str) -> Result<usize, StoreError> {
+    let n = tx.execute("DELETE FROM responses WHERE id = ?1", [id])?;
+    tx.execute("DELETE FROM events WHERE response_id = ?1", [id])?;
+    tx.execute("DELETE FROM items WHERE response_id = ?1", [id])?;
+    Ok(n)
 }
 
 /// Applies one write; returns how many runs it removed (for delete and expire).
@@ -567,6 +617,7 @@ fn apply(
             response,
             input,
             items,
+            ..
         } => {
             tx.execute(
                 "INSERT OR REPLACE INTO responses (id, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -635,12 +686,7 @@ fn apply(
                 }
             }
         }
-        Cmd::Delete { id, .. } => {
-            let n = tx.execute("DELETE FROM responses WHERE id = ?1", [&*id])?;
-            tx.execute("DELETE FROM events WHERE response_id = ?1", [&*id])?;
-            tx.execute("DELETE FROM items WHERE response_id = ?1", [&*id])?;
-            return Ok(n);
-        }
+        Cmd::Delete { id, .. } => return remove_run(tx, id),
         Cmd::Expire { now, live, .. } => {
             let ids: Vec<String> = {
                 let mut stmt = tx.prepare(
@@ -651,9 +697,7 @@ fn apply(
             };
             let mut n = 0;
             for id in ids.iter().filter(|i| !live.contains(i)) {
-                n += tx.execute("DELETE FROM responses WHERE id = ?1", [id])?;
-                tx.execute("DELETE FROM events WHERE response_id = ?1", [id])?;
-                tx.execute("DELETE FROM items WHERE response_id = ?1", [id])?;
+                n += remove_run(tx, id)?;
             }
             return Ok(n);
         }

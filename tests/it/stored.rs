@@ -620,3 +620,55 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
         relay.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
+    use futures::StreamExt;
+    let up = upstream().await;
+    let path = scratch("locked").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    // Another process's write transaction holds the database past the writer's busy timeout.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let r = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=60&delay_ms=200", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut body = r.bytes_stream();
+    // Nothing is shown before the store answered: the first bytes come once the commit failed.
+    let mut text = String::from_utf8(body.next().await.unwrap().unwrap().to_vec()).unwrap();
+    other.execute_batch("ROLLBACK").unwrap();
+    while let Some(chunk) = body.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+    }
+    let sse = parse_sse(&text);
+    let folded = check_events(&sse.events);
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("could not keep"),
+        "{folded}"
+    );
+    assert!(text.ends_with("data: [DONE]\n\n"));
+    let id = folded["id"].as_str().unwrap();
+    let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(
+        status, 404,
+        "a run that was not kept whole is not kept at all"
+    );
+    // The store works again for the next run.
+    let (status, next) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "y"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, kept) =
+        get(&relay.url(&format!("/v1/responses/{}", next["id"].as_str().unwrap()))).await;
+    assert_eq!((status, &kept["status"]), (200, &json!("completed")));
+}
