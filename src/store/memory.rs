@@ -32,9 +32,11 @@ impl Memory {
         let mut st = self.state.lock().expect("memory store poisoned");
         let id = record.response.id.clone();
         for item in &record.input {
+            // An item keeps the run that first stored it (see the SQLite store).
             if let Some(item_id) = item.id() {
                 st.items
-                    .insert(item_id.to_string(), (id.clone(), item.clone()));
+                    .entry(item_id.to_string())
+                    .or_insert_with(|| (id.clone(), item.clone()));
             }
         }
         st.runs.insert(

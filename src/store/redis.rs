@@ -78,8 +78,12 @@ end
 redis.call('ZADD', 'relay:leases', lease, ARGV[1])
 for i = 11, #ARGV, 2 do
   local k = ARGV[10] .. ARGV[i]
-  redis.call('HSET', k, 'item', ARGV[i + 1], 'run', ARGV[1])
-  if deadline then redis.call('EXPIREAT', k, deadline) end
+  -- An input item keeps the run that first stored it (a later run that sends it again by id
+  -- neither takes it over nor changes it).
+  if redis.call('HSETNX', k, 'run', ARGV[1]) == 1 then
+    redis.call('HSET', k, 'item', ARGV[i + 1])
+    if deadline then redis.call('EXPIREAT', k, deadline) end
+  end
 end
 return 1
 "#;

@@ -623,8 +623,10 @@ fn apply(
                 "INSERT OR REPLACE INTO responses (id, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![id, created_at, expires_at, status, response, input],
             )?;
+            // An input item keeps the run that first stored it: a later run sending it again
+            // (by reference, or as history) neither takes it over nor changes it.
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
+                "INSERT OR IGNORE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
             )?;
             for (item_id, item) in items.iter() {
                 stmt.execute(params![item_id, id, item])?;

@@ -672,3 +672,64 @@ async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
         get(&relay.url(&format!("/v1/responses/{}", next["id"].as_str().unwrap()))).await;
     assert_eq!((status, &kept["status"]), (200, &json!("completed")));
 }
+
+#[tokio::test]
+async fn an_item_stays_with_the_run_that_first_stored_it() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let relay = relay_on(&up, &store).await;
+        let (_, a) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": [{"role": "user", "content": "first"}]}),
+        )
+        .await;
+        let (_, a_items) = get(&relay.url(&format!(
+            "/v1/responses/{}/input_items",
+            a["id"].as_str().unwrap()
+        )))
+        .await;
+        let user_item = a_items["data"][0].clone();
+        let user_id = user_item["id"].as_str().unwrap().to_string();
+        // B sends A's input item back by reference; C sends it again, changed, under its id.
+        let (status, b) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": user_id}]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{name}: {b}");
+        let (status, c) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": [{"type": "message", "id": user_id, "role": "user", "content": "changed"}]}),
+        )
+        .await;
+        assert_eq!(status, 200, "{name}: {c}");
+        for later in [&b, &c] {
+            let deleted = client()
+                .delete(relay.url(&format!("/v1/responses/{}", later["id"].as_str().unwrap())))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(deleted.status(), 200);
+        }
+        // Still A's, unchanged: the reference resolves to what A stored.
+        let (status, d) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": user_id}]}),
+        )
+        .await;
+        assert_eq!(
+            status, 200,
+            "{name}: an item of a kept run was lost with a later run: {d}"
+        );
+        let (_, d_items) = get(&relay.url(&format!(
+            "/v1/responses/{}/input_items",
+            d["id"].as_str().unwrap()
+        )))
+        .await;
+        assert_eq!(
+            d_items["data"][0]["content"], user_item["content"],
+            "{name}: {d_items}"
+        );
+        relay.shutdown().await;
+    }
+}
