@@ -122,6 +122,10 @@ fn logs(cmd: LogsCommand) -> ExitCode {
             );
             return ExitCode::from(64);
         };
+        if !std::path::Path::new(path).is_file() {
+            eprintln!("error: invalid value for '--store': '{store}': no such database file");
+            return ExitCode::from(64);
+        }
         match responses_relay::store::sqlite::export(std::path::Path::new(path), &target) {
             Ok(Some(entries)) => Ok(Recording::from_entries(&entries)),
             Ok(None) => {

@@ -220,6 +220,23 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
         .output()
         .unwrap();
     assert_eq!(bad.status.code(), Some(64));
+    for command in ["export", "show"] {
+        let bad = Command::new(BIN)
+            .args([
+                "logs",
+                command,
+                "resp_x",
+                "--store",
+                "sqlite:/nonexistent/relay.sqlite3",
+            ])
+            .output()
+            .unwrap();
+        assert_eq!(bad.status.code(), Some(64), "logs {command}");
+        assert!(
+            String::from_utf8_lossy(&bad.stderr).contains("--store"),
+            "logs {command}: the flag is not named"
+        );
+    }
 }
 
 #[tokio::test]
