@@ -737,7 +737,10 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
                             Ok(()) => next += 1,
                             Err(e) => {
                                 tracing::error!(response_id = %id, error = %e, "a tailed event does not continue the log");
-                                log.publish(log.len(), true);
+                                end_tail(
+                                    &log,
+                                    "This relay could not follow the response's event log.",
+                                );
                                 return;
                             }
                         }
@@ -749,7 +752,7 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
                 match store.fields(&id, &["status"]).await {
                     Ok(f) if f[0].is_none() => {
                         // Deleted (or expired) while tailed: end the readers' streams.
-                        log.publish(log.len(), true);
+                        end_tail(&log, "This response was deleted while it was running.");
                         return;
                     }
                     Ok(f) if f[0].as_deref().is_some_and(unfinished) => {
@@ -773,6 +776,31 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
         .lock()
         .expect("tails poisoned")
         .retain(|_, w| w.strong_count() > 0);
+}
+
+/// Ends a tailed log that will get no more events from Redis with a terminal event of its own
+/// (open items closed, `response.failed` saying why), shown to this relay's readers only, so
+/// that every stream still ends with a terminal event and `[DONE]`.
+fn end_tail(log: &Arc<RunLog>, message: &str) {
+    if log.snapshot().is_none() {
+        // Not even `response.created` was seen: there is nothing to end.
+        log.publish(log.len(), true);
+        return;
+    }
+    let mut em = Emitter::new(
+        log.clone(),
+        Arc::new(crate::run::emitter::Immediate),
+        crate::api::id::IdSource::Random,
+        Clock::System,
+    );
+    let usage = log.snapshot().and_then(|r| r.usage);
+    em.finish(
+        Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: message.into(),
+        }),
+        usage,
+    );
 }
 
 /// The writer: takes every write from the channel in order, sends them as pipelined scripts,

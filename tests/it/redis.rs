@@ -452,3 +452,47 @@ fn a_redis_url_is_never_shown_with_its_password() {
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
 }
+
+#[tokio::test]
+async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_terminal_event() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let (_, created) = post(
+        &a.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true}),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let mut tailed = client()
+        .get(b.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap();
+    let mut seen = read_events(&mut tailed, 6).await;
+    // The run's hash and log disappear (deleted elsewhere, or expired) while B tails it.
+    let mut redis = ::redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    ::redis::cmd("DEL")
+        .arg(format!("relay:resp:{id}"))
+        .arg(format!("relay:log:{id}"))
+        .exec(&mut redis)
+        .unwrap();
+    while let Some(chunk) = tailed.chunk().await.unwrap() {
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    let body = parse_sse(&seen);
+    assert!(body.done, "the stream was cut");
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("deleted"),
+        "{folded}"
+    );
+}
