@@ -159,7 +159,7 @@ pub async fn prepare(
     let earlier = history.len();
     history.extend(input.iter().cloned());
     let mut tools = function_defs(&request);
-    let mut mcp = mcp_setup(app, &request, &history, earlier, &tools).await?;
+    let mut mcp = mcp_setup(app, &request, &history, &tools).await?;
     mcp.answers = approval_answers(app, &request, &history[..earlier], &input, &mcp).await?;
     tools.extend(mcp_function_defs(&mcp));
     let response = template(app, &request);
@@ -292,7 +292,6 @@ async fn mcp_setup(
     app: &App,
     request: &CreateRequest,
     history: &[InputItem],
-    earlier: usize,
     functions: &[FunctionDef],
 ) -> Result<McpSetup, StartError> {
     use crate::config::DiscoveryFailure;
@@ -309,45 +308,13 @@ async fn mcp_setup(
     if servers.is_empty() {
         return Ok(McpSetup::default());
     }
-    // Lists already in the context (PROTOCOL §1.5): that server is not listed again. A list the
-    // client sent in `input` is taken as the relay kept it when it did; one the relay never kept
-    // gives names and schemas only: its `read_only` hints (which can waive approval) are not
-    // trusted.
-    let mut vetted: Vec<McpListToolsItem> = Vec::new();
-    for (i, item) in history.iter().enumerate() {
-        let InputItem::McpListTools(l) = item else {
-            continue;
-        };
-        if i < earlier {
-            vetted.push(l.clone());
-            continue;
-        }
-        match app
-            .store()
-            .find_item(&l.id)
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?
-        {
-            Some(InputItem::McpListTools(kept)) if kept.server_label == l.server_label => {
-                vetted.push(kept)
-            }
-            _ => vetted.push(McpListToolsItem {
-                tools: l
-                    .tools
-                    .iter()
-                    .map(|t| McpToolInfo {
-                        annotations: None,
-                        ..t.clone()
-                    })
-                    .collect(),
-                ..l.clone()
-            }),
-        }
-    }
-    let known: std::collections::HashMap<&str, &McpListToolsItem> = vetted
+    // Lists already in the context (PROTOCOL §1.5): that server is not listed again.
+    let known: std::collections::HashMap<&str, &McpListToolsItem> = history
         .iter()
-        .filter(|l| l.error.is_none())
-        .map(|l| (l.server_label.as_str(), l))
+        .filter_map(|i| match i {
+            InputItem::McpListTools(l) if l.error.is_none() => Some((l.server_label.as_str(), l)),
+            _ => None,
+        })
         .collect();
     let listings = futures::future::join_all(servers.iter().map(|spec| async {
         if let Some(l) = known.get(spec.label.as_str()) {
