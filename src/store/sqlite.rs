@@ -497,6 +497,9 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     // shown to their clients without being kept, and at their end the run is removed.
     let mut hooks: HashMap<String, super::FailHook> = HashMap::new();
     let mut broken: HashSet<String> = HashSet::new();
+    // Broken runs that ended while their removal could not be committed: removed by the next
+    // batch that commits.
+    let mut to_remove: HashSet<String> = HashSet::new();
     while let Ok(first) = rx.recv() {
         batch.push(first);
         while batch.len() < BATCH {
@@ -508,6 +511,10 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
         let mut counts = vec![0usize; batch.len()];
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
+            for id in &to_remove {
+                remove_run(&tx, id)?;
+                journal.ended.insert(id.clone());
+            }
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
                     Cmd::Append { id, terminal, .. } if broken.contains(id) => {
@@ -528,6 +535,8 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
         journal.settle(result.is_ok());
         if let Err(e) = &result {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
+        } else {
+            to_remove.clear();
         }
         let not_kept = |e: &StoreError| {
             format!(
@@ -562,8 +571,9 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                     log.publish(entry.seq as usize + 1, terminal.is_some());
                     if terminal.is_some() {
                         hooks.remove(&id);
-                        if result.is_ok() {
-                            broken.remove(&id);
+                        broken.remove(&id);
+                        if result.is_err() {
+                            to_remove.insert(id);
                         }
                     }
                 }

@@ -733,3 +733,49 @@ async fn an_item_stays_with_the_run_that_first_stored_it() {
         relay.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works_again() {
+    let up = upstream().await;
+    let path = scratch("locked-end").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    let (_, created) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_string();
+    // Its start is kept...
+    let kept = || {
+        let db = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [&id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+    };
+    eventually("the run's insert is committed", || kept() == 1).await;
+    // ...then another connection holds the database past the busy timeout while the run ends.
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let (status, _) = post(
+        &relay.url(&format!("/v1/responses/{id}/cancel")),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    other.execute_batch("ROLLBACK").unwrap();
+    // The next write that commits removes it: a run not kept whole is not kept at all.
+    let (status, _) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "y"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, left) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 404, "the run was left half-written: {left}");
+    assert_eq!(kept(), 0);
+}
