@@ -4,6 +4,9 @@
 //!
 //! Invariants: a reader only sees an event once the backend has kept it (the backend's sink
 //! publishes it on the run's log after its commit), so a replay is exactly what live clients got;
+//! the one exception is a run the backend failed to keep: it is failed through its hook, its
+//! events are shown to its live clients unkept so they get their terminal event, and it is not
+//! kept (SQLite removes it; Redis leaves it for a relay to finish as failed);
 //! a run with `store: false` is never kept; a run is in the live map from its start until its
 //! terminal event is kept; after a crash, [`Store::open`] finishes every unfinished run with a
 //! terminal event, so no reader waits forever.

@@ -226,10 +226,9 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     app.store().finish_live(&id, em.log()).await;
 }
 
-/// Runs the approved calls (each an `mcp_call` carrying its `approval_request_id`) and tells the
-/// model about refused ones. Returns the conversation items to add and how many calls ran.
-/// Runs the approved calls (at most `max_tool_calls`; the others fail as not run) and answers
-/// what the model sees of every answer, how many calls ran, and whether some were over the limit.
+/// Runs the approved calls (each an `mcp_call` carrying its `approval_request_id`; at most
+/// `max_tool_calls`, the others fail as not run) and tells the model about refused ones. Returns
+/// the conversation items to add, how many calls ran, and whether some were over the limit.
 async fn answer_approvals(
     app: &App,
     mcp: &super::McpSetup,

@@ -738,6 +738,8 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
                             Err(e) => {
                                 tracing::error!(response_id = %id, error = %e, "a tailed event does not continue the log");
                                 end_tail(
+                                    &store,
+                                    &id,
                                     &log,
                                     "This relay could not follow the response's event log.",
                                 );
@@ -752,7 +754,12 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
                 match store.fields(&id, &["status"]).await {
                     Ok(f) if f[0].is_none() => {
                         // Deleted (or expired) while tailed: end the readers' streams.
-                        end_tail(&log, "This response was deleted while it was running.");
+                        end_tail(
+                            &store,
+                            &id,
+                            &log,
+                            "This response was deleted while it was running.",
+                        );
                         return;
                     }
                     Ok(f) if f[0].as_deref().is_some_and(unfinished) => {
@@ -781,7 +788,9 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
 /// Ends a tailed log that will get no more events from Redis with a terminal event of its own
 /// (open items closed, `response.failed` saying why), shown to this relay's readers only, so
 /// that every stream still ends with a terminal event and `[DONE]`.
-fn end_tail(log: &Arc<RunLog>, message: &str) {
+fn end_tail(store: &Redis, id: &str, log: &Arc<RunLog>, message: &str) {
+    // Not shared any more: later readers and GETs go to Redis, not to this made-up ending.
+    store.inner.tails.lock().expect("tails poisoned").remove(id);
     if log.snapshot().is_none() {
         // Not even `response.created` was seen: there is nothing to end.
         log.publish(log.len(), true);

@@ -400,3 +400,77 @@ async fn approved_calls_count_against_max_tool_calls() {
         "a call over max_tool_calls ran"
     );
 }
+
+#[tokio::test]
+async fn a_refusal_sent_back_with_the_history_is_not_reported_to_the_model_again() {
+    let w = world().await;
+    let tools = w.tools(json!("always"));
+    let ask = json!({"role": "user", "content": "CALL add {\"a\":1,\"b\":1}"});
+    let (_, a) = w
+        .create(json!({"model": "fake-model", "input": [ask], "tools": tools}))
+        .await;
+    let request_item = a["output"][1].clone();
+    let mut history = vec![
+        ask.clone(),
+        request_item.clone(),
+        approve(&request_item["id"], false),
+    ];
+    let (status, b) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": history}))
+        .await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(types(&b), ["mcp_list_tools", "message"]);
+    let told = |body: &Value| body.to_string().matches("refused this call").count();
+    assert_eq!(
+        told(&w.up.requests().last().unwrap().body),
+        1,
+        "the model is told of the refusal"
+    );
+    // The next turn sends everything back: the refusal is history the model already answered.
+    history.extend(b["output"].as_array().unwrap().iter().cloned());
+    history.push(json!({"role": "user", "content": "thanks"}));
+    let (status, c) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": history}))
+        .await;
+    assert_eq!(status, 200, "{c}");
+    assert_eq!(types(&c), ["message"], "{c}");
+    // Once: in the model's own answer that followed it (the fake model repeats what it was told).
+    assert!(
+        b["output"][1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("refused this call")
+    );
+    assert_eq!(
+        told(&w.up.requests().last().unwrap().body),
+        1,
+        "the refusal was reported again, after the new question"
+    );
+    assert_eq!(w.server.count("tools/call"), 0);
+}
+
+#[tokio::test]
+async fn an_approval_for_a_server_that_cannot_be_listed_now_is_tried_not_refused() {
+    let w = world().await;
+    let mut tools = w.tools(json!("always"));
+    tools[0]["allowed_tools"] = json!({"read_only": true});
+    let (_, a) = w
+        .create(
+            json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": tools}),
+        )
+        .await;
+    let request_item = a["output"][1].clone();
+    assert_eq!(request_item["type"], "mcp_approval_request", "{a}");
+    // The server now answers garbage: the listing fails, so is the call; the answer is still valid.
+    w.server.set_bad_json(true);
+    let (status, b) = w.create(json!({"model": "fake-model", "tools": tools, "input": [request_item, approve(&request_item["id"], true)]})).await;
+    assert_eq!(status, 200, "{b}");
+    let call = b["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .expect("the approved call was tried")
+        .clone();
+    assert_eq!(call["status"], "failed", "{call}");
+}
