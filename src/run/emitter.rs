@@ -199,6 +199,21 @@ impl Emitter {
     }
 }
 
+/// Ends a log that its run will never end (its relay stopped, or it can no longer be followed):
+/// open items closed, then `response.failed` (`server_error`, `message`) through `sink`. The log
+/// must hold `response.created`.
+pub fn end_as_failed(log: Arc<RunLog>, sink: Arc<dyn LogSink>, message: &str) {
+    let usage = log.snapshot().and_then(|r| r.usage);
+    let mut em = Emitter::new(log, sink, IdSource::Random, Clock::System);
+    em.finish(
+        Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: message.into(),
+        }),
+        usage,
+    );
+}
+
 /// Serializes `event` with its `sequence_number` and frames it as one SSE event:
 /// `event: T\ndata: {...,"sequence_number":N}\n\n`. Built in a per-thread scratch buffer and
 /// copied out once (measured: growing a fresh buffer cost three allocations per event).

@@ -33,10 +33,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Record, StoreError, status_of, unfinished};
 use crate::api::request::InputItem;
-use crate::api::response::ResponseError;
 use crate::api::{Response, Sequenced};
 use crate::config::mask_url;
-use crate::run::emitter::{Clock, Emitter, Ending, LogSink};
+use crate::run::emitter::{LogSink, end_as_failed};
 use crate::run::fold::Fold;
 use crate::run::log::{LogEntry, RunLog};
 use crate::run::output_as_input;
@@ -464,18 +463,10 @@ impl Redis {
             return Ok(true);
         }
         let log = Arc::new(RunLog::from_entries(entries, fold, false));
-        let mut em = Emitter::new(
+        end_as_failed(
             log.clone(),
             Arc::new(self.sink(id, None)),
-            crate::api::id::IdSource::Random,
-            Clock::System,
-        );
-        em.finish(
-            Ending::Failed(ResponseError {
-                code: "server_error".into(),
-                message: "The relay running this response stopped before it finished.".into(),
-            }),
-            log.snapshot().and_then(|r| r.usage),
+            "The relay running this response stopped before it finished.",
         );
         if tokio::time::timeout(Duration::from_secs(10), log.wait_finished())
             .await
@@ -796,19 +787,10 @@ fn end_tail(store: &Redis, id: &str, log: &Arc<RunLog>, message: &str) {
         log.publish(log.len(), true);
         return;
     }
-    let mut em = Emitter::new(
+    end_as_failed(
         log.clone(),
         Arc::new(crate::run::emitter::Immediate),
-        crate::api::id::IdSource::Random,
-        Clock::System,
-    );
-    let usage = log.snapshot().and_then(|r| r.usage);
-    em.finish(
-        Ending::Failed(ResponseError {
-            code: "server_error".into(),
-            message: message.into(),
-        }),
-        usage,
+        message,
     );
 }
 

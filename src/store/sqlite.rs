@@ -25,7 +25,7 @@ use tokio::sync::oneshot;
 use super::{Record, StoreError, status_of, unfinished};
 use crate::api::Response;
 use crate::api::request::InputItem;
-use crate::run::emitter::{Clock, Emitter, Ending, LogSink};
+use crate::run::emitter::{LogSink, end_as_failed};
 use crate::run::fold::Fold;
 use crate::run::log::{LogEntry, RunLog};
 use crate::run::output_as_input;
@@ -305,18 +305,10 @@ impl Sqlite {
                 continue;
             }
             let log = Arc::new(RunLog::from_entries(entries, fold, false));
-            let mut em = Emitter::new(
-                log.clone(),
+            end_as_failed(
+                log,
                 Arc::new(self.sink(&id)),
-                crate::api::id::IdSource::Random,
-                Clock::System,
-            );
-            em.finish(
-                Ending::Failed(crate::api::response::ResponseError {
-                    code: "server_error".into(),
-                    message: "The relay stopped before this response finished.".into(),
-                }),
-                log.snapshot().and_then(|r| r.usage),
+                "The relay stopped before this response finished.",
             );
             tracing::warn!(response_id = %id, "finished a run left unfinished by a previous relay process");
         }
