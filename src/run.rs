@@ -204,14 +204,10 @@ async fn approval_answers(
         };
         let rid = &resp.approval_request_id;
         // History sent back whole (stateless): the call this answer approved is in the input,
-        // or the model already answered after it; the answer was used and is context now, not
-        // a call to run (or a refusal to report) again.
+        // so the answer was used; it is context now, not a call to run again.
         if input.iter().any(
             |it| matches!(it, InputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(rid)),
-        ) || input[i + 1..]
-            .iter()
-            .any(|it| matches!(it, InputItem::Message(m) if m.role == Role::Assistant))
-        {
+        ) {
             continue;
         }
         let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
@@ -256,21 +252,15 @@ async fn approval_answers(
                 req.server_label
             )));
         };
-        // Only a tool this request offers may run: in the server's list, filtered by this
-        // request's `allowed_tools` (or by its tool names when the server could not be listed).
+        // Only a tool this request offers may run: in the server's list (when it could be
+        // listed) and let through by this request's `allowed_tools`.
         let offered = match mcp
             .listed
             .iter()
             .find(|(l, _)| l.server_label == req.server_label)
         {
             Some((l, _)) if l.error.is_none() => l.tools.iter().any(|t| t.name == req.name),
-            // Not listed now (a listing that failed): the names `allowed_tools` gives decide;
-            // its read-only part cannot be checked without the list, and the call will tell.
-            _ => server
-                .allowed
-                .tool_names
-                .as_ref()
-                .is_none_or(|names| names.contains(&req.name)),
+            _ => server.allowed.allows(&req.name, false),
         };
         if !offered {
             return Err(bad(format!(

@@ -151,21 +151,28 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
             None,
         )
     };
-    if let Some(live) = app.store().live(id) {
+    // A run live here is answered from its own log (its end as its readers saw it, even if the
+    // store could not keep it); any other from the store.
+    let ended = if let Some(live) = app.store().live(id) {
         if !live.background {
             return Err(synchronous());
         }
         live.cancel.cancel();
         live.log.wait_finished().await;
+        live.log.snapshot()
     } else {
         // Live on another relay sharing the store (Redis): its owner cancels it.
         app.store().cancel_elsewhere(id).await?;
-    }
-    let response = app
-        .store()
-        .response(id)
-        .await?
-        .ok_or_else(|| ApiError::response_not_found(id))?;
+        None
+    };
+    let response = match ended {
+        Some(r) => r,
+        None => app
+            .store()
+            .response(id)
+            .await?
+            .ok_or_else(|| ApiError::response_not_found(id))?,
+    };
     if !response.background {
         return Err(synchronous());
     }

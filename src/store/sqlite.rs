@@ -495,8 +495,22 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     // Broken runs that ended while their removal could not be committed: removed by the next
     // batch that commits.
     let mut to_remove: HashSet<String> = HashSet::new();
-    while let Ok(first) = rx.recv() {
-        batch.push(first);
+    loop {
+        // With removals pending, an idle writer still retries them every second.
+        let first = if to_remove.is_empty() {
+            rx.recv().ok()
+        } else {
+            match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+                Ok(c) => Some(c),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        };
+        match first {
+            Some(c) => batch.push(c),
+            None if to_remove.is_empty() => break,
+            None => {}
+        }
         while batch.len() < BATCH {
             match rx.try_recv() {
                 Ok(c) => batch.push(c),
@@ -506,10 +520,6 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
         let mut counts = vec![0usize; batch.len()];
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
-            for id in &to_remove {
-                remove_run(&tx, id)?;
-                journal.ended.insert(id.clone());
-            }
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
                     Cmd::Append { id, terminal, .. } if broken.contains(id) => {
@@ -522,6 +532,11 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                     }
                     cmd => apply(&tx, cmd, &mut journal)?,
                 };
+            }
+            // After the batch's own commands, so that a DELETE in it still finds the run.
+            for id in &to_remove {
+                remove_run(&tx, id)?;
+                journal.ended.insert(id.clone());
             }
             journal.trim(&tx)?;
             tx.commit()?;
