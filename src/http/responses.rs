@@ -159,7 +159,7 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
         }
         live.cancel.cancel();
         live.log.wait_finished().await;
-        live.log.snapshot()
+        Some(live.response())
     } else {
         // Live on another relay sharing the store (Redis): its owner cancels it.
         app.store().cancel_elsewhere(id).await?;

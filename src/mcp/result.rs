@@ -48,13 +48,8 @@ pub fn bounded_error(err: McpCallError, cap_bytes: usize) -> McpCallError {
         McpCallError::McpToolExecutionError { content }
             if content.to_string().len() > cap_bytes =>
         {
-            let text = match &content {
-                Value::Array(blocks) => content_parts(blocks).0.join("\n"),
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
             McpCallError::McpToolExecutionError {
-                content: serde_json::json!([{"type": "text", "text": truncate(text, cap_bytes)}]),
+                content: serde_json::json!([{"type": "text", "text": truncate(execution_error_text(&content), cap_bytes)}]),
             }
         }
         McpCallError::McpProtocolError { code, message } => McpCallError::McpProtocolError {
@@ -73,11 +68,7 @@ pub fn bounded_error(err: McpCallError, cap_bytes: usize) -> McpCallError {
 pub fn error_text(err: &McpCallError) -> String {
     match err {
         McpCallError::McpToolExecutionError { content } => {
-            let text = match content {
-                Value::Array(blocks) => content_parts(blocks).0.join("\n"),
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
+            let text = execution_error_text(content);
             if text.is_empty() {
                 "Error: the tool reported an error.".to_string()
             } else {
@@ -93,6 +84,15 @@ pub fn error_text(err: &McpCallError) -> String {
         McpCallError::HttpError { code, message } => {
             format!("Error: the MCP server answered HTTP {code}: {message}")
         }
+    }
+}
+
+/// The text of an execution error's content (blocks as in a result: media as placeholders).
+fn execution_error_text(content: &Value) -> String {
+    match content {
+        Value::Array(blocks) => content_parts(blocks).0.join("\n"),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
     }
 }
 

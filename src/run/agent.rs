@@ -166,19 +166,8 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                     .filter_map(output_as_input),
             );
             if !outcome.mcp_calls.is_empty() {
-                let budget = p
-                    .request
-                    .max_tool_calls
-                    .map(|m| m.saturating_sub(calls_made) as usize)
-                    .unwrap_or(usize::MAX);
-                let (run_now, over): (Vec<_>, Vec<_>) = outcome
-                    .mcp_calls
-                    .iter()
-                    .cloned()
-                    .enumerate()
-                    .partition(|(i, _)| *i < budget);
-                let run_now: Vec<McpCallStarted> = run_now.into_iter().map(|(_, c)| c).collect();
-                let over: Vec<McpCallStarted> = over.into_iter().map(|(_, c)| c).collect();
+                let mut run_now = outcome.mcp_calls.clone();
+                let over = over_budget(&mut run_now, p.request.max_tool_calls, calls_made);
                 calls_made += run_now.len() as u64;
                 match run_calls_with_images(&app, &p.mcp, &mut em, run_now, signal).await {
                     Ok((done, images)) => {
@@ -195,11 +184,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                     }
                 }
                 if !over.is_empty() {
-                    fail_open_calls(
-                        &mut em,
-                        &over,
-                        "Not run: the response reached its max_tool_calls limit.",
-                    );
+                    fail_open_calls(&mut em, &over, OVER_LIMIT);
                     break Ending::Incomplete("max_tool_calls".into());
                 }
             }
@@ -282,11 +267,7 @@ async fn answer_approvals(
             model_name: String::new(),
         });
     }
-    let over = started.split_off(
-        started
-            .len()
-            .min(max_tool_calls.map_or(usize::MAX, |m| m as usize)),
-    );
+    let over = over_budget(&mut started, max_tool_calls, 0);
     let ran = started.len() as u64;
     let done = match run_calls(app, mcp, em, started, cancel).await {
         Ok(done) => done,
@@ -296,11 +277,7 @@ async fn answer_approvals(
         }
     };
     if !over.is_empty() {
-        fail_open_calls(
-            em,
-            &over,
-            "Not run: the response reached its max_tool_calls limit.",
-        );
+        fail_open_calls(em, &over, OVER_LIMIT);
         return Ok((Vec::new(), ran, true));
     }
     // In answer order; a refused call reaches the model as a call whose result is the refusal
@@ -636,6 +613,19 @@ async fn run_calls_with_images(
 }
 
 /// Closes MCP call items that will not run, as failed with `message`.
+/// What a call beyond `max_tool_calls` fails with.
+const OVER_LIMIT: &str = "Not run: the response reached its max_tool_calls limit.";
+
+/// Leaves in `calls` those `max_tool_calls` still allows after `made` calls; returns the rest.
+fn over_budget(
+    calls: &mut Vec<McpCallStarted>,
+    max_tool_calls: Option<u64>,
+    made: u64,
+) -> Vec<McpCallStarted> {
+    let budget = max_tool_calls.map_or(usize::MAX, |m| m.saturating_sub(made) as usize);
+    calls.split_off(calls.len().min(budget))
+}
+
 fn fail_open_calls(em: &mut Emitter, calls: &[McpCallStarted], message: &str) {
     for call in calls {
         let mut item = call.item.clone();

@@ -58,7 +58,7 @@ const BLOCK_MS: u64 = 1000;
 /// `XREAD`'s reply: per stream, its entries as (id, fields).
 type StreamReply = Vec<(String, Vec<(String, HashMap<String, String>)>)>;
 
-pub use super::FailHook;
+use super::FailHook;
 
 const INSERT: &str = r#"
 local t = redis.call('TIME')

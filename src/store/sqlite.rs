@@ -517,19 +517,24 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                 Err(_) => break,
             }
         }
+        // A broken run that ends is not kept whole, so it is not kept at all: never half-written.
+        let ending = batch.iter().filter_map(|cmd| match cmd {
+            Cmd::Append {
+                id,
+                terminal: Some(_),
+                ..
+            } if broken.contains(id) => Some(id.clone()),
+            _ => None,
+        });
+        if !broken.is_empty() {
+            to_remove.extend(ending);
+        }
         let mut counts = vec![0usize; batch.len()];
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
-                    Cmd::Append { id, terminal, .. } if broken.contains(id) => {
-                        if terminal.is_some() {
-                            // Not kept whole, so not kept at all: never half-written.
-                            remove_run(&tx, id)?;
-                            journal.ended.insert(id.clone());
-                        }
-                        0
-                    }
+                    Cmd::Append { id, .. } if broken.contains(id) => 0,
                     cmd => apply(&tx, cmd, &mut journal)?,
                 };
             }

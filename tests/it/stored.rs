@@ -775,3 +775,53 @@ async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works
     assert_eq!(status, 404, "the run was left half-written: {left}");
     assert_eq!(kept(), 0);
 }
+
+#[tokio::test]
+async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
+    let up = upstream().await;
+    let path = scratch("locked-mid").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    let (_, created) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}),
+    )
+    .await;
+    let id = created["id"].as_str().unwrap().to_string();
+    let kept = || {
+        let db = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [&id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+    };
+    eventually("the run's insert is committed", || kept() == 1).await;
+    // A commit of its events fails: the run is failed through its hook while it still runs...
+    let other = rusqlite::Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    let mut status = Value::Null;
+    for _ in 0..1500 {
+        let (_, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        status = r["status"].clone();
+        if status == "failed" {
+            assert!(
+                r["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("could not keep"),
+                "{r}"
+            );
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(status, "failed");
+    // ...and once the store works again, its end (committed) removes what was kept of it.
+    other.execute_batch("ROLLBACK").unwrap();
+    eventually("the broken run is removed", || kept() == 0).await;
+    let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 404);
+}
