@@ -798,6 +798,21 @@ fn finish_row(
     lat.sort_unstable();
     let mut ttfe = std::mem::take(&mut *st.ttfe_us.lock().expect("lock"));
     ttfe.sort_unstable();
+    // The whole distribution goes to stderr: the table's p50 / p99 cannot show whether a tail
+    // is every event a little late or a few moments when everything is late.
+    if !lat.is_empty() {
+        let q = |x| load::quantile(&lat, x).unwrap_or(0);
+        eprintln!(
+            "  {scenario} {side}: added latency µs p50 {} p90 {} p95 {} p99 {} p99.9 {} max {} ({} samples)",
+            q(0.5),
+            q(0.9),
+            q(0.95),
+            q(0.99),
+            q(0.999),
+            q(1.0),
+            lat.len()
+        );
+    }
     let cpu_s = match (cpu0, cpu1) {
         (Some(a), Some(b)) => (b.saturating_sub(a)) as f64 / ticks,
         _ => f64::NAN,
@@ -889,6 +904,7 @@ async fn scenario_stream(
         plan.clients, plan.deltas, plan.delay_ms
     );
     let model = env.model(plan.deltas, plan.delay_ms);
+    rows.push(measure_direct(env, plan, "stream", plan.deltas).await?);
     rows.push(measure_floor(env, plan, "stream", plan.deltas).await?);
     {
         let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
@@ -957,31 +973,67 @@ async fn measure_floor(
     scenario: &str,
     deltas: usize,
 ) -> Result<Row, String> {
-    let floor = env.floor()?;
+    measure_plain(env, plan, scenario, deltas, Some(env.floor()?)).await
+}
+
+/// The same plain stream with no proxy at all: the clients read the model server directly. What
+/// the harness itself adds to "added latency" (its clients and model server share the machine's
+/// two cores with what is measured); no CPU column (there is no proxy to account).
+async fn measure_direct(
+    env: &Env,
+    plan: &Plan,
+    scenario: &str,
+    deltas: usize,
+) -> Result<Row, String> {
+    measure_plain(env, plan, scenario, deltas, None).await
+}
+
+/// A plain Chat Completions stream of `deltas` deltas through `floor`, or straight from the model
+/// server when `floor` is `None`.
+async fn measure_plain(
+    env: &Env,
+    plan: &Plan,
+    scenario: &str,
+    deltas: usize,
+    floor: Option<Proc>,
+) -> Result<Row, String> {
     let model = env.model(deltas, plan.delay_ms);
     let body = Bytes::from(
         json!({"model": model, "messages": [{"role": "user", "content": "hi"}], "stream": true})
             .to_string(),
     );
     let req = Req {
-        url: format!("{}/v1/chat/completions", floor.origin()),
+        url: match &floor {
+            Some(f) => format!("{}/v1/chat/completions", f.origin()),
+            None => format!("{}/chat/completions", env.upstream_v1),
+        },
         body: Some(body),
     };
     let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-    Ok(measure_loop(
+    let (pid, side) = match &floor {
+        Some(f) => (f.pid(), "floor (pass-through)"),
+        None => (env.upstream.pid(), "harness alone (no proxy)"),
+    };
+    let mut row = measure_loop(
         env,
         plan,
         plan.run_length(deltas),
-        floor.pid(),
+        pid,
         scenario,
-        "floor (pass-through)",
+        side,
         Kind::Floor,
         Expect { mcp_call: false },
         plan.clients,
         make,
         None,
     )
-    .await)
+    .await;
+    if floor.is_none() {
+        // `pid` was the model server's: its CPU and memory are not a proxy's.
+        row.cpu_s = f64::NAN;
+        row.peak_rss_kib = None;
+    }
+    Ok(row)
 }
 
 /// The relay's agent loop, after the floor carrying the same text deltas alone: what moving
@@ -1438,8 +1490,12 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
             .and_then(|f| f.lat_q(0.99))
             .map(|p| format!(", floor {p} µs"))
             .unwrap_or_default();
+        let harness_p99 = find("stream", "harness alone")
+            .and_then(|h| h.lat_q(0.99))
+            .map(|p| format!(", harness alone {p} µs"))
+            .unwrap_or_default();
         let got = format!(
-            "{} µs{floor_p99}",
+            "{} µs{floor_p99}{harness_p99}",
             p99.map(|p| p.to_string()).unwrap_or("–".into())
         );
         targets.push(Target {
