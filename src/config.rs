@@ -23,6 +23,8 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+// Parsed once at start-up: the size of `ServeArgs` costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 pub enum Command {
     /// Run the relay.
     Serve(ServeArgs),

@@ -462,7 +462,7 @@ pub fn from_value_at<T: serde::de::DeserializeOwned>(
                 .split("expected ")
                 .nth(1)
                 .unwrap_or("")
-                .trim_end_matches(|c| c == '.');
+                .trim_end_matches('.');
             return FieldError::invalid_value(
                 param.clone(),
                 format!("Invalid value: '{got}'. Supported values for '{param}' are: {expected}."),

@@ -105,20 +105,18 @@ impl StreamableHttpClient for SessionClient {
         ))
     }
 
-    fn delete_session(
+    // Not guarded: ending the session politely happens after it was dropped.
+    async fn delete_session(
         &self,
         uri: Arc<str>,
         session_id: Arc<str>,
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
-    ) -> impl Future<Output = Result<(), Error>> + Send + '_ {
-        // Not guarded: ending the session politely happens after it was dropped.
-        async move {
-            self.inner
-                .delete_session(uri, session_id, auth_header, custom_headers)
-                .await
-                .map_err(without_url)
-        }
+    ) -> Result<(), Error> {
+        self.inner
+            .delete_session(uri, session_id, auth_header, custom_headers)
+            .await
+            .map_err(without_url)
     }
 
     fn get_stream(

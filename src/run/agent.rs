@@ -63,7 +63,7 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
 
 async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopSignal) {
     let app = app.clone();
-    let mut em = Emitter::new(log, app.store().sink(&p), app.ids().clone(), app.clock());
+    let mut em = Emitter::new(log, app.store().sink(p), app.ids().clone(), app.clock());
     em.emit(Event::Created {
         response: Box::new(p.response.clone()),
     });
@@ -77,7 +77,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     em.emit(Event::InProgress {
         response: Box::new(snapshot),
     });
-    emit_tool_lists(&mut em, &p);
+    emit_tool_lists(&mut em, p);
 
     let tools = p.mcp.tools.clone();
     let mut usage = Usage::default();
@@ -115,7 +115,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             let stream = match first.take() {
                 Some(s) => Ok(s),
                 None => {
-                    let turn = turn_request_at(&p, &conversation, step, &found);
+                    let turn = turn_request_at(p, &conversation, step, &found);
                     tokio::select! {
                         biased;
                         stop = stopped(&app, signal) => Err(stop),
@@ -601,7 +601,7 @@ async fn run_calls_with_images(
         });
         done.push(item);
     }
-    let images = (!image_parts.is_empty()).then(|| {
+    let images = (!image_parts.is_empty()).then_some({
         InputItem::Message(InputMessage {
             id: None,
             role: Role::User,

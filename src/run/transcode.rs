@@ -125,10 +125,8 @@ impl Transcoder {
                 name,
                 arguments,
             } => self.tool_call(index, name, arguments, em, tools),
-            ModelEvent::Usage(u) => match &mut self.outcome.usage {
-                // Some servers repeat cumulative usage; keep the last report of the turn.
-                slot => *slot = Some(u),
-            },
+            // Some servers repeat cumulative usage; keep the last report of the turn.
+            ModelEvent::Usage(u) => self.outcome.usage = Some(u),
             ModelEvent::Finish(reason) => {
                 self.outcome.finish.get_or_insert(reason);
             }

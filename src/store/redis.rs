@@ -1040,7 +1040,7 @@ async fn keep_leases(inner: Weak<Inner>) {
                 Err(e) => tracing::warn!(error = %e, "could not renew run leases"),
             }
         }
-        if n % SWEEP_TICKS == 0 {
+        if n.is_multiple_of(SWEEP_TICKS) {
             let lapsed: Result<Vec<String>, _> = store.inner.conn.query(&script(LAPSED, &[])).await;
             for id in lapsed.unwrap_or_default() {
                 if let Err(e) = store.recover(&id).await {

@@ -5,10 +5,15 @@ mod approvals;
 mod cli;
 mod core;
 mod errors;
+// The test servers, compiled once for every module that starts one (they are also binaries).
+#[path = "../../src/bin/fake_upstream/server.rs"]
+pub mod fake_upstream;
 mod faults;
 mod limits;
 mod mcp_client;
 mod mcp_loop;
+#[path = "../../src/bin/mcp_test_server/server.rs"]
+pub mod mcp_test_server;
 mod process;
 mod redis;
 mod safety;

@@ -2,8 +2,7 @@
 //! validation, model-facing names, listing, calls and their error shapes, session pooling, result
 //! text, and interop with the official Python MCP SDK's server.
 
-#[path = "../../src/bin/mcp_test_server/server.rs"]
-mod mcp_test_server;
+use crate::mcp_test_server;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;

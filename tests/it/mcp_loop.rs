@@ -6,9 +6,7 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-#[path = "../../src/bin/mcp_test_server/server.rs"]
-#[allow(dead_code)]
-pub mod mcp_test_server;
+pub use crate::mcp_test_server;
 
 async fn mcp_server() -> mcp_test_server::McpTestServer {
     mcp_test_server::start(

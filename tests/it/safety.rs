@@ -11,9 +11,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::support::*;
 
-#[path = "../../src/bin/mcp_test_server/server.rs"]
-#[allow(dead_code)]
-mod mcp_test_server;
+use crate::mcp_test_server;
 
 /// A request with an optional `Authorization` header value; status and body text.
 async fn send(method: &str, url: &str, auth: Option<&str>, body: Option<&Value>) -> (u16, String) {

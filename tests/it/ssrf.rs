@@ -18,9 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
-#[path = "../../src/bin/mcp_test_server/server.rs"]
-#[allow(dead_code)]
-mod mcp_test_server;
+use crate::mcp_test_server;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -11,9 +11,7 @@ use responses_relay::{App, Config};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-#[path = "../../src/bin/fake_upstream/server.rs"]
-#[allow(dead_code)]
-pub mod fake_upstream;
+pub use crate::fake_upstream;
 
 pub fn manifest_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -151,7 +149,7 @@ impl RedisServer {
         let script = format!(
             "redis-server --port {port} --bind 127.0.0.1 --save '' --appendonly no --databases 4096 --loglevel warning >/dev/null 2>&1 & pid=$!; read _; kill $pid; wait $pid"
         );
-        let child = std::process::Command::new("sh")
+        let mut child = std::process::Command::new("sh")
             .args(["-c", &script])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
@@ -175,6 +173,9 @@ impl RedisServer {
             }
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
+        // Closing its stdin ends the script, which stops the server it may have half started.
+        drop(child.stdin.take());
+        let _ = child.wait();
         panic!("redis-server did not start on port {port}");
     }
 

@@ -4,8 +4,7 @@
 //! fake upstream replays those transcripts verbatim and that the relay's HTTP adapters read the
 //! replays exactly as the parsers read the files.
 
-#[path = "../../src/bin/fake_upstream/server.rs"]
-mod fake_upstream;
+use crate::fake_upstream;
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};

@@ -157,10 +157,11 @@ pub async fn one_run(
                 Kind::Floor => block.starts_with(b"data: {"),
                 Kind::Count => false,
             };
-            if is_delta && measuring {
-                if let Some(sent) = stamp(block) {
-                    lat.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
-                }
+            if is_delta
+                && measuring
+                && let Some(sent) = stamp(block)
+            {
+                lat.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
             }
             if kind != Kind::Floor && block.starts_with(b"event: response.") {
                 let ty = &block[b"event: response.".len()..];

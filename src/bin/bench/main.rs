@@ -529,11 +529,11 @@ async fn bench(o: Opts) -> ExitCode {
         .parent()
         .expect("executable has a directory")
         .to_path_buf();
-    if !o.no_build {
-        if let Err(e) = build_siblings(&bin_dir) {
-            eprintln!("bench: {e}");
-            return ExitCode::from(2);
-        }
+    if !o.no_build
+        && let Err(e) = build_siblings(&bin_dir)
+    {
+        eprintln!("bench: {e}");
+        return ExitCode::from(2);
     }
     let logs = o
         .log_dir
@@ -1133,7 +1133,7 @@ async fn scenario_idle(env: &Env, plan: &Plan) -> Result<Row, String> {
     let t_ramp = Instant::now();
     let tasks: Vec<_> = (0..n)
         .map(|i| {
-            let http = clients[if per_conn > 0 { i / per_conn } else { 0 }].clone();
+            let http = clients[i.checked_div(per_conn).unwrap_or(0)].clone();
             let (req, st, opening) = (req.clone(), st.clone(), opening.clone());
             tokio::spawn(async move {
                 let Ok(permit) = opening.acquire_owned().await else {

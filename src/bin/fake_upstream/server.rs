@@ -777,11 +777,7 @@ impl Convo {
                         &mut c.files,
                     );
                 }
-                let after_user = items
-                    .iter()
-                    .rposition(|i| is_user(i))
-                    .map(|i| i + 1)
-                    .unwrap_or(0);
+                let after_user = items.iter().rposition(is_user).map(|i| i + 1).unwrap_or(0);
                 let tail = &items[after_user..];
                 c.rounds = tail
                     .iter()
