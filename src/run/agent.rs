@@ -601,14 +601,12 @@ async fn run_calls_with_images(
         });
         done.push(item);
     }
-    let images = (!image_parts.is_empty()).then_some({
-        InputItem::Message(InputMessage {
-            id: None,
-            role: Role::User,
-            content: MessageContent::Parts(image_parts),
-            status: None,
-        })
-    });
+    let images = (!image_parts.is_empty()).then_some(InputItem::Message(InputMessage {
+        id: None,
+        role: Role::User,
+        content: MessageContent::Parts(image_parts),
+        status: None,
+    }));
     Ok((done, images))
 }
 
