@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::mcp_loop::mcp_test_server;
+use crate::mcp_test_server;
 use crate::support::*;
 
 struct World {

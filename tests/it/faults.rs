@@ -10,7 +10,7 @@ use responses_relay::Config;
 use responses_relay::config::{DiscoveryFailure, StoreKind};
 use serde_json::{Value, json};
 
-use crate::mcp_loop::mcp_test_server::{self, McpTestServer, Options};
+use crate::mcp_test_server::{self, McpTestServer, Options};
 use crate::support::*;
 
 async fn mcp_server(options: Options) -> McpTestServer {

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-pub use crate::mcp_test_server;
+use crate::mcp_test_server;
 
 async fn mcp_server() -> mcp_test_server::McpTestServer {
     mcp_test_server::start(

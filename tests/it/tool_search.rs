@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use crate::mcp_loop::mcp_test_server::{self, Options, catalog_topic};
+use crate::mcp_test_server::{self, Options, catalog_topic};
 use crate::support::*;
 
 async fn catalog(n: usize, seed: usize) -> mcp_test_server::McpTestServer {
