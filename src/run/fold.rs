@@ -2,7 +2,7 @@
 //! strictest SDK accumulator checks (PROTOCOL §5.2). The relay folds its own events with this to
 //! build the terminal and non-streaming Response; tests fold recorded streams with it too.
 
-use crate::api::response::ContentPart;
+use crate::api::response::{ContentPart, ResponseError};
 use crate::api::{Event, OutputItem, Response};
 
 /// An event that breaks the stream rules, with the reason.
@@ -42,6 +42,28 @@ impl Fold {
 
     pub fn is_terminal(&self) -> bool {
         self.terminal
+    }
+
+    /// After a terminal event that says the run completed (or ended incomplete), turns the
+    /// Response into a failed one with `error` and returns the `response.failed` event that
+    /// stands for it. `None` when there is no such terminal (no terminal yet, or it already says
+    /// failed or cancelled).
+    pub fn fail_terminal(&mut self, error: ResponseError) -> Option<Event> {
+        use crate::api::ResponseStatus;
+        let response = self.response.as_mut().filter(|_| self.terminal)?;
+        if !matches!(
+            response.status,
+            ResponseStatus::Completed | ResponseStatus::Incomplete
+        ) {
+            return None;
+        }
+        response.status = ResponseStatus::Failed;
+        response.completed_at = None;
+        response.incomplete_details = None;
+        response.error = Some(error);
+        Some(Event::Failed {
+            response: Box::new(response.clone()),
+        })
     }
 
     /// Applies one event, or says which rule it breaks (the snapshot is then unchanged).

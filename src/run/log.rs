@@ -12,6 +12,7 @@ use tokio::sync::Notify;
 
 use super::fold::Fold;
 use crate::api::Response;
+use crate::api::response::ResponseError;
 
 /// One logged event: its number, its time offset from the run's start, and its SSE frame
 /// (`event: T\ndata: JSON\n\n`, written once and shared by every reader).
@@ -181,6 +182,33 @@ impl RunLog {
         Ok(())
     }
 
+    /// For a store that could not keep the run's terminal event: while that event is not yet
+    /// visible, replaces it (same number) with `response.failed` saying `message` if it said the
+    /// run completed or ended incomplete, so no client is told of a success that was not kept.
+    /// Returns whether it replaced it.
+    pub fn fail_pending_terminal(&self, message: &str) -> bool {
+        let mut inner = self.inner.lock().expect("run log poisoned");
+        let inner = &mut *inner;
+        let pending = inner.visible < inner.entries.len();
+        let Some(event) = pending
+            .then(|| {
+                inner.fold.fail_terminal(ResponseError {
+                    code: "server_error".into(),
+                    message: message.into(),
+                })
+            })
+            .flatten()
+        else {
+            return false;
+        };
+        let last = inner
+            .entries
+            .last_mut()
+            .expect("a terminal event was appended");
+        last.frame = super::emitter::encode(&event, last.seq);
+        true
+    }
+
     /// Makes entries up to `upto` (exclusive) visible to readers; `finished` once the terminal one is.
     pub fn publish(&self, upto: usize, finished: bool) {
         let mut inner = self.inner.lock().expect("run log poisoned");
@@ -266,5 +294,86 @@ impl RunLog {
             }
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::api::id::IdSource;
+    use crate::api::{Event, ResponseStatus};
+    use crate::run::emitter::{Clock, Emitter, Ending, Immediate, LogSink};
+
+    /// A store that has not kept anything yet: nothing is visible.
+    struct Pending;
+
+    impl LogSink for Pending {
+        fn append(&self, _: &Arc<RunLog>, _: &LogEntry, _: Option<&Response>) {}
+    }
+
+    fn created() -> Event {
+        let response = serde_json::from_value(serde_json::json!({
+            "id": "resp_1", "object": "response", "created_at": 0, "completed_at": null,
+            "status": "in_progress", "background": false, "error": null,
+            "incomplete_details": null, "instructions": null, "max_output_tokens": null,
+            "max_tool_calls": null, "model": "m", "output": [], "parallel_tool_calls": true,
+            "previous_response_id": null, "reasoning": {"effort": null, "summary": null},
+            "store": true, "temperature": 1.0, "top_p": 1.0, "presence_penalty": 0.0,
+            "frequency_penalty": 0.0, "top_logprobs": 0, "text": {"format": {"type": "text"}},
+            "tool_choice": "auto", "tools": [], "truncation": "disabled", "usage": null,
+            "user": null, "metadata": {}, "service_tier": "default", "safety_identifier": null,
+            "prompt_cache_key": null, "prompt_cache_retention": null
+        }))
+        .expect("a Response");
+        Event::Created {
+            response: Box::new(response),
+        }
+    }
+
+    fn ended(sink: Arc<dyn LogSink>, ending: Ending) -> Arc<RunLog> {
+        let log = Arc::new(RunLog::new());
+        let mut em = Emitter::new(log.clone(), sink, IdSource::sequential(), Clock::Fixed(7));
+        em.emit(created());
+        em.finish(ending, None);
+        log
+    }
+
+    #[test]
+    fn a_completed_end_not_yet_kept_can_be_turned_into_a_failure_with_the_same_number() {
+        let log = ended(Arc::new(Pending), Ending::Completed);
+        assert!(log.fail_pending_terminal("not kept"));
+        // What a non-streaming client is answered with.
+        let snapshot = log.snapshot().expect("a response");
+        assert_eq!(snapshot.status, ResponseStatus::Failed);
+        assert_eq!(snapshot.completed_at, None);
+        let error = snapshot.error.expect("an error");
+        assert_eq!(
+            (error.code.as_str(), error.message.as_str()),
+            ("server_error", "not kept")
+        );
+        // What a streaming client reads: the same event number, now `response.failed`.
+        let last = log.entries_from(1).pop().expect("the terminal event");
+        assert_eq!((last.seq, last.kind()), (1, "response.failed"));
+        let json: serde_json::Value = serde_json::from_slice(&last.json()).expect("json");
+        assert_eq!(json["sequence_number"], 1);
+        assert_eq!(json["response"]["status"], "failed");
+        assert_eq!(json["response"]["error"]["message"], "not kept");
+        // Nothing claims success any more.
+        assert!(!log.fail_pending_terminal("again"));
+    }
+
+    #[test]
+    fn a_visible_end_and_an_end_that_already_says_failed_are_never_rewritten() {
+        let shown = ended(Arc::new(Immediate), Ending::Completed);
+        assert!(!shown.fail_pending_terminal("too late"));
+        assert_eq!(shown.entries_from(1)[0].kind(), "response.completed");
+        let cancelled = ended(Arc::new(Pending), Ending::Cancelled);
+        assert!(!cancelled.fail_pending_terminal("not kept"));
+        assert_eq!(
+            cancelled.snapshot().expect("a response").status,
+            ResponseStatus::Cancelled
+        );
     }
 }

@@ -891,6 +891,9 @@ async fn write_loop(
                         continue;
                     }
                     let skipped = result.is_none();
+                    let mut not_kept =
+                        "The relay's store (Redis) could not keep this response; it was not kept."
+                            .to_string();
                     if let Some(r) = result {
                         let message = match r {
                             Ok(0) => "This response was deleted while it ran.".to_string(),
@@ -911,12 +914,15 @@ async fn write_loop(
                         if broken.insert(id.clone()) {
                             owned.lock().expect("owned poisoned").remove(&id);
                             if let Some(f) = &fail {
-                                f(message);
+                                f(message.clone());
                             }
                         }
+                        not_kept = message;
                     }
                     if terminal {
-                        // Not kept, but the live clients still need their end.
+                        // Not kept, but the live clients still need their end, and it must
+                        // not tell them the run completed.
+                        log.fail_pending_terminal(&not_kept);
                         log.publish(entry.seq as usize + 1, true);
                         broken.remove(&id);
                     } else if skipped {

@@ -2,8 +2,8 @@
 //! commits them in batches, then makes the batch's events visible to readers: the run task never
 //! waits on the disk, and a reader never sees an event that is not kept, except the events of a
 //! run a failed commit broke: that run is failed through its hook, its events are shown to its
-//! live clients unkept (so they get their terminal event), and at its end it is removed whole (by
-//! the next batch that commits). Reads use their own connection (WAL readers do not block the
+//! live clients unkept (so they get their terminal event, turned into `response.failed` if it
+//! said the run completed), and at its end it is removed whole (by the next batch that commits). Reads use their own connection (WAL readers do not block the
 //! writer).
 //!
 //! Events of a live run are kept in `journal`, a table appended in arrival order whatever the
@@ -582,6 +582,13 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                         && let Some(fail) = hooks.get(&id)
                     {
                         fail(not_kept(e));
+                    }
+                    if terminal.is_some() && broken.contains(&id) {
+                        // Not kept: the run's end must not tell its clients it completed.
+                        log.fail_pending_terminal(&match &result {
+                            Err(e) => not_kept(e),
+                            Ok(()) => "The relay's store (SQLite) could not keep this response; it was not kept.".into(),
+                        });
                     }
                     log.publish(entry.seq as usize + 1, terminal.is_some());
                     if terminal.is_some() {

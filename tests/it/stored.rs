@@ -674,6 +674,87 @@ async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
 }
 
 #[tokio::test]
+async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
+    use futures::StreamExt;
+    let up = upstream().await;
+    let path = scratch("locked-terminal").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    // The model's last frames (finish, usage) come 400 ms after its last text delta.
+    let r = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=3&delay_ms=400", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let mut body = r.bytes_stream();
+    let mut text = String::new();
+    let mut other = None;
+    while let Some(chunk) = body.next().await {
+        text.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        // Every text delta shown was kept; once all three are, another connection holds the
+        // database past the writer's busy timeout, so the commit of the run's end fails.
+        if other.is_none() && text.matches("event: response.output_text.delta\n").count() == 3 {
+            let c = rusqlite::Connection::open(&path).unwrap();
+            c.execute_batch("BEGIN IMMEDIATE").unwrap();
+            other = Some(c);
+        }
+        if (text.contains("event: response.failed\n")
+            || text.contains("event: response.completed\n"))
+            && let Some(c) = other.take()
+        {
+            c.execute_batch("ROLLBACK").unwrap();
+        }
+    }
+    assert!(
+        other.is_none(),
+        "the stream ended without a terminal event: {text}"
+    );
+    let sse = parse_sse(&text);
+    let folded = check_events(&sse.events);
+    let deltas: String = sse
+        .events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        deltas.len(),
+        folded["output"][0]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .len()
+    );
+    // The model finished, but the run was not kept: its client is told it failed, not completed.
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert!(folded["completed_at"].is_null(), "{folded}");
+    let message = folded["error"]["message"].as_str().unwrap();
+    assert!(message.contains("could not keep"), "{folded}");
+    assert_eq!(folded["error"]["code"], "server_error");
+    // The message item the client saw finish is still in the failed Response.
+    assert_eq!(folded["output"][0]["status"], "completed", "{folded}");
+    // Once the store works again the writer removes what was kept of it.
+    let id = folded["id"].as_str().unwrap();
+    let kept = || {
+        let db = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+    };
+    eventually("the run is removed", || kept() == 0).await;
+    let (status, left) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(
+        status, 404,
+        "a run that was not kept whole is not kept at all: {left}"
+    );
+}
+
+#[tokio::test]
 async fn an_item_stays_with_the_run_that_first_stored_it() {
     let up = upstream().await;
     for (name, store) in stores() {
