@@ -131,8 +131,12 @@ impl Emitter {
     pub fn close_open_items(&mut self) {
         use crate::api::ItemStatus;
         use crate::api::OutputItem;
+        let open = self.log.open_items();
+        if open.is_empty() {
+            return;
+        }
         let snapshot = self.snapshot();
-        for index in self.log.open_items() {
+        for index in open {
             let mut item = snapshot.output[index].clone();
             match &mut item {
                 OutputItem::Message(m) => m.status = ItemStatus::Incomplete,
