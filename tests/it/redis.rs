@@ -1,6 +1,7 @@
 //! The Redis store across relays: two relays sharing one Redis serve, resume, read and cancel
 //! each other's runs; a relay killed with `kill -9` has its runs finished as failed by another;
-//! Redis going away mid-run fails the run for its live clients, and the relay recovers with it.
+//! Redis going away mid-run fails the run for its live clients (also when only its end is lost),
+//! and the relay recovers with it.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -339,6 +340,46 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let (status, kept) =
         get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
     assert_eq!((status, &kept), (200, &r));
+}
+
+#[tokio::test]
+async fn a_run_whose_end_redis_cannot_keep_is_not_reported_completed() {
+    let up = upstream().await;
+    let mut server = RedisServer::start();
+    let relay = relay_over(&up, &server.url(0)).await;
+    // The model's frames come 400 ms apart: the run ends (items done, terminal event) when its
+    // last frames come, well after its text deltas were kept.
+    let mut live = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=2&delay_ms=400", "input": "x", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let mut seen = String::new();
+    while seen.matches("event: response.output_text.delta\n").count() < 2 {
+        let chunk = live.chunk().await.unwrap().expect("the stream went on");
+        seen.push_str(std::str::from_utf8(&chunk).unwrap());
+    }
+    assert!(!seen.contains("event: response.output_text.done"), "{seen}");
+    // Redis goes away before the run's end is written.
+    server.stop();
+    let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
+        .await
+        .expect("the run ended")
+        .unwrap();
+    let body = parse_sse(&(seen + &rest));
+    assert!(body.done);
+    // The model finished, but the run was not kept: its client is told it failed.
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "failed", "{folded}");
+    assert!(
+        folded["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("was not kept"),
+        "{folded}"
+    );
+    assert_eq!(folded["output"][0]["status"], "completed", "{folded}");
 }
 
 #[tokio::test]
