@@ -81,11 +81,22 @@ pub struct LiveRun {
 }
 
 impl LiveRun {
-    /// The run's current Response.
+    /// The run's current Response. Until its end is kept (visible), a run whose terminal event
+    /// says it completed (or ended incomplete) is still `in_progress`: the store may yet fail to
+    /// keep that end, and the run then ends failed.
     pub fn response(&self) -> Response {
-        self.log
-            .snapshot()
-            .unwrap_or_else(|| (*self.created).clone())
+        use crate::api::ResponseStatus;
+        let Some(mut r) = self.log.snapshot() else {
+            return (*self.created).clone();
+        };
+        if matches!(r.status, ResponseStatus::Completed | ResponseStatus::Incomplete)
+            && !self.log.is_finished()
+        {
+            r.status = ResponseStatus::InProgress;
+            r.completed_at = None;
+            r.incomplete_details = None;
+        }
+        r
     }
 }
 

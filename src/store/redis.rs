@@ -22,7 +22,7 @@
 //! (`XREAD BLOCK`, to tail a run live on another relay) use a dedicated connection without a
 //! response timeout. Redis Cluster is not supported (scripts touch keys of several slots).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -804,7 +804,8 @@ async fn write_loop(
     owned: Arc<Mutex<HashMap<String, Owned>>>,
     instance: String,
 ) {
-    let mut broken: HashSet<String> = HashSet::new();
+    // Runs whose events Redis did not keep, with the reason their clients are told.
+    let mut broken: HashMap<String, String> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
     while let Some(first) = rx.recv().await {
         batch.push(first);
@@ -834,7 +835,7 @@ async fn write_loop(
                     calls.push(0);
                     sent.push(true);
                 }
-                Cmd::Append { id, args, .. } if !broken.contains(id) => {
+                Cmd::Append { id, args, .. } if !broken.contains_key(id) => {
                     group.push((id, args));
                     sent.push(true);
                 }
@@ -861,16 +862,18 @@ async fn write_loop(
                 Cmd::Insert { id, owned: o, .. } => match result {
                     Some(Ok(_)) => {
                         if let Some(o) = o
-                            && !broken.contains(&id)
+                            && !broken.contains_key(&id)
                         {
                             owned.lock().expect("owned poisoned").insert(id, o);
                         }
                     }
                     _ => {
                         tracing::error!(response_id = %id, "Redis could not keep a new run");
-                        broken.insert(id.clone());
+                        let message =
+                            "The relay's store (Redis) is unavailable; this response was not kept.";
+                        broken.insert(id.clone(), message.into());
                         if let Some(o) = o {
-                            (o.fail)("The relay's store (Redis) is unavailable; this response was not kept.".into());
+                            (o.fail)(message.into());
                         }
                     }
                 },
@@ -891,9 +894,7 @@ async fn write_loop(
                         continue;
                     }
                     let skipped = result.is_none();
-                    let mut not_kept =
-                        "The relay's store (Redis) could not keep this response; it was not kept."
-                            .to_string();
+                    let lost = matches!(result, Some(Err(_)));
                     if let Some(r) = result {
                         let message = match r {
                             Ok(0) => "This response was deleted while it ran.".to_string(),
@@ -905,24 +906,33 @@ async fn write_loop(
                                 tracing::error!(response_id = %id, "Redis refused an event of the run's log (out of order)");
                                 "The relay's store (Redis) refused an event; this response was not kept.".to_string()
                             }
-                            Ok(_) => "unexpected reply".to_string(),
+                            Ok(code) => {
+                                tracing::error!(response_id = %id, code, "Redis answered an event with an unknown code");
+                                "The relay's store (Redis) answered unexpectedly; this response was not kept.".to_string()
+                            }
                             Err(e) => {
                                 tracing::error!(response_id = %id, error = %e, "Redis could not keep an event");
                                 "The relay's store (Redis) became unavailable; this response was not kept.".to_string()
                             }
                         };
-                        if broken.insert(id.clone()) {
+                        if !broken.contains_key(&id) {
                             owned.lock().expect("owned poisoned").remove(&id);
                             if let Some(f) = &fail {
                                 f(message.clone());
                             }
+                            broken.insert(id.clone(), message);
                         }
-                        not_kept = message;
                     }
                     if terminal {
-                        // Not kept, but the live clients still need their end, and it must
-                        // not tell them the run completed.
-                        log.fail_pending_terminal(&not_kept);
+                        // Not kept (unless an error hid that Redis ran the script: then Redis
+                        // holds the run's end, and it is asked), but the live clients still need
+                        // their end, and it must not tell them the run completed.
+                        if !(lost && end_was_kept(&conn, &id, &log).await) {
+                            log.fail_pending_terminal(broken.get(&id).map_or(
+                                "The relay's store (Redis) could not keep this response; it was not kept.",
+                                String::as_str,
+                            ));
+                        }
                         log.publish(entry.seq as usize + 1, true);
                         broken.remove(&id);
                     } else if skipped {
@@ -935,6 +945,17 @@ async fn write_loop(
             }
         }
     }
+}
+
+/// After an error on a run's end (whose reply may have been lost after Redis ran the script):
+/// whether Redis holds the run with that end's status.
+async fn end_was_kept(conn: &Conn, id: &str, log: &RunLog) -> bool {
+    let Some(status) = log.snapshot().map(|r| status_of(&r)) else {
+        return false;
+    };
+    let mut cmd = ::redis::cmd("HGET");
+    cmd.arg(Redis::resp_key(id)).arg("status");
+    matches!(conn.query::<Option<String>>(&cmd).await, Ok(Some(s)) if s == status)
 }
 
 /// One [`APPEND`] call for `events` (run id, group), in order.

@@ -3,8 +3,8 @@
 //! waits on the disk, and a reader never sees an event that is not kept, except the events of a
 //! run a failed commit broke: that run is failed through its hook, its events are shown to its
 //! live clients unkept (so they get their terminal event, turned into `response.failed` if it
-//! said the run completed), and at its end it is removed whole (by the next batch that commits). Reads use their own connection (WAL readers do not block the
-//! writer).
+//! said the run completed), and at its end it is removed whole (by the next batch that commits).
+//! Reads use their own connection (WAL readers do not block the writer).
 //!
 //! Events of a live run are kept in `journal`, a table appended in arrival order whatever the
 //! run, so a commit writes the few pages at its end rather than one page per live run. With its

@@ -698,6 +698,19 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
             let c = rusqlite::Connection::open(&path).unwrap();
             c.execute_batch("BEGIN IMMEDIATE").unwrap();
             other = Some(c);
+            // The model's last frames come within a second; the writer waits 5 s for the lock.
+            // Meanwhile the run has emitted its end, not kept yet: a poll must not call it
+            // completed.
+            tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+            let id =
+                parse_sse(&text[..text.rfind("\n\n").unwrap() + 2]).events[0]["response"]["id"]
+                    .as_str()
+                    .unwrap()
+                    .to_string();
+            let (status, polled) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+            assert_eq!(status, 200);
+            assert_eq!(polled["status"], "in_progress", "{polled}");
+            assert!(polled["completed_at"].is_null(), "{polled}");
         }
         if (text.contains("event: response.failed\n")
             || text.contains("event: response.completed\n"))
