@@ -89,8 +89,10 @@ impl LiveRun {
         let Some(mut r) = self.log.snapshot() else {
             return (*self.created).clone();
         };
-        if matches!(r.status, ResponseStatus::Completed | ResponseStatus::Incomplete)
-            && !self.log.is_finished()
+        if matches!(
+            r.status,
+            ResponseStatus::Completed | ResponseStatus::Incomplete
+        ) && !self.log.is_finished()
         {
             r.status = ResponseStatus::InProgress;
             r.completed_at = None;

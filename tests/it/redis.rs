@@ -42,6 +42,17 @@ async fn read_events(resp: &mut reqwest::Response, n: usize) -> String {
     seen[..seen.rfind("\n\n").unwrap() + 2].to_string()
 }
 
+/// Reads the rest of a live stream after `seen` (it must end within 20 s, with `[DONE]`).
+async fn rest_of(live: reqwest::Response, seen: String) -> SseBody {
+    let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
+        .await
+        .expect("the run ended")
+        .unwrap();
+    let body = parse_sse(&(seen + &rest));
+    assert!(body.done);
+    body
+}
+
 #[tokio::test]
 async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     let up = upstream().await;
@@ -288,12 +299,7 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
         .unwrap();
     let seen = read_events(&mut live, 6).await;
     server.stop();
-    let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
-        .await
-        .expect("the run ended")
-        .unwrap();
-    let body = parse_sse(&(seen + &rest));
-    assert!(body.done);
+    let body = rest_of(live, seen).await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
     assert!(
@@ -363,12 +369,7 @@ async fn a_run_whose_end_redis_cannot_keep_is_not_reported_completed() {
     assert!(!seen.contains("event: response.output_text.done"), "{seen}");
     // Redis goes away before the run's end is written.
     server.stop();
-    let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
-        .await
-        .expect("the run ended")
-        .unwrap();
-    let body = parse_sse(&(seen + &rest));
-    assert!(body.done);
+    let body = rest_of(live, seen).await;
     // The model finished, but the run was not kept: its client is told it failed.
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
@@ -427,13 +428,7 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
         .unwrap();
     let mut bodies = Vec::new();
     for (live, seen) in streams {
-        let rest = tokio::time::timeout(Duration::from_secs(20), live.text())
-            .await
-            .expect("the run ended")
-            .unwrap();
-        let body = parse_sse(&(seen + &rest));
-        assert!(body.done);
-        bodies.push(body);
+        bodies.push(rest_of(live, seen).await);
     }
     let deleted = check_events(&bodies[0].events);
     assert_ne!(deleted["status"], "completed", "{deleted}");

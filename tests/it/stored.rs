@@ -13,6 +13,17 @@ async fn relay_on(up: &fake_upstream::FakeUpstream, store: &StoreKind) -> Relay 
     relay(c).await
 }
 
+/// How many `responses` rows the SQLite file at `path` holds for run `id` (read-only).
+fn responses_rows(path: &std::path::Path, id: &str) -> i64 {
+    let db =
+        rusqlite::Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [id], |r| {
+        r.get::<_, i64>(0)
+    })
+    .unwrap()
+}
+
 async fn get_text(url: &str) -> (u16, String) {
     let r = client().get(url).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
@@ -748,17 +759,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     assert_eq!(folded["output"][0]["status"], "completed", "{folded}");
     // Once the store works again the writer removes what was kept of it.
     let id = folded["id"].as_str().unwrap();
-    let kept = || {
-        let db = rusqlite::Connection::open_with_flags(
-            &path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap();
-        db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [id], |r| {
-            r.get::<_, i64>(0)
-        })
-        .unwrap()
-    };
+    let kept = || responses_rows(&path, id);
     eventually("the run is removed", || kept() == 0).await;
     let (status, left) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
     assert_eq!(
@@ -840,17 +841,7 @@ async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works
     .await;
     let id = created["id"].as_str().unwrap().to_string();
     // Its start is kept...
-    let kept = || {
-        let db = rusqlite::Connection::open_with_flags(
-            &path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap();
-        db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [&id], |r| {
-            r.get::<_, i64>(0)
-        })
-        .unwrap()
-    };
+    let kept = || responses_rows(&path, &id);
     eventually("the run's insert is committed", || kept() == 1).await;
     // ...then another connection holds the database past the busy timeout while the run ends.
     let other = rusqlite::Connection::open(&path).unwrap();
@@ -881,17 +872,7 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     )
     .await;
     let id = created["id"].as_str().unwrap().to_string();
-    let kept = || {
-        let db = rusqlite::Connection::open_with_flags(
-            &path,
-            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-        )
-        .unwrap();
-        db.query_row("SELECT COUNT(*) FROM responses WHERE id = ?1", [&id], |r| {
-            r.get::<_, i64>(0)
-        })
-        .unwrap()
-    };
+    let kept = || responses_rows(&path, &id);
     eventually("the run's insert is committed", || kept() == 1).await;
     // A commit of its events fails: the run is failed through its hook while it still runs...
     let other = rusqlite::Connection::open(&path).unwrap();
