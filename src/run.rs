@@ -204,10 +204,13 @@ async fn approval_answers(
         };
         let rid = &resp.approval_request_id;
         // History sent back whole (stateless): the call this answer approved is in the input,
-        // so the answer was used; it is context now, not a call to run again.
-        if input.iter().any(
-            |it| matches!(it, InputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(rid)),
-        ) {
+        // or the model spoke after it (a refusal leaves no call), so the answer was used; it is
+        // context now, not a call to run or a refusal to tell the model again.
+        if model_spoke_after(input, i)
+            || input.iter().any(
+                |it| matches!(it, InputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(rid)),
+            )
+        {
             continue;
         }
         let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
@@ -276,6 +279,25 @@ async fn approval_answers(
     }
     let _ = request;
     Ok(answers)
+}
+
+/// Whether an item after `input[i]` is one only a model turn (or a later run of the relay)
+/// produces: an assistant message, a call, reasoning, a tool list or an approval request.
+fn model_spoke_after(input: &[InputItem], i: usize) -> bool {
+    use crate::api::request::Role;
+    input[i + 1..].iter().any(|it| match it {
+        InputItem::Message(m) => m.role == Role::Assistant,
+        InputItem::FunctionCall(_)
+        | InputItem::Reasoning(_)
+        | InputItem::McpListTools(_)
+        | InputItem::McpCall(_)
+        | InputItem::McpApprovalRequest(_)
+        | InputItem::ToolSearchCall(_)
+        | InputItem::ToolSearchOutput(_) => true,
+        InputItem::FunctionCallOutput(_)
+        | InputItem::ItemReference(_)
+        | InputItem::McpApprovalResponse(_) => false,
+    })
 }
 
 /// A listed tool's `readOnlyHint`, as its `mcp_list_tools` entry carries it.

@@ -360,6 +360,61 @@ async fn history_sent_back_whole_does_not_run_an_approved_call_again() {
 }
 
 #[tokio::test]
+async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
+    let w = world().await;
+    let tools = w.tools(json!("always"));
+    let ask = json!({"role": "user", "content": "CALL echo {\"text\":\"never\"}"});
+    let (_, a) = w
+        .create(json!({"model": "fake-model", "input": [ask], "tools": tools}))
+        .await;
+    let request_item = a["output"][1].clone();
+    let mut history = vec![
+        ask.clone(),
+        request_item.clone(),
+        approve(&request_item["id"], false),
+    ];
+    let (status, b) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": history}))
+        .await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(types(&b), ["mcp_list_tools", "message"], "{b}");
+    // The next turn sends everything back with a new question, as the Agents SDK's
+    // `to_input_list()` does: the refusal was answered already and must not be applied again
+    // (told to the model after the new question, which it would then answer instead).
+    history.extend(b["output"].as_array().unwrap().iter().cloned());
+    history.push(json!({"role": "user", "content": "what is two and two"}));
+    let (status, c) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": history}))
+        .await;
+    assert_eq!(status, 200, "{c}");
+    let sent = w.up.requests().last().unwrap().body.clone();
+    let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(
+        (last["role"].as_str(), last["content"].as_str()),
+        (Some("user"), Some("what is two and two")),
+        "the model was not sent the new question last: {sent}"
+    );
+    assert!(
+        !sent["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "tool"),
+        "the model was told of the refusal again: {sent}"
+    );
+    assert_eq!(
+        types(&c),
+        ["message"],
+        "the list in the history is reused: {c}"
+    );
+    assert_eq!(
+        c["output"][0]["content"][0]["text"],
+        "Hello! You said: what is two and two"
+    );
+    assert_eq!(w.server.count("tools/call"), 0);
+}
+
+#[tokio::test]
 async fn approved_calls_count_against_max_tool_calls() {
     let w = world().await;
     let tools = w.tools(json!("always"));
