@@ -339,6 +339,47 @@ pub struct McpApprovalResponse {
 }
 
 impl InputItem {
+    /// The item as `GET /v1/responses/{id}/input_items` lists it, in OpenAI's shape: a message's
+    /// content is always a list of parts (a string becomes one `input_text` part, or one
+    /// `output_text` part for the assistant), and messages, calls and call outputs carry a
+    /// `status` (`completed` where the client gave none). Kept as sent otherwise.
+    pub fn listed(&self) -> InputItem {
+        let done = |s: &Option<String>| s.clone().or_else(|| Some("completed".into()));
+        match self {
+            InputItem::Message(m) => {
+                let content = match &m.content {
+                    MessageContent::Text(text) if m.role == Role::Assistant => {
+                        MessageContent::Parts(vec![InputPart::OutputText {
+                            text: text.clone(),
+                            annotations: Some(Vec::new()),
+                            logprobs: None,
+                        }])
+                    }
+                    MessageContent::Text(text) => {
+                        MessageContent::Parts(vec![InputPart::InputText { text: text.clone() }])
+                    }
+                    parts => parts.clone(),
+                };
+                InputItem::Message(InputMessage {
+                    content,
+                    status: done(&m.status),
+                    ..m.clone()
+                })
+            }
+            InputItem::FunctionCall(f) => InputItem::FunctionCall(InputFunctionCall {
+                status: done(&f.status),
+                ..f.clone()
+            }),
+            InputItem::FunctionCallOutput(f) => {
+                InputItem::FunctionCallOutput(InputFunctionCallOutput {
+                    status: done(&f.status),
+                    ..f.clone()
+                })
+            }
+            other => other.clone(),
+        }
+    }
+
     pub fn id(&self) -> Option<&str> {
         match self {
             InputItem::Message(m) => m.id.as_deref(),

@@ -244,7 +244,12 @@ pub async fn input_items(
                 )
             })?,
     };
-    let page: Vec<_> = items.iter().skip(start).take(limit).collect();
+    let page: Vec<_> = items
+        .iter()
+        .skip(start)
+        .take(limit)
+        .map(|i| i.listed())
+        .collect();
     let has_more = start + page.len() < items.len();
     let body = json!({
         "object": "list",

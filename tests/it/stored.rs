@@ -349,7 +349,7 @@ async fn input_items_paginate_as_openai_does() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|i| i["content"].as_str().unwrap().to_string())
+                .map(|i| i["content"][0]["text"].as_str().unwrap().to_string())
                 .collect()
         };
         assert_eq!(texts(&page), ["m4", "m3"], "default order is desc");
@@ -377,6 +377,67 @@ async fn input_items_paginate_as_openai_does() {
         let (status, _) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=0"))).await;
         assert_eq!(status, 400);
     }
+}
+
+#[tokio::test]
+async fn input_items_list_message_content_as_parts_with_a_status() {
+    // OpenAI's `ResponseInputMessageItem.content` is a list (typed SDKs iterate it), and items
+    // returned by the API carry their `status`: a string given as content is listed as one part.
+    let up = upstream().await;
+    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let input = json!([
+        {"role": "developer", "content": "be brief"},
+        {"role": "assistant", "content": "earlier answer"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "42"},
+        {"role": "user", "content": [{"type": "input_text", "text": "as parts"}], "status": "incomplete"},
+        {"role": "user", "content": "as a string"},
+    ]);
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": input}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let id = r["id"].as_str().unwrap();
+    let (_, page) = get(&relay.url(&format!("/v1/responses/{id}/input_items?order=asc"))).await;
+    let data = page["data"].as_array().unwrap();
+    let content = |i: usize| data[i]["content"].clone();
+    assert_eq!(
+        content(0),
+        json!([{"type": "input_text", "text": "be brief"}])
+    );
+    assert_eq!(
+        content(1),
+        json!([{"type": "output_text", "text": "earlier answer", "annotations": []}])
+    );
+    assert_eq!(
+        content(4),
+        json!([{"type": "input_text", "text": "as parts"}])
+    );
+    assert_eq!(
+        content(5),
+        json!([{"type": "input_text", "text": "as a string"}])
+    );
+    let statuses: Vec<&str> = data.iter().map(|i| i["status"].as_str().unwrap()).collect();
+    assert_eq!(
+        statuses,
+        [
+            "completed",
+            "completed",
+            "completed",
+            "completed",
+            "incomplete",
+            "completed"
+        ],
+        "{page}"
+    );
+    // What the model is sent is unchanged: a string stays a string.
+    let sent = up.requests().last().unwrap().body.clone();
+    assert_eq!(
+        sent["messages"].as_array().unwrap().last().unwrap()["content"],
+        "as a string"
+    );
 }
 
 #[tokio::test]

@@ -211,8 +211,9 @@ FIVE = [
 
 
 def _text(item) -> str:
-    c = item.content
-    return c if isinstance(c, str) else "".join(getattr(p, "text", "") for p in c)
+    # OpenAI lists a message's content as parts whatever form it was sent in (typed SDKs iterate it)
+    assert isinstance(item.content, list), item.content
+    return "".join(p.text for p in item.content)
 
 
 def test_sdk_input_items_pagination(client):
@@ -224,6 +225,7 @@ def test_sdk_input_items_pagination(client):
     asc = list(client.responses.input_items.list(resp.id, limit=2, order="asc"))
     assert [_text(i) for i in asc] == want
     assert all(i.id for i in asc) and len({i.id for i in asc}) == 5
+    assert [i.status for i in asc] == ["completed"] * 5
     desc = list(client.responses.input_items.list(resp.id, limit=2))
     assert [i.id for i in desc] == [i.id for i in reversed(asc)]
 
