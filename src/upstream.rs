@@ -130,18 +130,23 @@ pub struct ResponsesOptions {
 
 impl TurnRequest {
     /// Puts the sampling fields both wire formats share (same names in both) into `body`, and
-    /// `max_output_tokens` under the format's own name for it.
+    /// `max_output_tokens` under the format's own name for it, at least `least` (a later turn
+    /// of a run gets only what earlier turns left, which may be below a format's minimum).
     pub(crate) fn insert_sampling(
         &self,
         body: &mut serde_json::Map<String, Value>,
         max_tokens_key: &str,
+        least: u64,
     ) {
         let mut put = |k: &str, v: Option<Value>| {
             if let Some(v) = v {
                 body.insert(k.to_string(), v);
             }
         };
-        put(max_tokens_key, self.max_output_tokens.map(Value::from));
+        put(
+            max_tokens_key,
+            self.max_output_tokens.map(|n| Value::from(n.max(least))),
+        );
         put("temperature", self.temperature.map(Value::from));
         put("top_p", self.top_p.map(Value::from));
         put("user", self.user.clone().map(Value::from));

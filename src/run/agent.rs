@@ -115,7 +115,15 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             let stream = match first.take() {
                 Some(s) => Ok(s),
                 None => {
-                    let turn = turn_request_at(p, &conversation, step, &found);
+                    let mut turn = turn_request_at(p, &conversation, step, &found);
+                    // `max_output_tokens` bounds the whole response: a later turn gets what the
+                    // earlier ones left (as the upstream counted them), none when it is spent.
+                    if let Some(limit) = p.request.max_output_tokens {
+                        match limit.saturating_sub(usage.output_tokens) {
+                            0 => break Ending::Incomplete("max_output_tokens".into()),
+                            left => turn.max_output_tokens = Some(left),
+                        }
+                    }
                     tokio::select! {
                         biased;
                         stop = stopped(&app, signal) => Err(stop),

@@ -68,7 +68,7 @@ pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
         };
         body.insert("tool_choice".into(), choice);
     }
-    req.insert_sampling(&mut body, "max_tokens");
+    req.insert_sampling(&mut body, "max_tokens", 1);
     if let Some(e) = &req.reasoning_effort {
         body.insert("reasoning_effort".into(), json!(e));
     }

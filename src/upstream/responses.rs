@@ -56,7 +56,8 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
         };
         body.insert("tool_choice".into(), choice);
     }
-    req.insert_sampling(&mut body, "max_output_tokens");
+    // OpenAI refuses a `max_output_tokens` below 16.
+    req.insert_sampling(&mut body, "max_output_tokens", 16);
     let o = &req.responses_only;
     let mut reasoning = serde_json::Map::new();
     if let Some(e) = &req.reasoning_effort {

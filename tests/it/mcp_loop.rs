@@ -786,3 +786,84 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
         relay.shutdown().await;
     }
 }
+
+#[tokio::test]
+async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let url = relay.url("/v1/responses");
+    let model = "fake-model?reasoning=20";
+    let ask = "CALL echo {\"text\":\"budget\"}";
+    // The first turn alone (its call held for approval) tells what the model spends on it.
+    let held = json!([{"type": "mcp", "server_label": "s", "server_url": server.url(), "require_approval": "always"}]);
+    let (_, first) = post(&url, &json!({"model": model, "input": ask, "tools": held})).await;
+    let spent = first["usage"]["output_tokens"].as_u64().unwrap();
+    assert!(spent >= 20, "{first}");
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let turns = || -> Vec<Value> {
+        up.requests()
+            .iter()
+            .filter(|r| r.path == "/v1/chat/completions")
+            .map(|r| r.body.clone())
+            .collect()
+    };
+
+    // Room left after the first turn: the second is asked for only what is left.
+    let before = turns().len();
+    let (status, r) = post(
+        &url,
+        &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": spent + 20}),
+    )
+    .await;
+    assert_eq!(
+        (status, r["status"].as_str()),
+        (200, Some("completed")),
+        "{r}"
+    );
+    let sent = turns();
+    assert_eq!(sent.len(), before + 2);
+    assert_eq!(sent[before]["max_tokens"], spent + 20);
+    assert_eq!(sent[before + 1]["max_tokens"], 20);
+
+    // Spent by the first turn: its call still runs (the model asked for it), but the model is
+    // not sampled again and the response ends incomplete, its usage within what the turn spent.
+    let before = turns().len();
+    let calls = server.count("tools/call");
+    let (status, r) = post(
+        &url,
+        &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": 16}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "incomplete", "{r}");
+    assert_eq!(r["incomplete_details"]["reason"], "max_output_tokens");
+    assert_eq!(turns().len(), before + 1, "the model was sampled again");
+    assert_eq!(server.count("tools/call"), calls + 1);
+    assert_eq!(items_of(&r, "mcp_call")[0]["status"], "completed", "{r}");
+    assert_eq!(r["usage"]["output_tokens"], spent);
+
+    // A Responses upstream refuses fewer than 16: what is left is asked for as at least 16.
+    let mut c = config(&up.base_url());
+    c.upstream_api = responses_relay::upstream::UpstreamApi::Responses;
+    let on_responses = crate::support::relay(c).await;
+    let (status, r) = post(
+        &on_responses.url("/v1/responses"),
+        &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": spent + 5}),
+    )
+    .await;
+    assert_eq!(
+        (status, r["status"].as_str()),
+        (200, Some("completed")),
+        "{r}"
+    );
+    let sent: Vec<Value> = up
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/v1/responses")
+        .map(|r| r.body.clone())
+        .collect();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0]["max_output_tokens"], spent + 5);
+    assert_eq!(sent[1]["max_output_tokens"], 16);
+}
