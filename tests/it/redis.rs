@@ -98,7 +98,11 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     assert_eq!(rb, folded);
     let (status, items) = get(&b.url(&format!("/v1/responses/{id}/input_items"))).await;
     assert_eq!(status, 200);
-    assert_eq!(items["data"][0]["content"], "long", "{items}");
+    assert_eq!(
+        items["data"][0]["content"],
+        json!([{"type": "input_text", "text": "long"}]),
+        "{items}"
+    );
 }
 
 #[tokio::test]
