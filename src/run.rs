@@ -76,6 +76,9 @@ pub struct Prepared {
     pub first_turn: Option<ModelStream>,
     pub client_bearer: Option<String>,
     pub mcp: McpSetup,
+    /// A background run answers `queued` at once: it lists its MCP servers itself, first thing
+    /// ([`resolve_tools`]); `mcp` is empty and `tools` has only the function tools until then.
+    pub tools_pending: bool,
 }
 
 /// A started run: its log and how to stop it.
@@ -156,23 +159,33 @@ pub async fn prepare(
             other => input.push(with_id(app, other.clone())),
         }
     }
-    let earlier = history.len();
     history.extend(input.iter().cloned());
+    // A background run is answered before its servers are listed (a slow server must not hold
+    // the `queued` answer back), unless it answers approvals: those are checked against the
+    // lists (usually reused from the chain) before the run is accepted.
+    let tools_pending = request.background
+        && !input
+            .iter()
+            .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
     let mut tools = function_defs(&request);
-    let mut mcp = mcp_setup(app, &request, &history, &tools).await?;
-    mcp.answers = approval_answers(app, &request, &history[..earlier], &input, &mcp).await?;
-    tools.extend(mcp_function_defs(&mcp));
+    let mcp = if tools_pending {
+        mcp_specs(app, &request)?;
+        McpSetup::default()
+    } else {
+        resolve_mcp(app, &request, &history, &input, &mut tools).await?
+    };
     let response = template(app, &request);
     let answered = !mcp.answers.is_empty();
     let mut prepared = Prepared {
         response,
+        tools,
         request,
         input,
         history,
-        tools,
         first_turn: None,
         client_bearer,
         mcp,
+        tools_pending,
     };
     // Approved calls run before the model samples again, so the first turn cannot open early.
     if !prepared.request.background && !answered {
@@ -181,6 +194,29 @@ pub async fn prepare(
         prepared.first_turn = Some(app.upstream().open(&turn).await?);
     }
     Ok(prepared)
+}
+
+/// Resolves the request's `mcp` tools: lists the servers (or reuses lists in the context),
+/// matches the client's approval answers, and adds every tool the model may call to `tools`.
+pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), StartError> {
+    p.tools_pending = false;
+    p.mcp = resolve_mcp(app, &p.request, &p.history, &p.input, &mut p.tools).await?;
+    Ok(())
+}
+
+/// [`resolve_tools`] on a request's parts: `history` ends with `input`.
+async fn resolve_mcp(
+    app: &App,
+    request: &CreateRequest,
+    history: &[InputItem],
+    input: &[InputItem],
+    tools: &mut Vec<FunctionDef>,
+) -> Result<McpSetup, StartError> {
+    let earlier = history.len() - input.len();
+    let mut mcp = mcp_setup(app, request, history, tools).await?;
+    mcp.answers = approval_answers(app, request, &history[..earlier], input, &mcp).await?;
+    tools.extend(mcp_function_defs(&mcp));
+    Ok(mcp)
 }
 
 /// Matches each `mcp_approval_response` of the input to the request it answers: a request in
@@ -308,6 +344,22 @@ fn read_only(tool: &McpToolInfo) -> bool {
         .unwrap_or(false)
 }
 
+/// The request's `mcp` tools, validated (the SSRF guard checks IP-literal hosts here, naming the
+/// tool; names are checked address by address when connecting).
+fn mcp_specs(
+    app: &App,
+    request: &CreateRequest,
+) -> Result<Vec<crate::mcp::ServerSpec>, StartError> {
+    let cfg = &app.config().mcp;
+    let specs = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?;
+    for (i, spec) in &specs {
+        cfg.ssrf.check_url(&spec.url).map_err(|r| {
+            FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string())
+        })?;
+    }
+    Ok(specs.into_iter().map(|(_, s)| s).collect())
+}
+
 /// Validates the request's `mcp` tools, reuses tool lists already in the context, lists the
 /// other servers concurrently, and names every tool for the model.
 async fn mcp_setup(
@@ -318,15 +370,7 @@ async fn mcp_setup(
 ) -> Result<McpSetup, StartError> {
     use crate::config::DiscoveryFailure;
     let cfg = &app.config().mcp;
-    let specs = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?;
-    // The SSRF guard's check of IP-literal hosts (names are checked address by address when
-    // connecting): refused before the run, naming the tool.
-    for (i, spec) in &specs {
-        cfg.ssrf.check_url(&spec.url).map_err(|r| {
-            FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string())
-        })?;
-    }
-    let servers: Vec<_> = specs.into_iter().map(|(_, s)| s).collect();
+    let servers = mcp_specs(app, request)?;
     if servers.is_empty() {
         return Ok(McpSetup::default());
     }

@@ -77,6 +77,21 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     em.emit(Event::InProgress {
         response: Box::new(snapshot),
     });
+    // A background run lists its MCP servers now, having answered `queued` (`run::prepare`).
+    let unresolved = if p.tools_pending {
+        tokio::select! {
+            biased;
+            stop = stopped(&app, signal) => Some(ending_for(stop)),
+            resolved = super::resolve_tools(&app, p) => resolved.err().map(|e| {
+                Ending::Failed(ResponseError {
+                    code: "server_error".into(),
+                    message: e.to_string(),
+                })
+            }),
+        }
+    } else {
+        None
+    };
     emit_tool_lists(&mut em, p);
 
     let tools = p.mcp.tools.clone();
@@ -100,6 +115,9 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     let mut calls_made: u64 = 0;
     let mut step = 0usize;
     let ending = 'run: {
+        if let Some(ending) = unresolved {
+            break 'run ending;
+        }
         if !p.mcp.answers.is_empty() {
             match answer_approvals(&app, &p.mcp, &mut em, p.request.max_tool_calls, signal).await {
                 Ok((_, _, true)) => break 'run Ending::Incomplete("max_tool_calls".into()),

@@ -380,6 +380,149 @@ async fn input_items_paginate_as_openai_does() {
 }
 
 #[tokio::test]
+async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
+    use std::time::Duration;
+    let up = upstream().await;
+    let mcp = |label: &str, url: &str| json!([{"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"}]);
+    // A server that takes connections and never answers: listing it lasts until the relay gives
+    // up (its MCP handshake timeout), which the client must not wait for.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}/mcp", silent.local_addr().unwrap());
+    let (accepted, connections) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in silent.incoming().flatten() {
+            if accepted.send(conn).is_err() {
+                break;
+            }
+        }
+    });
+    // Whether the relay still holds connection `c` open (reads what it sent meanwhile).
+    let open = |c: &std::net::TcpStream| -> bool {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        loop {
+            match (&*c).read(&mut buf) {
+                Ok(0) => return false,
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                Err(_) => return false,
+            }
+        }
+    };
+    let mut c = config(&up.base_url());
+    c.mcp.discovery_timeout = Duration::from_secs(600);
+    let listing = relay(c).await;
+    let (status, created) = post(
+        &listing.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("silent", &silent_url)}),
+    )
+    .await;
+    assert_eq!(
+        (status, created["status"].as_str()),
+        (200, Some("queued")),
+        "{created}"
+    );
+    // Answered while the relay is still listing the server: its first connection is open.
+    let first =
+        tokio::task::spawn_blocking(move || connections.recv_timeout(Duration::from_secs(60)))
+            .await
+            .unwrap()
+            .expect("the run never connected to its MCP server");
+    first.set_nonblocking(true).unwrap();
+    assert!(
+        open(&first),
+        "the background request was answered only after its server's listing ended"
+    );
+    let id = created["id"].as_str().unwrap();
+    let (_, now) = get(&listing.url(&format!("/v1/responses/{id}"))).await;
+    assert!(
+        matches!(now["status"].as_str(), Some("queued" | "in_progress")),
+        "{now}"
+    );
+    assert_eq!(now["output"], json!([]), "{now}");
+    // Still listing, it can be cancelled, which stops the listing.
+    let (status, cancelled) = post(
+        &listing.url(&format!("/v1/responses/{id}/cancel")),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, cancelled["status"].as_str()),
+        (200, Some("cancelled")),
+        "{cancelled}"
+    );
+    eventually("the cancelled run lets go of its server", || !open(&first)).await;
+
+    // A server that answers is listed by the run, which then goes on as any other.
+    let server = crate::mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        crate::mcp_test_server::Options::default(),
+    )
+    .await
+    .unwrap();
+    let (_, created) = post(
+        &listing.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp("s", &server.url())}),
+    )
+    .await;
+    let done = wait_done(&listing, created["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let kinds: Vec<&str> = done["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["mcp_list_tools", "mcp_call", "message"], "{done}");
+    assert_eq!(done["output"][1]["output"], "later");
+    let (_, log) = get_text(&listing.url(&format!(
+        "/v1/responses/{}?stream=true",
+        done["id"].as_str().unwrap()
+    )))
+    .await;
+    check_events(&parse_sse(&log).events);
+
+    // Set to fail requests whose servers cannot be listed, the relay has answered `queued`
+    // already: the run fails, saying which server.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut c = config(&up.base_url());
+    c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
+    let failing = relay(c).await;
+    let (status, created) = post(
+        &failing.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("gone", &format!("http://{closed}/mcp"))}),
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    let done = wait_done(&failing, created["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(
+        done["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("'gone'"),
+        "{done}"
+    );
+    // A bad tool is still refused before the run, naming the field.
+    let (status, err) = post(
+        &listing.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": [{"type": "mcp", "server_label": "x"}]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{err}");
+    assert!(
+        err["error"]["param"]
+            .as_str()
+            .unwrap()
+            .starts_with("tools[0]"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
 async fn input_items_list_message_content_as_parts_with_a_status() {
     // OpenAI's `ResponseInputMessageItem.content` is a list (typed SDKs iterate it), and items
     // returned by the API carry their `status`: a string given as content is listed as one part.
