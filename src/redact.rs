@@ -42,6 +42,7 @@ pub fn mcp_tool_echo(m: &McpToolParam, default: Approval) -> Value {
         "server_label": m.server_label,
         "server_url": m.server_url.as_deref().map(mask_url),
         "allowed_tools": m.allowed_tools,
+        "authorization": null,
         "headers": null,
         "require_approval": m.require_approval.clone().unwrap_or_else(|| json!(approval)),
         "server_description": m.server_description,

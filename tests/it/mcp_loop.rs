@@ -520,7 +520,8 @@ async fn echoed_tools_and_the_event_log_carry_no_secrets() {
     let folded = check_events(&body.events);
     let echo = &folded["tools"][0];
     assert_eq!(echo["headers"], Value::Null);
-    assert!(echo.get("authorization").is_none_or(Value::is_null));
+    // Both keys are there, null (SPEC §6), as a client reading them expects.
+    assert_eq!(echo.get("authorization"), Some(&Value::Null), "{echo}");
     assert_eq!(echo["server_url"], format!("{}?***", server.url()));
     // The secrets did reach the MCP server.
     let call = items_of(&folded, "mcp_call")[0];
