@@ -830,6 +830,7 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
             verbosity: r.verbosity.clone(),
             truncation: (r.truncation == "auto").then(|| r.truncation.clone()),
             prompt_cache_key: r.prompt_cache_key.clone(),
+            prompt_cache_retention: r.prompt_cache_retention.clone(),
             safety_identifier: r.safety_identifier.clone(),
         },
     }

@@ -125,6 +125,7 @@ pub struct ResponsesOptions {
     /// `auto` only (`disabled` is what every upstream does).
     pub truncation: Option<String>,
     pub prompt_cache_key: Option<String>,
+    pub prompt_cache_retention: Option<String>,
     pub safety_identifier: Option<String>,
 }
 

@@ -84,6 +84,7 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
     for (key, value) in [
         ("truncation", &o.truncation),
         ("prompt_cache_key", &o.prompt_cache_key),
+        ("prompt_cache_retention", &o.prompt_cache_retention),
         ("safety_identifier", &o.safety_identifier),
     ] {
         if let Some(v) = value {

@@ -359,7 +359,7 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
 async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
     let up = upstream().await;
     let body = json!({"model": "fake-model", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"},
-                      "text": {"verbosity": "low"}, "truncation": "auto", "prompt_cache_key": "cache-1", "safety_identifier": "user-1"});
+                      "text": {"verbosity": "low"}, "truncation": "auto", "prompt_cache_key": "cache-1", "prompt_cache_retention": "24h", "safety_identifier": "user-1"});
     for api in [
         responses_relay::upstream::UpstreamApi::Responses,
         responses_relay::upstream::UpstreamApi::Chat,
@@ -380,6 +380,7 @@ async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
             assert_eq!(sent["text"]["verbosity"], "low", "{sent}");
             assert_eq!(sent["truncation"], "auto");
             assert_eq!(sent["prompt_cache_key"], "cache-1");
+            assert_eq!(sent["prompt_cache_retention"], "24h");
             assert_eq!(sent["safety_identifier"], "user-1");
         } else {
             assert_eq!(sent["reasoning_effort"], "low", "{sent}");
@@ -388,6 +389,7 @@ async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
                 "text",
                 "truncation",
                 "prompt_cache_key",
+                "prompt_cache_retention",
                 "safety_identifier",
             ] {
                 assert!(
