@@ -287,8 +287,17 @@ impl From<ChatUsage> for Usage {
 #[derive(Debug, Default)]
 pub struct ChunkParser {
     finished: bool,
-    /// The last tool-call index seen, for servers that omit `index`.
-    last_index: Option<u32>,
+    /// The turn's tool calls, as the upstream names them.
+    calls: CallNames,
+}
+
+/// A turn's tool calls in order of appearance (a call's position is the index it is given), and
+/// how the upstream names them: the latest call at each `index`, and each call's `id`, once seen.
+#[derive(Debug, Default)]
+struct CallNames {
+    ids: Vec<Option<String>>,
+    by_index: std::collections::HashMap<u32, usize>,
+    by_id: std::collections::HashMap<String, usize>,
 }
 
 impl ChunkParser {
@@ -299,6 +308,36 @@ impl ChunkParser {
     /// Whether a finish reason was seen.
     pub fn finished(&self) -> bool {
         self.finished
+    }
+
+    /// Which of the turn's calls a tool-call delta continues, or a new one. A delta belongs to
+    /// the latest call with its `index` unless it carries another `id`: some servers (Ollama,
+    /// SGLang) send every call of a turn at index 0, told apart only by their ids. Without an
+    /// index, a delta with a new id starts a call and one without continues the latest.
+    fn call_index(&mut self, index: Option<u32>, id: Option<&str>) -> u32 {
+        let c = &mut self.calls;
+        let found = match (index, id) {
+            (Some(i), _) => c.by_index.get(&i).copied(),
+            (None, Some(id)) => c.by_id.get(id).copied(),
+            (None, None) => c.ids.len().checked_sub(1),
+        };
+        let position = match found {
+            Some(p) if id.is_none_or(|id| c.ids[p].as_deref().is_none_or(|known| known == id)) => p,
+            _ => {
+                c.ids.push(None);
+                c.ids.len() - 1
+            }
+        };
+        if let Some(i) = index {
+            c.by_index.insert(i, position);
+        }
+        if let Some(id) = id
+            && c.ids[position].is_none()
+        {
+            c.ids[position] = Some(id.to_string());
+            c.by_id.insert(id.to_string(), position);
+        }
+        u32::try_from(position).unwrap_or(u32::MAX)
     }
 
     /// Parses one `data:` payload.
@@ -339,17 +378,9 @@ impl ChunkParser {
                 if let Some(r) = delta.refusal.filter(|r| !r.is_empty()) {
                     out.push(ModelEvent::Refusal(r));
                 }
-                for (pos, call) in delta.tool_calls.into_iter().flatten().enumerate() {
-                    let index = match call.index {
-                        Some(i) => i,
-                        // No index: a new call when it carries an id, else the current one.
-                        None if call.id.is_some() => self
-                            .last_index
-                            .map(|i| i.saturating_add(1))
-                            .unwrap_or(pos as u32),
-                        None => self.last_index.unwrap_or(0),
-                    };
-                    self.last_index = Some(index);
+                for call in delta.tool_calls.into_iter().flatten() {
+                    let id = call.id.filter(|i| !i.is_empty());
+                    let index = self.call_index(call.index, id.as_deref());
                     let (name, arguments) = match call.function {
                         Some(f) => (
                             f.name.filter(|n| !n.is_empty()),
@@ -359,7 +390,7 @@ impl ChunkParser {
                     };
                     out.push(ModelEvent::ToolCall {
                         index,
-                        id: call.id.filter(|i| !i.is_empty()),
+                        id,
                         name,
                         arguments,
                     });

@@ -868,3 +868,44 @@ async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
     assert_eq!(sent[0]["max_output_tokens"], spent + 5);
     assert_eq!(sent[1]["max_output_tokens"], 16);
 }
+
+#[tokio::test]
+async fn parallel_calls_streamed_at_one_index_stay_separate_calls() {
+    // Ollama and SGLang stream every tool call of a turn at `index` 0, told apart only by their
+    // ids; merged by index, the second call's arguments would be glued onto the first's.
+    let up = upstream().await;
+    let server = mcp_server().await;
+    let relay = relay(config(&up.base_url())).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?one_index=1", "stream": true,
+                "input": "CALL echo {\"text\":\"first\"}\nCALL add {\"a\":2,\"b\":3}",
+                "tools": [mcp_tool("s", &server.url())]}),
+    )
+    .await;
+    let sent = up.requests()[0].body["model"].clone();
+    assert_eq!(sent, "fake-model?one_index=1");
+    let folded = check_events(&body.events);
+    assert_eq!(folded["status"], "completed", "{folded}");
+    let calls = items_of(&folded, "mcp_call");
+    let seen: Vec<(&str, &str, &str)> = calls
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["arguments"].as_str().unwrap(),
+                c["status"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("echo", "{\"text\":\"first\"}", "completed"),
+            ("add", "{\"a\":2,\"b\":3}", "completed")
+        ],
+        "{folded}"
+    );
+    assert_eq!(calls[0]["output"], "first");
+    assert_eq!(server.count("tools/call"), 2);
+}

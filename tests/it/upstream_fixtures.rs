@@ -999,6 +999,80 @@ fn absurd_usage_and_indices_from_an_upstream_saturate_instead_of_overflowing() {
 }
 
 #[test]
+fn chat_tool_calls_are_told_apart_by_index_and_by_id() {
+    use responses_relay::upstream::ModelEvent;
+    let calls = |chunks: &[&str]| -> Vec<(u32, Option<String>, String)> {
+        let mut parser = ChunkParser::new();
+        let mut out = Vec::new();
+        for c in chunks {
+            parser
+                .parse(
+                    &format!(r#"{{"choices":[{{"delta":{{"tool_calls":[{c}]}}}}]}}"#),
+                    &mut out,
+                )
+                .unwrap();
+        }
+        out.into_iter()
+            .filter_map(|e| match e {
+                ModelEvent::ToolCall {
+                    index,
+                    name,
+                    arguments,
+                    ..
+                } => Some((index, name, arguments)),
+                _ => None,
+            })
+            .collect()
+    };
+    let f = |name: &str| Some(name.to_string());
+    // Distinct indices (OpenAI, vLLM): each its own call, continued by index alone.
+    assert_eq!(
+        calls(&[
+            r#"{"index":0,"id":"a","function":{"name":"f","arguments":""}}"#,
+            r#"{"index":0,"function":{"arguments":"{}"}}"#,
+            r#"{"index":1,"id":"b","function":{"name":"g","arguments":"{"}}"#,
+            r#"{"index":1,"function":{"arguments":"}"}}"#,
+        ]),
+        [
+            (0, f("f"), "".into()),
+            (0, None, "{}".into()),
+            (1, f("g"), "{".into()),
+            (1, None, "}".into())
+        ]
+    );
+    // One index, told apart by id (Ollama, SGLang); a repeated id is the same call.
+    assert_eq!(
+        calls(&[
+            r#"{"index":0,"id":"a","function":{"name":"f","arguments":"{"}}"#,
+            r#"{"index":0,"id":"a","function":{"arguments":"}"}}"#,
+            r#"{"index":0,"id":"b","function":{"name":"g","arguments":"{"}}"#,
+            r#"{"index":0,"function":{"arguments":"}"}}"#,
+        ]),
+        [
+            (0, f("f"), "{".into()),
+            (0, None, "}".into()),
+            (1, f("g"), "{".into()),
+            (1, None, "}".into())
+        ]
+    );
+    // No index at all: a new id starts a call, a delta without one continues the latest.
+    assert_eq!(
+        calls(&[
+            r#"{"id":"a","function":{"name":"f","arguments":"{"}}"#,
+            r#"{"function":{"arguments":"}"}}"#,
+            r#"{"id":"b","function":{"name":"g","arguments":"{}"}}"#,
+            r#"{"id":"a","function":{"arguments":""}}"#,
+        ]),
+        [
+            (0, f("f"), "{".into()),
+            (0, None, "}".into()),
+            (1, f("g"), "{}".into()),
+            (0, None, "".into())
+        ]
+    );
+}
+
+#[test]
 fn turn_bodies_carry_each_tool_whole_in_each_wire_format() {
     use responses_relay::upstream::{FunctionDef, chat, responses};
     let schema = json!({"type": "object", "properties": {"q": {"type": "string", "description": "ü \"quoted\""}}, "required": ["q"]});

@@ -6,7 +6,7 @@
 //!
 //! Model strings: `NAME` or `NAME?k=v&k=v`. `replay:FILE` streams `FIXTURES/FILE`; any other
 //! name is the scripted model. Options: `deltas`, `delay_ms`, `reasoning`, `refusal`, `finish`,
-//! `usage_on_finish`, `fault` (see [`Opts`] and `fixtures/README.md`).
+//! `usage_on_finish`, `one_index`, `fault` (see [`Opts`] and `fixtures/README.md`).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -368,6 +368,9 @@ struct Opts {
     refusal: bool,
     finish_length: bool,
     usage_on_finish: bool,
+    /// Chat: every tool call of a turn at `index` 0, told apart only by its `id` (as Ollama and
+    /// SGLang stream parallel calls).
+    one_index: bool,
     fault: Fault,
 }
 
@@ -380,6 +383,7 @@ impl Default for Opts {
             refusal: false,
             finish_length: false,
             usage_on_finish: false,
+            one_index: false,
             fault: Fault::None,
         }
     }
@@ -409,6 +413,7 @@ fn parse_model(model: &str) -> Result<(&str, Opts), String> {
             "reasoning" => o.reasoning = num()? as usize,
             "refusal" => o.refusal = flag()?,
             "usage_on_finish" => o.usage_on_finish = flag()?,
+            "one_index" => o.one_index = flag()?,
             "finish" => match v {
                 "length" => o.finish_length = true,
                 "stop" => o.finish_length = false,
@@ -1161,11 +1166,12 @@ fn chat_frames(
         }
         Output::Calls(calls) => {
             for (i, c) in calls.iter().enumerate() {
-                let first = json!({"tool_calls": [{"index": i, "id": format!("call_{i}"), "type": "function",
+                let index = if o.one_index { 0 } else { i };
+                let first = json!({"tool_calls": [{"index": index, "id": format!("call_{i}"), "type": "function",
                     "function": {"name": c.name, "arguments": ""}}]});
                 f.frames.push((chunk(&first, None, None), false));
                 for p in &c.pieces {
-                    let d = json!({"tool_calls": [{"index": i, "function": {"arguments": p}}]});
+                    let d = json!({"tool_calls": [{"index": index, "function": {"arguments": p}}]});
                     f.frames.push((chunk(&d, None, None), true));
                 }
             }
