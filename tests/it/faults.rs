@@ -3,8 +3,7 @@
 //! exact items and events the client gets and that the stored (SQLite) log replays exactly what
 //! was streamed, ending with a terminal event and `[DONE]`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 
 use responses_relay::Config;
 use responses_relay::config::{DiscoveryFailure, StoreKind};
@@ -36,53 +35,6 @@ fn closed_port() -> std::net::SocketAddr {
         .unwrap()
         .local_addr()
         .unwrap()
-}
-
-/// A loopback listener that accepts connections and never answers: an MCP server hanging on
-/// `initialize`. Counts the connections it accepted and those the other side closed.
-struct BlackHole {
-    addr: std::net::SocketAddr,
-    accepted: Arc<AtomicUsize>,
-    closed: Arc<AtomicUsize>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl BlackHole {
-    async fn start() -> BlackHole {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
-        let (a, c) = (accepted.clone(), closed.clone());
-        let task = tokio::spawn(async move {
-            while let Ok((mut sock, _)) = listener.accept().await {
-                a.fetch_add(1, Ordering::SeqCst);
-                let c = c.clone();
-                tokio::spawn(async move {
-                    use tokio::io::AsyncReadExt;
-                    let mut buf = [0u8; 4096];
-                    // Reads (and ignores) what arrives until the other side closes.
-                    while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {}
-                    c.fetch_add(1, Ordering::SeqCst);
-                });
-            }
-        });
-        BlackHole {
-            addr,
-            accepted,
-            closed,
-            task,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-}
-
-impl Drop for BlackHole {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// The event types of a stream, with each run of one `*.delta` type written once as `T*`.
@@ -920,4 +872,49 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
         up.open_streams() == 0
     })
     .await;
+}
+
+#[tokio::test]
+async fn the_model_failing_after_the_mcp_calls_ran_ends_the_stream_with_response_failed() {
+    // The turn after the tools ran is the model's: its upstream answering 500 (retried, then
+    // given up) or cutting its stream midway fails the run in the stream, after the call's items,
+    // never as a cut connection; the stored log says the same.
+    let up = upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = relay(sqlite_config(&up)).await;
+    for (fault, text_started) in [("status500", false), ("cut", true)] {
+        let model = format!("fake-model?fault={fault}&fault_after_tools=1");
+        let request = json!({"model": model, "input": "CALL echo {\"text\":\"ran\"}", "stream": true,
+                             "tools": [tool("s", &server.url())]});
+        let (body, folded) = streamed_and_stored(&relay, &request).await;
+        let mut parts: Vec<&[&str]> = Vec::new();
+        let (list, call) = (list_events(true), call_events(true));
+        parts.push(&list);
+        parts.push(&call);
+        let cut_message = [
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.delta*",
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+        ];
+        if text_started {
+            parts.push(&cut_message);
+        }
+        assert_eq!(
+            shape(&body.events),
+            expected(&parts, "response.failed"),
+            "{fault}"
+        );
+        assert_eq!(folded["status"], "failed", "{fault}: {folded}");
+        assert_eq!(folded["error"]["code"], "server_error", "{fault}: {folded}");
+        let call = items_of(&folded, "mcp_call")[0];
+        assert_eq!(
+            (call["status"].as_str(), call["output"].as_str()),
+            (Some("completed"), Some("ran")),
+            "{fault}"
+        );
+    }
+    assert_eq!(server.count("tools/call"), 2);
 }

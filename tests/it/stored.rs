@@ -381,40 +381,20 @@ async fn input_items_paginate_as_openai_does() {
 
 #[tokio::test]
 async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
+    use std::sync::atomic::Ordering;
     use std::time::Duration;
     let up = upstream().await;
     let mcp = |label: &str, url: &str| json!([{"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"}]);
     // A server that takes connections and never answers: listing it lasts until the relay gives
     // up (its MCP handshake timeout), which the client must not wait for.
-    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let silent_url = format!("http://{}/mcp", silent.local_addr().unwrap());
-    let (accepted, connections) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for conn in silent.incoming().flatten() {
-            if accepted.send(conn).is_err() {
-                break;
-            }
-        }
-    });
-    // Whether the relay still holds connection `c` open (reads what it sent meanwhile).
-    let open = |c: &std::net::TcpStream| -> bool {
-        use std::io::Read;
-        let mut buf = [0u8; 4096];
-        loop {
-            match (&*c).read(&mut buf) {
-                Ok(0) => return false,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
-                Err(_) => return false,
-            }
-        }
-    };
+    let silent = BlackHole::start().await;
+    let (accepted, closed) = (silent.accepted.clone(), silent.closed.clone());
     let mut c = config(&up.base_url());
     c.mcp.discovery_timeout = Duration::from_secs(600);
     let listing = relay(c).await;
     let (status, created) = post(
         &listing.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("silent", &silent_url)}),
+        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("silent", &silent.url())}),
     )
     .await;
     assert_eq!(
@@ -422,17 +402,16 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
         (200, Some("queued")),
         "{created}"
     );
-    // Answered while the relay is still listing the server: its first connection is open.
-    let first =
-        tokio::task::spawn_blocking(move || connections.recv_timeout(Duration::from_secs(60)))
-            .await
-            .unwrap()
-            .expect("the run never connected to its MCP server");
-    first.set_nonblocking(true).unwrap();
-    assert!(
-        open(&first),
+    // Answered while the relay is still listing the server: it has not let go of it.
+    assert_eq!(
+        closed.load(Ordering::SeqCst),
+        0,
         "the background request was answered only after its server's listing ended"
     );
+    eventually("the run connects to its MCP server", || {
+        accepted.load(Ordering::SeqCst) >= 1
+    })
+    .await;
     let id = created["id"].as_str().unwrap();
     let (_, now) = get(&listing.url(&format!("/v1/responses/{id}"))).await;
     assert!(
@@ -451,7 +430,18 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
         (200, Some("cancelled")),
         "{cancelled}"
     );
-    eventually("the cancelled run lets go of its server", || !open(&first)).await;
+    eventually("the cancelled run lets go of its server", || {
+        closed.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    // It ended before its server was listed: no list item (a run that listed its servers before
+    // it was answered shows the failed list whenever it is cancelled).
+    let (_, ended) = get(&listing.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(
+        (ended["status"].as_str(), &ended["output"]),
+        (Some("cancelled"), &json!([])),
+        "{ended}"
+    );
 
     // A server that answers is listed by the run, which then goes on as any other.
     let server = crate::mcp_test_server::start(

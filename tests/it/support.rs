@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use responses_relay::api::Sequenced;
 use responses_relay::run::fold::Fold;
@@ -393,4 +395,51 @@ pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     panic!("never happened: {what}");
+}
+
+/// A loopback listener that accepts connections and never answers: an MCP server hanging on
+/// `initialize`. Counts the connections it accepted and those the other side closed.
+pub struct BlackHole {
+    addr: std::net::SocketAddr,
+    pub accepted: Arc<AtomicUsize>,
+    pub closed: Arc<AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    pub async fn start() -> BlackHole {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (accepted, closed) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (a, c) = (accepted.clone(), closed.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                let c = c.clone();
+                tokio::spawn(async move {
+                    use tokio::io::AsyncReadExt;
+                    let mut buf = [0u8; 4096];
+                    // Reads (and ignores) what arrives until the other side closes.
+                    while matches!(sock.read(&mut buf).await, Ok(n) if n > 0) {}
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        BlackHole {
+            addr,
+            accepted,
+            closed,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }

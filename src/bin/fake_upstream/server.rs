@@ -6,7 +6,8 @@
 //!
 //! Model strings: `NAME` or `NAME?k=v&k=v`. `replay:FILE` streams `FIXTURES/FILE`; any other
 //! name is the scripted model. Options: `deltas`, `delay_ms`, `reasoning`, `refusal`, `finish`,
-//! `usage_on_finish`, `one_index`, `fault` (see [`Opts`] and `fixtures/README.md`).
+//! `usage_on_finish`, `one_index`, `fault`, `fault_after_tools` (see [`Opts`] and
+//! `fixtures/README.md`).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
@@ -372,6 +373,8 @@ struct Opts {
     /// SGLang stream parallel calls).
     one_index: bool,
     fault: Fault,
+    /// The fault hits only a turn that carries tool results (the model's turn after tools ran).
+    fault_after_tools: bool,
 }
 
 impl Default for Opts {
@@ -385,6 +388,7 @@ impl Default for Opts {
             usage_on_finish: false,
             one_index: false,
             fault: Fault::None,
+            fault_after_tools: false,
         }
     }
 }
@@ -414,6 +418,7 @@ fn parse_model(model: &str) -> Result<(&str, Opts), String> {
             "refusal" => o.refusal = flag()?,
             "usage_on_finish" => o.usage_on_finish = flag()?,
             "one_index" => o.one_index = flag()?,
+            "fault_after_tools" => o.fault_after_tools = flag()?,
             "finish" => match v {
                 "length" => o.finish_length = true,
                 "stop" => o.finish_length = false,
@@ -450,7 +455,7 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
             None,
         );
     };
-    let (name, opts) = match parse_model(model) {
+    let (name, mut opts) = match parse_model(model) {
         Ok(p) => p,
         Err(e) => {
             return error_response(
@@ -462,6 +467,15 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
             );
         }
     };
+    if opts.fault_after_tools {
+        let convo = match api {
+            Api::Chat => Convo::from_chat(&body),
+            Api::Responses => Convo::from_responses(&body),
+        };
+        if !matches!(convo.last, Last::ToolResults(_)) {
+            opts.fault = Fault::None;
+        }
+    }
     match opts.fault {
         Fault::Status500 => {
             return error_response(
