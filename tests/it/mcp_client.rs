@@ -566,6 +566,23 @@ async fn bearer_token_and_custom_headers_reach_the_server() {
 }
 
 #[tokio::test]
+async fn a_bearer_token_sent_as_an_authorization_header_reaches_the_server() {
+    // Clients written for other gateways put the token in `headers` (LM Studio, LiteLLM users).
+    let srv = server(Options {
+        require_bearer: Some("header-token".into()),
+        ..Default::default()
+    })
+    .await;
+    let mut s = spec(&srv.url());
+    s.headers = vec![("Authorization".into(), "Bearer header-token".into())];
+    let pool = pool();
+    let listed = pool.list_tools(&s, T).await.unwrap();
+    assert!(listed.iter().any(|t| t.name == "whoami"));
+    let r = pool.call_tool(&s, "whoami", "{}", T).await.unwrap();
+    assert_eq!(text_of(&r), "authorized; headers: ");
+}
+
+#[tokio::test]
 async fn listing_without_the_token_fails_with_401() {
     let srv = server(Options {
         require_bearer: Some("s3cret".into()),
