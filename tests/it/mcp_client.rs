@@ -495,6 +495,26 @@ async fn listing_follows_pagination_and_reports_read_only() {
 }
 
 #[tokio::test]
+async fn a_server_repeating_a_tools_list_cursor_fails_the_listing_instead_of_paging_forever() {
+    let srv = server(Options {
+        catalog: 35,
+        repeat_cursor: true,
+        ..Default::default()
+    })
+    .await;
+    let err = pool().list_tools(&spec(&srv.url()), T).await.unwrap_err();
+    assert!(
+        err.message.contains("repeated a tools/list cursor"),
+        "{err:?}"
+    );
+    assert_eq!(
+        srv.count("tools/list"),
+        2,
+        "page 1 names page 2, which names itself"
+    );
+}
+
+#[tokio::test]
 async fn allowed_tools_filter_the_listed_tools() {
     let srv = server(Options::default()).await;
     let tools = pool().list_tools(&spec(&srv.url()), T).await.unwrap();

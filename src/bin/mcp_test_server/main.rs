@@ -41,6 +41,7 @@ async fn main() -> std::io::Result<()> {
         fail_http: args.fail_http,
         catalog_seed: 0,
         bad_json: args.bad_json,
+        repeat_cursor: false,
     };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());

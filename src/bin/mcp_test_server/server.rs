@@ -65,6 +65,9 @@ pub struct Options {
     /// Answer every POST with `200 application/json` and the body `{not json` (can also be
     /// switched on and off while running: [`McpTestServer::set_bad_json`]).
     pub bad_json: bool,
+    /// With a catalog: every page of `tools/list` names the same next cursor (a broken server
+    /// that would page forever).
+    pub repeat_cursor: bool,
 }
 
 /// The body of a `bad_json` answer.
@@ -434,7 +437,9 @@ impl ServerHandler for TestServer {
         };
         let end = (start + PAGE_SIZE).min(all.len());
         let mut page = ListToolsResult::with_all_items(all[start..end].to_vec());
-        if end < all.len() {
+        if self.state.opts.repeat_cursor {
+            page.next_cursor = Some(PAGE_SIZE.to_string());
+        } else if end < all.len() {
             page.next_cursor = Some(end.to_string());
         }
         Ok(page)
