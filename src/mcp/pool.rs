@@ -622,8 +622,15 @@ fn list_error(spec: &ServerSpec, f: Failure) -> ListError {
                 .ok()
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("Unknown");
+            // What a server speaking only the legacy HTTP+SSE transport answers a POST.
+            let hint = if matches!(status, 404 | 405) {
+                " The relay speaks MCP Streamable HTTP only (POST to the server URL); a legacy \
+                 SSE endpoint (often `/sse`) is not supported."
+            } else {
+                ""
+            };
             ListError {
-                message: format!("{head} Http status code: {status} ({reason})"),
+                message: format!("{head} Http status code: {status} ({reason}){hint}"),
                 status: Some(status),
                 timed_out: false,
             }

@@ -603,6 +603,25 @@ async fn a_bearer_token_sent_as_an_authorization_header_reaches_the_server() {
 }
 
 #[tokio::test]
+async fn a_server_refusing_the_post_is_told_to_be_maybe_a_legacy_sse_endpoint() {
+    for status in [404, 405] {
+        let srv = server(Options {
+            fail_http: Some(status),
+            ..Default::default()
+        })
+        .await;
+        let err = pool().list_tools(&spec(&srv.url()), T).await.unwrap_err();
+        assert_eq!(err.status, Some(status));
+        assert!(
+            err.message.contains(&format!("Http status code: {status}"))
+                && err.message.contains("Streamable HTTP only")
+                && err.message.contains("legacy SSE"),
+            "{err:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn listing_without_the_token_fails_with_401() {
     let srv = server(Options {
         require_bearer: Some("s3cret".into()),
