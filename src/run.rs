@@ -317,20 +317,21 @@ async fn approval_answers(
     Ok(answers)
 }
 
-/// Whether an item after `input[i]` is one only a model turn (or a later run of the relay)
-/// produces: an assistant message, a call, reasoning, a tool list or an approval request.
+/// Whether an item after `input[i]` is one only a later model turn produces: an assistant
+/// message, a call, reasoning or a tool search. Approval requests and tool lists do not count: a
+/// client may put each answer right after its request, before the turn's other requests.
 fn model_spoke_after(input: &[InputItem], i: usize) -> bool {
     use crate::api::request::Role;
     input[i + 1..].iter().any(|it| match it {
         InputItem::Message(m) => m.role == Role::Assistant,
         InputItem::FunctionCall(_)
         | InputItem::Reasoning(_)
-        | InputItem::McpListTools(_)
         | InputItem::McpCall(_)
-        | InputItem::McpApprovalRequest(_)
         | InputItem::ToolSearchCall(_)
         | InputItem::ToolSearchOutput(_) => true,
-        InputItem::FunctionCallOutput(_)
+        InputItem::McpListTools(_)
+        | InputItem::McpApprovalRequest(_)
+        | InputItem::FunctionCallOutput(_)
         | InputItem::ItemReference(_)
         | InputItem::McpApprovalResponse(_) => false,
     })

@@ -617,13 +617,14 @@ fn list_error(spec: &ServerSpec, f: Failure) -> ListError {
         spec.label
     );
     match f {
-        Failure::Http { status, .. } if status != 0 => {
+        Failure::Http { status, message } if status != 0 => {
             let reason = reqwest::StatusCode::from_u16(status)
                 .ok()
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("Unknown");
-            // What a server speaking only the legacy HTTP+SSE transport answers a POST.
-            let hint = if matches!(status, 404 | 405) {
+            // What a server speaking only the legacy HTTP+SSE transport answers a POST (a 404
+            // for a session the server forgot is not that).
+            let hint = if matches!(status, 404 | 405) && !message.contains("session expired") {
                 " The relay speaks MCP Streamable HTTP only (POST to the server URL); a legacy \
                  SSE endpoint (often `/sse`) is not supported."
             } else {

@@ -296,6 +296,8 @@ pub struct ChunkParser {
 #[derive(Debug, Default)]
 struct CallNames {
     ids: Vec<Option<String>>,
+    /// The call the last delta went to.
+    current: Option<usize>,
     by_index: std::collections::HashMap<u32, usize>,
     by_id: std::collections::HashMap<String, usize>,
 }
@@ -311,23 +313,33 @@ impl ChunkParser {
     }
 
     /// Which of the turn's calls a tool-call delta continues, or a new one. A delta belongs to
-    /// the latest call with its `index` unless it carries another `id`: some servers (Ollama,
-    /// SGLang) send every call of a turn at index 0, told apart only by their ids. Without an
-    /// index, a delta with a new id starts a call and one without continues the latest.
-    fn call_index(&mut self, index: Option<u32>, id: Option<&str>) -> u32 {
+    /// the latest call with its `index`, unless it names a function and carries another `id`:
+    /// some servers (Ollama, SGLang) send every call of a turn at index 0, told apart only by
+    /// their ids, while others send a fresh id with every delta of one call (argument deltas name
+    /// no function). Without an index, a delta naming a function under a new id starts a call,
+    /// one with a known id continues that call, and any other the call the last delta went to.
+    fn call_index(&mut self, index: Option<u32>, id: Option<&str>, named: bool) -> u32 {
         let c = &mut self.calls;
         let found = match (index, id) {
             (Some(i), _) => c.by_index.get(&i).copied(),
-            (None, Some(id)) => c.by_id.get(id).copied(),
-            (None, None) => c.ids.len().checked_sub(1),
+            (None, Some(id)) => c
+                .by_id
+                .get(id)
+                .copied()
+                .or(if named { None } else { c.current }),
+            (None, None) => c.current,
+        };
+        let another_call = |p: usize| {
+            named && matches!((c.ids[p].as_deref(), id), (Some(known), Some(id)) if known != id)
         };
         let position = match found {
-            Some(p) if id.is_none_or(|id| c.ids[p].as_deref().is_none_or(|known| known == id)) => p,
+            Some(p) if !another_call(p) => p,
             _ => {
                 c.ids.push(None);
                 c.ids.len() - 1
             }
         };
+        c.current = Some(position);
         if let Some(i) = index {
             c.by_index.insert(i, position);
         }
@@ -380,7 +392,6 @@ impl ChunkParser {
                 }
                 for call in delta.tool_calls.into_iter().flatten() {
                     let id = call.id.filter(|i| !i.is_empty());
-                    let index = self.call_index(call.index, id.as_deref());
                     let (name, arguments) = match call.function {
                         Some(f) => (
                             f.name.filter(|n| !n.is_empty()),
@@ -388,6 +399,7 @@ impl ChunkParser {
                         ),
                         None => (None, String::new()),
                     };
+                    let index = self.call_index(call.index, id.as_deref(), name.is_some());
                     out.push(ModelEvent::ToolCall {
                         index,
                         id,

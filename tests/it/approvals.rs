@@ -415,6 +415,42 @@ async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
 }
 
 #[tokio::test]
+async fn answers_placed_right_after_their_requests_are_all_used() {
+    // A stateless client may put each answer right after its request: the second request after
+    // the first answer is the same turn's, not the model speaking after that answer.
+    let w = world().await;
+    let tools = w.tools(json!("always"));
+    let ask = json!({"role": "user", "content": "CALL add {\"a\":1,\"b\":2}\nCALL add {\"a\":3,\"b\":4}"});
+    let (_, a) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": [ask]}))
+        .await;
+    assert_eq!(
+        types(&a),
+        [
+            "mcp_list_tools",
+            "mcp_approval_request",
+            "mcp_approval_request"
+        ],
+        "{a}"
+    );
+    let (first, second) = (a["output"][1].clone(), a["output"][2].clone());
+    let input = json!([
+        ask,
+        a["output"][0],
+        first,
+        approve(&first["id"], true),
+        second,
+        approve(&second["id"], true)
+    ]);
+    let (status, b) = w
+        .create(json!({"model": "fake-model", "tools": tools, "input": input}))
+        .await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(types(&b), ["mcp_call", "mcp_call", "message"], "{b}");
+    assert_eq!(w.server.count("tools/call"), 2);
+}
+
+#[tokio::test]
 async fn approved_calls_count_against_max_tool_calls() {
     let w = world().await;
     let tools = w.tools(json!("always"));

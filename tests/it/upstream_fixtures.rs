@@ -1055,19 +1055,36 @@ fn chat_tool_calls_are_told_apart_by_index_and_by_id() {
             (1, None, "}".into())
         ]
     );
-    // No index at all: a new id starts a call, a delta without one continues the latest.
+    // A fresh id on every delta of one call (Poolside, older mlx servers): argument deltas name
+    // no function, so they continue the call at their index.
+    assert_eq!(
+        calls(&[
+            r#"{"index":0,"id":"a","function":{"name":"f","arguments":""}}"#,
+            r#"{"index":0,"id":"b","function":{"arguments":"{\"x\":"}}"#,
+            r#"{"index":0,"id":"c","function":{"arguments":"1}"}}"#,
+        ]),
+        [
+            (0, f("f"), "".into()),
+            (0, None, "{\"x\":".into()),
+            (0, None, "1}".into())
+        ]
+    );
+    // No index at all: a new id naming a function starts a call, a known id continues its call,
+    // any other delta the latest call.
     assert_eq!(
         calls(&[
             r#"{"id":"a","function":{"name":"f","arguments":"{"}}"#,
             r#"{"function":{"arguments":"}"}}"#,
             r#"{"id":"b","function":{"name":"g","arguments":"{}"}}"#,
             r#"{"id":"a","function":{"arguments":""}}"#,
+            r#"{"id":"z","function":{"arguments":" "}}"#,
         ]),
         [
             (0, f("f"), "{".into()),
             (0, None, "}".into()),
             (1, f("g"), "{}".into()),
-            (0, None, "".into())
+            (0, None, "".into()),
+            (0, None, " ".into())
         ]
     );
 }
