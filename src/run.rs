@@ -172,7 +172,7 @@ pub async fn prepare(
         mcp_specs(app, &request)?;
         McpSetup::default()
     } else {
-        resolve_mcp(app, &request, &history, &input, &mut tools).await?
+        resolve_mcp(app, &request, &history, &input, &mut tools, true).await?
     };
     let response = template(app, &request);
     let answered = !mcp.answers.is_empty();
@@ -198,25 +198,46 @@ pub async fn prepare(
 
 /// Resolves the request's `mcp` tools: lists the servers (or reuses lists in the context),
 /// matches the client's approval answers, and adds every tool the model may call to `tools`.
+/// A server that could not be listed under `--mcp-discovery-failure fail` is an error, after
+/// `p.mcp` holds every list (so that the run can show them before it fails).
 pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), StartError> {
     p.tools_pending = false;
-    p.mcp = resolve_mcp(app, &p.request, &p.history, &p.input, &mut p.tools).await?;
-    Ok(())
+    p.mcp = resolve_mcp(app, &p.request, &p.history, &p.input, &mut p.tools, false).await?;
+    unlisted_server(app, &p.mcp)
 }
 
-/// [`resolve_tools`] on a request's parts: `history` ends with `input`.
+/// [`resolve_tools`] on a request's parts (`history` ends with `input`); with `strict`, a server
+/// that could not be listed under `--mcp-discovery-failure fail` is an error at once.
 async fn resolve_mcp(
     app: &App,
     request: &CreateRequest,
     history: &[InputItem],
     input: &[InputItem],
     tools: &mut Vec<FunctionDef>,
+    strict: bool,
 ) -> Result<McpSetup, StartError> {
     let earlier = history.len() - input.len();
     let mut mcp = mcp_setup(app, request, history, tools).await?;
+    if strict {
+        unlisted_server(app, &mcp)?;
+    }
     mcp.answers = approval_answers(app, request, &history[..earlier], input, &mcp).await?;
     tools.extend(mcp_function_defs(&mcp));
     Ok(mcp)
+}
+
+/// Under `--mcp-discovery-failure fail`, the first server whose tools could not be listed.
+fn unlisted_server(app: &App, mcp: &McpSetup) -> Result<(), StartError> {
+    use crate::config::DiscoveryFailure;
+    match mcp.listed.iter().find(|(l, _)| l.error.is_some()) {
+        Some((item, _)) if app.config().mcp.discovery_failure == DiscoveryFailure::Fail => {
+            Err(StartError::McpDiscovery {
+                label: item.server_label.clone(),
+                message: item.error.clone().unwrap_or_default(),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Matches each `mcp_approval_response` of the input to the request it answers: a request in
@@ -369,7 +390,6 @@ async fn mcp_setup(
     history: &[InputItem],
     functions: &[FunctionDef],
 ) -> Result<McpSetup, StartError> {
-    use crate::config::DiscoveryFailure;
     let cfg = &app.config().mcp;
     let servers = mcp_specs(app, request)?;
     if servers.is_empty() {
@@ -449,14 +469,6 @@ async fn mcp_setup(
     let mut listed = Vec::with_capacity(listings.len());
     for l in listings {
         listed.push(l?);
-    }
-    if cfg.discovery_failure == DiscoveryFailure::Fail
-        && let Some((item, _)) = listed.iter().find(|(l, _)| l.error.is_some())
-    {
-        return Err(StartError::McpDiscovery {
-            label: item.server_label.clone(),
-            message: item.error.clone().unwrap_or_default(),
-        });
     }
     let reserved: std::collections::HashSet<String> =
         functions.iter().map(|f| f.name.clone()).collect();

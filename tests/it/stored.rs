@@ -496,6 +496,23 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
             .contains("'gone'"),
         "{done}"
     );
+    // Its list is shown, with the reason, before the run fails.
+    let list = &done["output"][0];
+    assert_eq!(
+        (list["type"].as_str(), list["server_label"].as_str()),
+        (Some("mcp_list_tools"), Some("gone")),
+        "{done}"
+    );
+    assert!(
+        list["error"].as_str().is_some_and(|e| e.contains("'gone'")),
+        "{done}"
+    );
+    let (_, log) = get_text(&failing.url(&format!(
+        "/v1/responses/{}?stream=true",
+        done["id"].as_str().unwrap()
+    )))
+    .await;
+    assert_eq!(check_events(&parse_sse(&log).events), done);
     // A bad tool is still refused before the run, naming the field.
     let (status, err) = post(
         &listing.url("/v1/responses"),
