@@ -260,14 +260,10 @@ async fn approval_answers(
             StartError::Invalid(FieldError::invalid_value(param.clone(), message))
         };
         let rid = &resp.approval_request_id;
-        // History sent back whole (stateless): the call this answer approved is in the input,
-        // or the model spoke after it (a refusal leaves no call), so the answer was used; it is
-        // context now, not a call to run or a refusal to tell the model again.
-        if model_spoke_after(input, i)
-            || input.iter().any(
-                |it| matches!(it, InputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(rid)),
-            )
-        {
+        // History sent back whole (stateless): a later model turn follows this answer (the
+        // `mcp_call` it approved, or the model's reply to a refusal), so the answer was used; it
+        // is context now, not a call to run or a refusal to tell the model again.
+        if model_spoke_after(input, i) {
             continue;
         }
         let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
