@@ -317,24 +317,29 @@ async fn an_approval_for_a_tool_this_request_does_not_offer_is_refused_naming_in
     assert_eq!(w.server.count("tools/call"), 0);
 }
 
-#[tokio::test]
-async fn history_sent_back_whole_does_not_run_an_approved_call_again() {
-    let w = world().await;
+/// Asks for one `echo` call needing approval, then answers it statelessly (`yes`): the history
+/// sent (the question, the request, the answer) and the second response, checked to be a 200.
+async fn echo_answered_statelessly(w: &World, text: &str, yes: bool) -> (Vec<Value>, Value) {
     let tools = w.tools(json!("always"));
-    let ask = json!({"role": "user", "content": "CALL echo {\"text\":\"once\"}"});
+    let ask = json!({"role": "user", "content": format!("CALL echo {{\"text\":\"{text}\"}}")});
     let (_, a) = w
         .create(json!({"model": "fake-model", "input": [ask], "tools": tools}))
         .await;
     let request_item = a["output"][1].clone();
-    let mut history = vec![
-        ask.clone(),
-        request_item.clone(),
-        approve(&request_item["id"], true),
-    ];
+    let history = vec![ask, request_item.clone(), approve(&request_item["id"], yes)];
     let (status, b) = w
         .create(json!({"model": "fake-model", "tools": tools, "input": history}))
         .await;
     assert_eq!(status, 200, "{b}");
+    (history, b)
+}
+
+#[tokio::test]
+async fn history_sent_back_whole_does_not_run_an_approved_call_again() {
+    let w = world().await;
+    let tools = w.tools(json!("always"));
+    let (mut history, b) = echo_answered_statelessly(&w, "once", true).await;
+    let request_item = history[1].clone();
     assert_eq!(types(&b), ["mcp_list_tools", "mcp_call", "message"]);
     assert_eq!(w.server.count("tools/call"), 1);
     // The next turn sends everything back, as clients managing their own history do.
@@ -363,20 +368,7 @@ async fn history_sent_back_whole_does_not_run_an_approved_call_again() {
 async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
     let w = world().await;
     let tools = w.tools(json!("always"));
-    let ask = json!({"role": "user", "content": "CALL echo {\"text\":\"never\"}"});
-    let (_, a) = w
-        .create(json!({"model": "fake-model", "input": [ask], "tools": tools}))
-        .await;
-    let request_item = a["output"][1].clone();
-    let mut history = vec![
-        ask.clone(),
-        request_item.clone(),
-        approve(&request_item["id"], false),
-    ];
-    let (status, b) = w
-        .create(json!({"model": "fake-model", "tools": tools, "input": history}))
-        .await;
-    assert_eq!(status, 200, "{b}");
+    let (mut history, b) = echo_answered_statelessly(&w, "never", false).await;
     assert_eq!(types(&b), ["mcp_list_tools", "message"], "{b}");
     // The next turn sends everything back with a new question, as the Agents SDK's
     // `to_input_list()` does: the refusal was answered already and must not be applied again
