@@ -5,12 +5,16 @@
 
 pub mod error;
 pub mod event;
+pub mod fold;
+pub mod history;
 pub mod id;
 pub mod request;
 pub mod response;
 
 pub use error::{ErrorBody, FieldError};
 pub use event::{Event, Sequenced};
+pub use fold::{Fold, FoldError};
+pub use history::output_as_input;
 pub use response::{
     ContentPart, FunctionCallItem, ItemStatus, MessageItem, OutputItem, ReasoningItem, Response,
     ResponseStatus, Usage,

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::id::IdSource;
 use crate::config::Config;
-use crate::run::emitter::Clock;
+use crate::eventlog::emitter::Clock;
 use crate::store::Store;
 use crate::upstream::Upstream;
 

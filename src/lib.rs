@@ -12,6 +12,7 @@
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod eventlog;
 pub mod http;
 pub mod logs;
 pub mod mcp;

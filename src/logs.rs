@@ -16,10 +16,10 @@ use hyper::{Method, Request, Response, StatusCode, header};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
+use crate::api::fold::Fold;
 use crate::api::{Event, OutputItem, Sequenced};
+use crate::eventlog::log::LogEntry;
 use crate::http::{ApiError, Body, BoxErr, json_response};
-use crate::run::fold::Fold;
-use crate::run::log::LogEntry;
 
 /// One line of an exported log.
 #[derive(Serialize, Deserialize)]

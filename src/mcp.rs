@@ -67,6 +67,16 @@ pub enum ApprovalPolicy {
     },
 }
 
+impl Approval {
+    /// As `require_approval` says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Approval::Always => "always",
+            Approval::Never => "never",
+        }
+    }
+}
+
 impl ApprovalPolicy {
     /// Whether a call of `tool_name` needs the client's approval (PROTOCOL §1.4 trigger rule):
     /// `always`; or the tool matches `always`; or it does not match `never` (an object with only

@@ -4,7 +4,6 @@
 use serde_json::{Value, json};
 
 use crate::api::request::McpToolParam;
-use crate::mcp::Approval;
 
 /// `server_url` with its query string (and any userinfo) masked.
 pub fn mask_url(url: &str) -> String {
@@ -30,13 +29,10 @@ pub fn mask_url(url: &str) -> String {
     format!("{masked}{fragment}")
 }
 
-/// The `mcp` tool as echoed in every Response; without `require_approval`, it shows the relay's
-/// default (`--default-require-approval`), which is what the run applies.
-pub fn mcp_tool_echo(m: &McpToolParam, default: Approval) -> Value {
-    let approval = match default {
-        Approval::Always => "always",
-        Approval::Never => "never",
-    };
+/// The `mcp` tool as echoed in every Response; without `require_approval`, it shows
+/// `default_approval`, the relay's default (`--default-require-approval`: `always` or `never`),
+/// which is what the run applies.
+pub fn mcp_tool_echo(m: &McpToolParam, default_approval: &str) -> Value {
     json!({
         "type": "mcp",
         "server_label": m.server_label,
@@ -44,7 +40,7 @@ pub fn mcp_tool_echo(m: &McpToolParam, default: Approval) -> Value {
         "allowed_tools": m.allowed_tools,
         "authorization": null,
         "headers": null,
-        "require_approval": m.require_approval.clone().unwrap_or_else(|| json!(approval)),
+        "require_approval": m.require_approval.clone().unwrap_or_else(|| json!(default_approval)),
         "server_description": m.server_description,
         "defer_loading": m.defer_loading.unwrap_or(false),
     })

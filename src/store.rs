@@ -22,11 +22,10 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::Response;
+use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::config::StoreKind;
-use crate::run::emitter::{Immediate, LogSink};
-use crate::run::log::RunLog;
-use crate::run::{Prepared, RunHandle, output_as_input};
+use crate::eventlog::{Immediate, LogSink, RunLog};
 
 #[derive(Debug, thiserror::Error)]
 #[error("store error: {0}")]
@@ -144,13 +143,11 @@ impl Store {
         })
     }
 
-    /// The sink the run's emitter appends through.
-    pub fn sink(&self, p: &Prepared) -> Arc<dyn LogSink> {
-        match (&self.backend, p.request.store) {
-            (Backend::Sqlite(s), true) => Arc::new(s.sink(&p.response.id)),
-            (Backend::Redis(r), true) => {
-                Arc::new(r.sink(&p.response.id, Some(self.fail_hook(&p.response.id))))
-            }
+    /// The sink run `id`'s emitter appends through: the backend's when the run is `stored`.
+    pub fn sink(&self, id: &str, stored: bool) -> Arc<dyn LogSink> {
+        match (&self.backend, stored) {
+            (Backend::Sqlite(s), true) => Arc::new(s.sink(id)),
+            (Backend::Redis(r), true) => Arc::new(r.sink(id, Some(self.fail_hook(id)))),
             _ => Arc::new(Immediate),
         }
     }
@@ -197,33 +194,26 @@ impl Store {
         }
     }
 
-    /// Registers a starting run (if it is to be stored) and keeps its input items.
-    pub fn insert_live(&self, p: &Prepared, h: &RunHandle) {
-        if !p.request.store {
-            return;
-        }
-        // Live first: a backend that fails to keep the run finds it to fail it.
-        self.live.lock().expect("store poisoned").insert(
-            h.id.clone(),
-            LiveRun {
-                log: h.log.clone(),
-                cancel: h.cancel.clone(),
-                background: h.background,
-                input: Arc::new(p.input.clone()),
-                created: h.created.clone(),
-            },
-        );
+    /// Registers a starting stored run under `id` and keeps its input items and its Response as
+    /// created.
+    pub fn insert_live(&self, id: &str, run: LiveRun) {
         let record = Record {
-            response: p.response.clone(),
-            input: p.input.clone(),
+            response: (*run.created).clone(),
+            input: (*run.input).clone(),
         };
-        let expires_at = self.ttl.map(|t| p.response.created_at + t.as_secs() as i64);
+        let (log, cancel) = (run.log.clone(), run.cancel.clone());
+        // Live first: a backend that fails to keep the run finds it to fail it.
+        self.live
+            .lock()
+            .expect("store poisoned")
+            .insert(id.to_string(), run);
+        let expires_at = self
+            .ttl
+            .map(|t| record.response.created_at + t.as_secs() as i64);
         match &self.backend {
-            Backend::Memory(m) => m.insert(record, h.log.clone(), expires_at),
-            Backend::Sqlite(s) => s.insert(&record, expires_at, self.fail_hook(&h.id)),
-            Backend::Redis(r) => {
-                r.insert(&record, expires_at, h.cancel.clone(), self.fail_hook(&h.id))
-            }
+            Backend::Memory(m) => m.insert(record, log, expires_at),
+            Backend::Sqlite(s) => s.insert(&record, expires_at, self.fail_hook(id)),
+            Backend::Redis(r) => r.insert(&record, expires_at, cancel, self.fail_hook(id)),
         }
     }
 

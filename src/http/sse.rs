@@ -12,7 +12,7 @@ use hyper::{Response, StatusCode, header};
 use tokio_util::sync::CancellationToken;
 
 use super::{Body, BoxErr};
-use crate::run::log::RunLog;
+use crate::eventlog::log::RunLog;
 
 const KEEPALIVE: Duration = Duration::from_secs(15);
 const BATCH: usize = 256;

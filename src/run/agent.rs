@@ -10,14 +10,16 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tokio_util::sync::CancellationToken;
 
-use super::emitter::{Emitter, Ending};
-use super::log::RunLog;
 use super::transcode::{McpCallStarted, ToolMap, Transcoder, TurnOutcome};
-use super::{Prepared, output_as_input, turn_request_at};
+use super::turn::{model_view, turn_request_at};
+use super::{McpSetup, Prepared};
+use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::response::{McpCallError, McpListToolsItem, ResponseError};
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::app::App;
+use crate::eventlog::emitter::{Emitter, Ending};
+use crate::eventlog::log::RunLog;
 use crate::upstream::{FinishReason, FunctionDef, ModelStream, UpstreamError};
 
 /// Why a run stopped before the model finished.
@@ -63,7 +65,12 @@ pub async fn drive(app: App, mut p: Prepared, log: Arc<RunLog>, cancel: Cancella
 
 async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopSignal) {
     let app = app.clone();
-    let mut em = Emitter::new(log, app.store().sink(p), app.ids().clone(), app.clock());
+    let mut em = Emitter::new(
+        log,
+        app.store().sink(&p.response.id, p.request.store),
+        app.ids().clone(),
+        app.clock(),
+    );
     em.emit(Event::Created {
         response: Box::new(p.response.clone()),
     });
@@ -82,7 +89,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
         tokio::select! {
             biased;
             stop = stopped(&app, signal) => Some(ending_for(stop)),
-            resolved = super::resolve_tools(&app, p) => resolved.err().map(|e| {
+            resolved = super::tools::resolve_tools(&app, p) => resolved.err().map(|e| {
                 Ending::Failed(ResponseError {
                     code: "server_error".into(),
                     message: e.to_string(),
@@ -124,7 +131,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                 Ok((done, ran, false)) => {
                     calls_made += ran;
                     // One model turn: all the answered calls, then all their results.
-                    conversation.extend(super::model_view(&done, &p.mcp.tools));
+                    conversation.extend(model_view(&done, &p.mcp.tools));
                 }
                 Err(stop) => break 'run ending_for(stop),
             }
@@ -201,7 +208,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                         // consecutive tool-only turns stay separate turns for the model.
                         let done: Vec<InputItem> =
                             done.iter().filter_map(output_as_input).collect();
-                        conversation.extend(super::model_view(&done, &p.mcp.tools));
+                        conversation.extend(model_view(&done, &p.mcp.tools));
                         conversation.extend(images);
                     }
                     Err(stop) => {
@@ -242,7 +249,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
 /// the conversation items to add, how many calls ran, and whether some were over the limit.
 async fn answer_approvals(
     app: &App,
-    mcp: &super::McpSetup,
+    mcp: &McpSetup,
     em: &mut Emitter,
     max_tool_calls: Option<u64>,
     cancel: &StopSignal,
@@ -344,7 +351,7 @@ const SEARCH_TOP_K: usize = 5;
 /// (found tools grouped per server as namespaces), makes the found tools callable, and returns
 /// what the model is told.
 fn run_search(
-    mcp: &super::McpSetup,
+    mcp: &McpSetup,
     em: &mut Emitter,
     arguments: &str,
     found: &mut Vec<FunctionDef>,
@@ -454,11 +461,7 @@ fn run_search(
 }
 
 /// Makes the tools of `namespaces` (a `tool_search_output`'s tools) callable.
-fn load_found(
-    mcp: &super::McpSetup,
-    namespaces: &[serde_json::Value],
-    found: &mut Vec<FunctionDef>,
-) {
+fn load_found(mcp: &McpSetup, namespaces: &[serde_json::Value], found: &mut Vec<FunctionDef>) {
     for ns in namespaces {
         let label = ns["name"].as_str().unwrap_or_default();
         for tool in ns["tools"].as_array().into_iter().flatten() {
@@ -525,7 +528,7 @@ fn emit_tool_lists(em: &mut Emitter, p: &Prepared) {
 /// reports each one's result in output order. Returns the finished items.
 async fn run_calls(
     app: &App,
-    mcp: &super::McpSetup,
+    mcp: &McpSetup,
     em: &mut Emitter,
     calls: Vec<McpCallStarted>,
     cancel: &StopSignal,
@@ -539,7 +542,7 @@ async fn run_calls(
 /// in the call's text output.
 async fn run_calls_with_images(
     app: &App,
-    mcp: &super::McpSetup,
+    mcp: &McpSetup,
     em: &mut Emitter,
     calls: Vec<McpCallStarted>,
     cancel: &StopSignal,

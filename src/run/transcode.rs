@@ -10,11 +10,11 @@
 
 use std::collections::HashMap;
 
-use super::emitter::Emitter;
 use crate::api::response::{
     ContentPart, FunctionCallItem, McpApprovalRequestItem, McpCallItem, MessageItem, ReasoningItem,
 };
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
+use crate::eventlog::emitter::Emitter;
 use crate::upstream::{FinishReason, ModelEvent};
 
 /// Where a model-facing tool name leads.

@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 
 use super::Record;
 use crate::api::Response;
+use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::run::log::RunLog;
-use crate::run::output_as_input;
+use crate::eventlog::log::RunLog;
 
 struct Kept {
     record: Record,

@@ -32,13 +32,13 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::{Record, StoreError, status_of, unfinished};
+use crate::api::fold::Fold;
+use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::{Response, Sequenced};
 use crate::config::mask_url;
-use crate::run::emitter::{LogSink, end_as_failed};
-use crate::run::fold::Fold;
-use crate::run::log::{LogEntry, RunLog};
-use crate::run::output_as_input;
+use crate::eventlog::emitter::{LogSink, end_as_failed};
+use crate::eventlog::log::{LogEntry, RunLog};
 
 const RESP: &str = "relay:resp:";
 const LOG: &str = "relay:log:";
@@ -789,7 +789,7 @@ fn end_tail(store: &Redis, id: &str, log: &Arc<RunLog>, message: &str) {
     }
     end_as_failed(
         log.clone(),
-        Arc::new(crate::run::emitter::Immediate),
+        Arc::new(crate::eventlog::emitter::Immediate),
         message,
     );
 }

@@ -24,11 +24,11 @@ use tokio::sync::oneshot;
 
 use super::{Record, StoreError, status_of, unfinished};
 use crate::api::Response;
+use crate::api::fold::Fold;
+use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::run::emitter::{LogSink, end_as_failed};
-use crate::run::fold::Fold;
-use crate::run::log::{LogEntry, RunLog};
-use crate::run::output_as_input;
+use crate::eventlog::emitter::{LogSink, end_as_failed};
+use crate::eventlog::log::{LogEntry, RunLog};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS responses (

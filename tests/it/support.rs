@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use responses_relay::api::Sequenced;
-use responses_relay::run::fold::Fold;
+use responses_relay::api::fold::Fold;
 use responses_relay::{App, Config};
 use serde_json::Value;
 use tokio::sync::oneshot;

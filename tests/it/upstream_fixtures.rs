@@ -12,12 +12,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use responses_relay::api::fold::Fold;
 use responses_relay::api::id::IdSource;
 use responses_relay::api::response::{ContentPart, ReasoningEcho, ResponseError};
 use responses_relay::api::{Event, OutputItem, Response, ResponseStatus, Sequenced, Usage};
-use responses_relay::run::emitter::{Clock, Emitter, Ending, Immediate};
-use responses_relay::run::fold::Fold;
-use responses_relay::run::log::RunLog;
+use responses_relay::eventlog::emitter::{Clock, Emitter, Ending, Immediate};
+use responses_relay::eventlog::log::RunLog;
 use responses_relay::run::transcode::{ToolMap, Transcoder};
 use responses_relay::upstream::chat::ChunkParser;
 use responses_relay::upstream::responses::EventParser;

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::fold::Fold;
-use super::log::{LogEntry, RunLog};
+use super::log::{LogEntry, RunLog, encode};
+use crate::api::Fold;
 use crate::api::id::IdSource;
 use crate::api::response::{IncompleteDetails, ResponseError};
 use crate::api::{Event, Response, ResponseStatus, Usage};
@@ -216,32 +216,4 @@ pub fn end_as_failed(log: Arc<RunLog>, sink: Arc<dyn LogSink>, message: &str) {
         }),
         usage,
     );
-}
-
-/// Serializes `event` with its `sequence_number` and frames it as one SSE event:
-/// `event: T\ndata: {...,"sequence_number":N}\n\n`. Built in a per-thread scratch buffer and
-/// copied out once (measured: growing a fresh buffer cost three allocations per event).
-pub fn encode(event: &Event, seq: u64) -> bytes::Bytes {
-    use std::io::Write;
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(4096));
-    }
-    SCRATCH.with(|scratch| {
-        let mut buf = scratch.borrow_mut();
-        buf.clear();
-        let kind = event.kind();
-        buf.extend_from_slice(b"event: ");
-        buf.extend_from_slice(kind.as_bytes());
-        buf.extend_from_slice(b"\ndata: ");
-        serde_json::to_writer(&mut *buf, event).expect("events always serialize");
-        debug_assert_eq!(buf.last(), Some(&b'}'));
-        buf.pop();
-        let _ = write!(buf, ",\"sequence_number\":{seq}}}\n\n");
-        let frame = bytes::Bytes::copy_from_slice(&buf);
-        if buf.capacity() > 1 << 20 {
-            // One huge event (a long final Response) must not pin a megabyte per thread.
-            *buf = Vec::with_capacity(4096);
-        }
-        frame
-    })
 }

@@ -1,0 +1,65 @@
+//! An output item as the model sees it in later turns: the input item it becomes in a chain's
+//! history (`previous_response_id`), in `input_items`, and in the agent loop's next turn.
+
+use super::OutputItem;
+use super::request::{
+    InputFunctionCall, InputItem, InputMcpCall, InputMessage, InputPart, MessageContent, Role,
+};
+use super::response::{ContentPart, ReasoningItemInput};
+
+/// An output item as the model will see it in later turns.
+pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
+    Some(match item {
+        OutputItem::Message(m) => InputItem::Message(InputMessage {
+            id: Some(m.id.clone()),
+            role: Role::Assistant,
+            content: MessageContent::Parts(
+                m.content
+                    .iter()
+                    .filter_map(|p| match p {
+                        ContentPart::OutputText {
+                            text, annotations, ..
+                        } => Some(InputPart::OutputText {
+                            text: text.clone(),
+                            annotations: Some(annotations.clone()),
+                            logprobs: None,
+                        }),
+                        ContentPart::Refusal { refusal } => Some(InputPart::Refusal {
+                            refusal: refusal.clone(),
+                        }),
+                        ContentPart::ReasoningText { .. } => None,
+                    })
+                    .collect(),
+            ),
+            status: None,
+        }),
+        OutputItem::FunctionCall(f) => InputItem::FunctionCall(InputFunctionCall {
+            id: Some(f.id.clone()),
+            call_id: f.call_id.clone(),
+            name: f.name.clone(),
+            arguments: f.arguments.clone(),
+            status: None,
+        }),
+        OutputItem::Reasoning(r) => InputItem::Reasoning(ReasoningItemInput {
+            id: r.id.clone(),
+            summary: r.summary.clone(),
+            content: Some(r.content.clone()),
+            encrypted_content: None,
+            status: None,
+        }),
+        OutputItem::McpListTools(l) => InputItem::McpListTools(l.clone()),
+        OutputItem::McpCall(c) => InputItem::McpCall(InputMcpCall {
+            id: c.id.clone(),
+            server_label: c.server_label.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+            output: c.output.clone(),
+            error: c.error.as_ref().and_then(|e| serde_json::to_value(e).ok()),
+            status: None,
+            approval_request_id: c.approval_request_id.clone(),
+        }),
+        OutputItem::McpApprovalRequest(a) => InputItem::McpApprovalRequest(a.clone()),
+        OutputItem::ToolSearchCall(t) => InputItem::ToolSearchCall(t.clone()),
+        OutputItem::ToolSearchOutput(t) => InputItem::ToolSearchOutput(t.clone()),
+    })
+}

@@ -1,0 +1,132 @@
+//! The client's answers to approval requests: each `mcp_approval_response` matched to the request
+//! it answers (in the stored chain, or sent back statelessly), checked (unknown, already answered,
+//! altered, or for a tool this request does not offer: a 400 naming the item), and an answer the
+//! model already acted on told apart as history.
+
+use super::StartError;
+use crate::api::FieldError;
+use crate::api::request::InputItem;
+use crate::api::response::{McpApprovalRequestItem, McpListToolsItem};
+use crate::app::App;
+use crate::mcp::ServerSpec;
+
+/// An `mcp_approval_response` matched to the request it answers.
+#[derive(Debug, Clone)]
+pub struct ApprovalAnswer {
+    pub request: McpApprovalRequestItem,
+    pub approve: bool,
+    pub reason: Option<String>,
+}
+
+/// Matches each `mcp_approval_response` of the input to the request it answers: a request in
+/// the stored chain (`previous_response_id`), or sent back in the input (statelessly, or by
+/// `item_reference`), against the request's `servers` and their `listed` tools. Unknown, already
+/// answered, or altered requests are rejected naming `input`.
+pub(super) async fn approval_answers(
+    app: &App,
+    earlier: &[InputItem],
+    input: &[InputItem],
+    servers: &[ServerSpec],
+    listed: &[(McpListToolsItem, bool)],
+) -> Result<Vec<ApprovalAnswer>, StartError> {
+    let mut answers: Vec<ApprovalAnswer> = Vec::new();
+    for (i, item) in input.iter().enumerate() {
+        let InputItem::McpApprovalResponse(resp) = item else {
+            continue;
+        };
+        let param = format!("input[{i}]");
+        let bad = |message: String| {
+            StartError::Invalid(FieldError::invalid_value(param.clone(), message))
+        };
+        let rid = &resp.approval_request_id;
+        // History sent back whole (stateless): a later model turn follows this answer (the
+        // `mcp_call` it approved, or the model's reply to a refusal), so the answer was used; it
+        // is context now, not a call to run or a refusal to tell the model again.
+        if model_spoke_after(input, i) {
+            continue;
+        }
+        let found = earlier.iter().chain(input.iter()).find_map(|it| match it {
+            InputItem::McpApprovalRequest(a) if &a.id == rid => Some(a.clone()),
+            _ => None,
+        });
+        let Some(req) = found else {
+            return Err(bad(format!(
+                "No mcp_approval_request with id '{rid}' found for this mcp_approval_response."
+            )));
+        };
+        // A request sent back statelessly must be the one the relay made, unchanged.
+        if !earlier
+            .iter()
+            .any(|it| matches!(it, InputItem::McpApprovalRequest(a) if &a.id == rid))
+            && let Some(InputItem::McpApprovalRequest(kept)) = app
+                .store()
+                .find_item(rid)
+                .await
+                .map_err(|e| StartError::Store(e.to_string()))?
+            && (kept.arguments != req.arguments
+                || kept.name != req.name
+                || kept.server_label != req.server_label)
+        {
+            return Err(bad(format!(
+                "The mcp_approval_request '{rid}' was changed: its call does not match the request the relay made."
+            )));
+        }
+        let answered_before = earlier.iter().any(|it| match it {
+            InputItem::McpApprovalResponse(r) => &r.approval_request_id == rid,
+            InputItem::McpCall(c) => c.approval_request_id.as_ref() == Some(rid),
+            _ => false,
+        }) || answers.iter().any(|a| &a.request.id == rid);
+        if answered_before {
+            return Err(bad(format!(
+                "The mcp_approval_request '{rid}' was already answered."
+            )));
+        }
+        let Some(server) = servers.iter().find(|s| s.label == req.server_label) else {
+            return Err(bad(format!(
+                "The approved call belongs to MCP server '{}', which is not in this request's 'tools'; send the mcp tool again.",
+                req.server_label
+            )));
+        };
+        // Only a tool this request offers may run: in the server's list (when it could be
+        // listed) and let through by this request's `allowed_tools`.
+        let offered = match listed
+            .iter()
+            .find(|(l, _)| l.server_label == req.server_label)
+        {
+            Some((l, _)) if l.error.is_none() => l.tools.iter().any(|t| t.name == req.name),
+            _ => server.allowed.allows(&req.name, false),
+        };
+        if !offered {
+            return Err(bad(format!(
+                "The approved call's tool '{}' is not among the tools MCP server '{}' offers in this request (see its 'allowed_tools').",
+                req.name, req.server_label
+            )));
+        }
+        answers.push(ApprovalAnswer {
+            request: req,
+            approve: resp.approve,
+            reason: resp.reason.clone(),
+        });
+    }
+    Ok(answers)
+}
+
+/// Whether an item after `input[i]` is one only a later model turn produces: an assistant
+/// message, a call, reasoning or a tool search. Approval requests and tool lists do not count: a
+/// client may put each answer right after its request, before the turn's other requests.
+fn model_spoke_after(input: &[InputItem], i: usize) -> bool {
+    use crate::api::request::Role;
+    input[i + 1..].iter().any(|it| match it {
+        InputItem::Message(m) => m.role == Role::Assistant,
+        InputItem::FunctionCall(_)
+        | InputItem::Reasoning(_)
+        | InputItem::McpCall(_)
+        | InputItem::ToolSearchCall(_)
+        | InputItem::ToolSearchOutput(_) => true,
+        InputItem::McpListTools(_)
+        | InputItem::McpApprovalRequest(_)
+        | InputItem::FunctionCallOutput(_)
+        | InputItem::ItemReference(_)
+        | InputItem::McpApprovalResponse(_) => false,
+    })
+}

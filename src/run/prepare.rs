@@ -1,0 +1,148 @@
+//! Everything before the first byte: limits, the store's availability, the context, the tool
+//! set, the created Response, and the first model turn opened, so that every failure up to here
+//! is an HTTP error and none comes later as one.
+
+use serde_json::{Value, json};
+
+use super::{Prepared, StartError, context, tools, turn};
+use crate::api::request::{CreateRequest, InputItem, ToolParam};
+use crate::api::response::ReasoningEcho;
+use crate::api::{FieldError, Response, ResponseStatus};
+use crate::app::App;
+
+/// Validates the request against the relay's state, resolves its context and opens the first
+/// model turn, so that every failure up to here is an HTTP error and none comes later as one.
+pub async fn prepare(
+    app: &App,
+    request: CreateRequest,
+    client_bearer: Option<String>,
+) -> Result<Prepared, StartError> {
+    let limits = &app.config().limits;
+    if request.store {
+        // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
+        app.store()
+            .available()
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
+    }
+    if request.input.len() > limits.max_input_items {
+        return Err(StartError::Invalid(FieldError::invalid_value(
+            "input",
+            format!(
+                "Too many input items: {} (this relay accepts at most {}).",
+                request.input.len(),
+                limits.max_input_items
+            ),
+        )));
+    }
+    if request.tools.len() > limits.max_tools {
+        return Err(StartError::Invalid(FieldError::invalid_value(
+            "tools",
+            format!(
+                "Too many tools: {} (this relay accepts at most {}).",
+                request.tools.len(),
+                limits.max_tools
+            ),
+        )));
+    }
+    let (history, input) = context::resolve(app, &request).await?;
+    // A background run is answered before its servers are listed (a slow server must not hold
+    // the `queued` answer back), unless it answers approvals: those are checked against the
+    // lists (usually reused from the chain) before the run is accepted.
+    let tools_pending = request.background
+        && !input
+            .iter()
+            .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
+    let mut tools = tools::function_defs(&request);
+    let mcp = if tools_pending {
+        tools::mcp_specs(app, &request)?;
+        tools::McpSetup::default()
+    } else {
+        tools::resolve_mcp(app, &request, &history, &input, &mut tools, true).await?
+    };
+    let response = template(app, &request);
+    let answered = !mcp.answers.is_empty();
+    let mut prepared = Prepared {
+        response,
+        tools,
+        request,
+        input,
+        history,
+        first_turn: None,
+        client_bearer,
+        mcp,
+        tools_pending,
+    };
+    // Approved calls run before the model samples again, so the first turn cannot open early.
+    if !prepared.request.background && !answered {
+        // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
+        let first = turn::turn_request(&prepared, &prepared.history);
+        prepared.first_turn = Some(app.upstream().open(&first).await?);
+    }
+    Ok(prepared)
+}
+
+/// The Response as `response.created` shows it: every echo field, no output yet.
+fn template(app: &App, r: &CreateRequest) -> Response {
+    let tools = r
+        .tools
+        .iter()
+        .map(|t| match t {
+            ToolParam::Function(f) => {
+                json!({"type": "function", "name": f.name, "description": f.description,
+                "parameters": f.parameters, "strict": f.strict})
+            }
+            ToolParam::Mcp(m) => {
+                crate::redact::mcp_tool_echo(m, app.config().mcp.default_approval.as_str())
+            }
+            ToolParam::ToolSearch(t) => json!({"type": "tool_search", "execution": "server",
+                "description": t.description, "parameters": t.parameters}),
+        })
+        .collect();
+    let mut text = json!({"format": {"type": "text"}, "verbosity": r.verbosity.clone().unwrap_or_else(|| "medium".into())});
+    if let Some(f) = &r.text_format {
+        text["format"] = serde_json::to_value(f).unwrap_or(Value::Null);
+    }
+    Response {
+        id: app.ids().mint("resp"),
+        object: "response".into(),
+        created_at: app.clock().now_unix(),
+        completed_at: None,
+        status: if r.background {
+            ResponseStatus::Queued
+        } else {
+            ResponseStatus::InProgress
+        },
+        background: r.background,
+        error: None,
+        incomplete_details: None,
+        instructions: r.instructions.clone(),
+        max_output_tokens: r.max_output_tokens,
+        max_tool_calls: r.max_tool_calls,
+        model: r.model.clone(),
+        output: Vec::new(),
+        parallel_tool_calls: r.parallel_tool_calls,
+        previous_response_id: r.previous_response_id.clone(),
+        reasoning: ReasoningEcho {
+            effort: r.reasoning_effort.clone(),
+            summary: r.reasoning_summary.clone(),
+        },
+        store: r.store,
+        temperature: r.temperature.unwrap_or(1.0),
+        top_p: r.top_p.unwrap_or(1.0),
+        presence_penalty: 0.0,
+        frequency_penalty: 0.0,
+        top_logprobs: 0,
+        text,
+        tool_choice: r.tool_choice_echo.clone(),
+        tools,
+        truncation: r.truncation.clone(),
+        usage: None,
+        user: r.user.clone(),
+        metadata: r.metadata.clone(),
+        service_tier: "default".into(),
+        safety_identifier: r.safety_identifier.clone(),
+        prompt_cache_key: r.prompt_cache_key.clone(),
+        prompt_cache_retention: r.prompt_cache_retention.clone(),
+    }
+}
