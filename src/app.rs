@@ -41,12 +41,12 @@ impl App {
         if app.config().store_ttl.is_some() && tokio::runtime::Handle::try_current().is_ok() {
             let sweeper = app.clone();
             tokio::spawn(async move {
-                let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
-                loop {
-                    tokio::select! {
-                        _ = tick.tick() => {}
-                        _ = sweeper.shutdown_token().cancelled() => return,
-                    }
+                use futures::StreamExt;
+                let every = tokio::time::interval(std::time::Duration::from_secs(60));
+                let ticks = tokio_stream::wrappers::IntervalStream::new(every)
+                    .take_until(sweeper.shutdown_token().clone().cancelled_owned());
+                tokio::pin!(ticks);
+                while ticks.next().await.is_some() {
                     match sweeper.store().expire(sweeper.clock().now_unix()).await {
                         Ok(0) => {}
                         Ok(n) => tracing::info!(removed = n, "expired stored responses"),

@@ -807,14 +807,8 @@ async fn write_loop(
     // Runs whose events Redis did not keep, with the reason their clients are told.
     let mut broken: HashMap<String, String> = HashMap::new();
     let mut batch = Vec::with_capacity(BATCH);
-    while let Some(first) = rx.recv().await {
-        batch.push(first);
-        while batch.len() < BATCH {
-            match rx.try_recv() {
-                Ok(c) => batch.push(c),
-                Err(_) => break,
-            }
-        }
+    // Waits for one command, then takes every one already queued (up to BATCH).
+    while rx.recv_many(&mut batch, BATCH).await > 0 {
         // The pipeline: each insert as its own script; the appends between two inserts as one
         // script call (so an insert still precedes its run's first event). `calls` holds, per
         // pipelined command, how many events it appends (0: an insert).

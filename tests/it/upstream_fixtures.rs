@@ -48,43 +48,21 @@ struct Transcript {
     payloads: Vec<String>,
 }
 
-/// The `data:` payloads of an SSE body, per the SSE rules: events end at a blank line, comment
-/// lines start with `:`, one leading space after `data:` is dropped, data lines of one event join
-/// with `\n`. Stops at `[DONE]`.
+/// The `data:` payloads of an SSE body, read by eventsource-stream (the SSE rules: events end at
+/// a blank line, comments start with `:`, one leading space after `data:` is dropped, data lines of
+/// one event join with `\n`). Stops at `[DONE]`.
 fn sse_payloads(text: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut data: Option<String> = None;
-    for line in text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)) {
-        if line.is_empty() {
-            if let Some(d) = data.take() {
-                if d.trim() == "[DONE]" {
-                    return out;
-                }
-                out.push(d);
-            }
-            continue;
-        }
-        if line.starts_with(':') {
-            continue;
-        }
-        let (field, value) = line.split_once(':').unwrap_or((line, ""));
-        let value = value.strip_prefix(' ').unwrap_or(value);
-        if field == "data" {
-            match &mut data {
-                Some(d) => {
-                    d.push('\n');
-                    d.push_str(value);
-                }
-                None => data = Some(value.to_string()),
-            }
-        }
-    }
-    if let Some(d) = data
-        && d.trim() != "[DONE]"
-    {
-        out.push(d);
-    }
-    out
+    use eventsource_stream::Eventsource;
+    use futures::StreamExt;
+    let body = futures::stream::iter([Ok::<_, std::convert::Infallible>(bytes::Bytes::from(
+        text.to_string(),
+    ))]);
+    let events: Vec<_> = futures::executor::block_on(body.eventsource().collect());
+    events
+        .into_iter()
+        .map(|e| e.expect("the transcript is valid SSE").data)
+        .take_while(|d| d.trim() != "[DONE]")
+        .collect()
 }
 
 fn load(path: &Path) -> Transcript {
