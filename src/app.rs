@@ -24,6 +24,7 @@ struct Inner {
     clock: Clock,
     shutdown: CancellationToken,
     runs: Arc<tokio::sync::Semaphore>,
+    sealer: Arc<crate::seal::Sealer>,
 }
 
 impl App {
@@ -37,7 +38,8 @@ impl App {
     /// starts the retention sweeper.
     pub fn open(config: Config) -> Result<Self, crate::store::StoreError> {
         let store = crate::store::Store::open(&config.store, config.store_ttl)?;
-        let app = Self::build(config, store);
+        let sealer = sealer_for(&config)?;
+        let app = Self::build(config, store, sealer);
         if app.config().store_ttl.is_some() && tokio::runtime::Handle::try_current().is_ok() {
             let sweeper = app.clone();
             tokio::spawn(async move {
@@ -58,7 +60,7 @@ impl App {
         Ok(app)
     }
 
-    fn build(config: Config, store: Store) -> Self {
+    fn build(config: Config, store: Store, sealer: crate::seal::Sealer) -> Self {
         crate::install_tls();
         let upstream = Upstream::new(
             config.upstream_api,
@@ -85,6 +87,7 @@ impl App {
                 runs: Arc::new(tokio::sync::Semaphore::new(
                     config.limits.max_concurrent_runs,
                 )),
+                sealer: Arc::new(sealer),
                 config,
             }),
         }
@@ -115,6 +118,11 @@ impl App {
         self.inner.clock
     }
 
+    /// What seals and opens reasoning items' `encrypted_content`.
+    pub fn sealer(&self) -> &Arc<crate::seal::Sealer> {
+        &self.inner.sealer
+    }
+
     /// A place for one more run, if the relay is not full.
     pub fn run_permit(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
         self.inner.runs.clone().try_acquire_owned().ok()
@@ -141,4 +149,26 @@ fn mcp_pool(config: &Config) -> crate::mcp::Pool {
         .tcp_nodelay(true);
     let http = crate::ssrf::guarded_client(config.mcp.ssrf.clone(), builder);
     crate::mcp::Pool::with_http_client(pool, http)
+}
+
+/// The relay's sealing key: `--secret-key`, else the key file beside the SQLite store (made
+/// once), else one for this process.
+fn sealer_for(config: &Config) -> Result<crate::seal::Sealer, crate::store::StoreError> {
+    use crate::seal::{KEY_FILE, Sealer};
+    if let Some(secret) = &config.secret_key {
+        return Ok(Sealer::from_secret(&secret.0));
+    }
+    match &config.store {
+        crate::config::StoreKind::Sqlite(path) => {
+            let file = path
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."))
+                .join(KEY_FILE);
+            Sealer::from_key_file(&file).map_err(|e| {
+                crate::store::StoreError(format!("the sealing key {}: {e}", file.display()))
+            })
+        }
+        _ => Ok(Sealer::random()),
+    }
 }

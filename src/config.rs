@@ -101,6 +101,18 @@ pub enum DiscoveryFailure {
     Fail,
 }
 
+/// What a hosted tool the relay cannot run (`web_search`, `file_search`, `code_interpreter`, ...)
+/// does to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HostedTools {
+    /// Accepted and echoed, never offered to the model.
+    #[default]
+    Ignore,
+    /// A 400 naming the tool.
+    Reject,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalArg {
@@ -124,6 +136,16 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub upstream_api_key: Option<String>,
+    /// The secret that seals reasoning items' `encrypted_content` (any string; default: a key
+    /// file `relay-secret.key` beside the SQLite store, made once). Relays sharing a Redis store
+    /// need the same one.
+    #[arg(
+        long,
+        env = "RELAY_SECRET_KEY",
+        value_name = "SECRET",
+        hide_env_values = true
+    )]
+    pub secret_key: Option<String>,
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
     pub upstream_api: Option<ApiArg>,
@@ -184,6 +206,11 @@ pub struct ServeArgs {
     /// item with `error`, the run goes on) or `fail` (HTTP 424 before any event).
     #[arg(long, env = "RELAY_MCP_DISCOVERY_FAILURE", value_enum)]
     pub mcp_discovery_failure: Option<DiscoveryFailure>,
+    /// Hosted tools the relay cannot run (`web_search`, `file_search`, `code_interpreter`,
+    /// `image_generation`, ...): `ignore` (accepted and echoed, not offered to the model) or
+    /// `reject` (HTTP 400 naming the tool).
+    #[arg(long, env = "RELAY_HOSTED_TOOLS", value_enum)]
+    pub hosted_tools: Option<HostedTools>,
     /// `require_approval` for `mcp` tools that do not set it (OpenAI's default is `always`).
     #[arg(long, env = "RELAY_DEFAULT_REQUIRE_APPROVAL", value_enum)]
     pub default_require_approval: Option<ApprovalArg>,
@@ -229,6 +256,7 @@ struct FileConfig {
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
+    secret_key: Option<String>,
     upstream_api: Option<ApiArg>,
     store: Option<String>,
     store_ttl: Option<f64>,
@@ -246,6 +274,7 @@ struct FileConfig {
     upstream_vision: Option<bool>,
     max_body_bytes: Option<usize>,
     mcp_discovery_failure: Option<DiscoveryFailure>,
+    hosted_tools: Option<HostedTools>,
     default_require_approval: Option<ApprovalArg>,
     max_mcp_servers: Option<usize>,
     mcp_discovery_timeout: Option<f64>,
@@ -320,6 +349,16 @@ pub struct McpConfig {
     pub ssrf: crate::ssrf::Policy,
 }
 
+/// A secret from the command line: `Debug` shows `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("***")
+    }
+}
+
 /// Bounds on what one request or the whole relay may use.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -339,6 +378,8 @@ pub struct Config {
     pub listen: SocketAddr,
     pub upstream_url: String,
     pub upstream_api_key: Option<String>,
+    /// `--secret-key`: never printed.
+    pub secret_key: Option<Secret>,
     pub upstream_api: UpstreamApi,
     pub store: StoreKind,
     /// How long stored runs are kept.
@@ -347,6 +388,8 @@ pub struct Config {
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
     pub upstream_vision: bool,
+    /// `--hosted-tools`.
+    pub hosted_tools: HostedTools,
     pub limits: Limits,
     pub mcp: McpConfig,
     /// Sequential ids and a fixed clock, for golden tests.
@@ -359,6 +402,7 @@ impl Default for Config {
             listen: "127.0.0.1:8080".parse().expect("valid"),
             upstream_url: "http://127.0.0.1:11434/v1".into(),
             upstream_api_key: None,
+            secret_key: None,
             upstream_api: UpstreamApi::Chat,
             store: StoreKind::Memory,
             store_ttl: None,
@@ -371,6 +415,7 @@ impl Default for Config {
             },
             max_body_bytes: 16 * 1024 * 1024,
             upstream_vision: false,
+            hosted_tools: HostedTools::Ignore,
             limits: Limits {
                 max_concurrent_runs: 1024,
                 max_run_time: Duration::from_secs(3600),
@@ -445,6 +490,12 @@ impl Config {
             .or(file.upstream_api_key)
             .or_else(|| env("OPENAI_API_KEY"))
             .filter(|k| !k.is_empty());
+        if let Some(k) = args.secret_key.or(file.secret_key) {
+            if k.len() < 16 {
+                return Err(bad("--secret-key", "at least 16 characters"));
+            }
+            c.secret_key = Some(Secret(k));
+        }
         c.upstream_api = match args.upstream_api.or(file.upstream_api) {
             Some(ApiArg::Responses) => UpstreamApi::Responses,
             _ => UpstreamApi::Chat,
@@ -576,6 +627,9 @@ impl Config {
         }
         if let Some(f) = args.mcp_discovery_failure.or(file.mcp_discovery_failure) {
             c.mcp.discovery_failure = f;
+        }
+        if let Some(h) = args.hosted_tools.or(file.hosted_tools) {
+            c.hosted_tools = h;
         }
         if let Some(a) = args
             .default_require_approval

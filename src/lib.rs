@@ -18,6 +18,7 @@ pub mod logs;
 pub mod mcp;
 pub mod redact;
 pub mod run;
+pub mod seal;
 pub mod server;
 pub mod ssrf;
 pub mod store;

@@ -226,6 +226,24 @@ fn describe(item: &OutputItem) -> String {
         OutputItem::ToolSearchCall(t) => {
             format!("tool_search_call {}", clip(&t.arguments.to_string(), 120))
         }
+        OutputItem::CustomToolCall(c) => format!(
+            "custom_tool_call {}({}) call_id={}",
+            c.name,
+            clip(&c.input, 80),
+            c.call_id
+        ),
+        OutputItem::LocalShellCall(c)
+        | OutputItem::ShellCall(c)
+        | OutputItem::ApplyPatchCall(c)
+        | OutputItem::ComputerCall(c) => format!(
+            "{} {} call_id={}",
+            item.kind(),
+            clip(
+                &serde_json::Value::Object(c.fields.clone()).to_string(),
+                100
+            ),
+            c.call_id
+        ),
         OutputItem::ToolSearchOutput(t) => {
             let found: Vec<String> = t
                 .tools

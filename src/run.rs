@@ -66,6 +66,8 @@ pub struct Prepared {
     pub first_turn: Option<ModelStream>,
     pub client_bearer: Option<String>,
     pub mcp: McpSetup,
+    /// Where the model-facing names of client tools (namespaced, custom, built-in) lead.
+    pub clients: Arc<transcode::ClientMap>,
     /// A background run answers `queued` at once: it lists its MCP servers itself, first thing
     /// ([`resolve_tools`]); `mcp` is empty and `tools` has only the function tools until then.
     pub tools_pending: bool,

@@ -126,6 +126,7 @@ pub struct ResponsesOptions {
     pub truncation: Option<String>,
     pub prompt_cache_key: Option<String>,
     pub prompt_cache_retention: Option<String>,
+    pub prompt_cache_options: Option<serde_json::Map<String, serde_json::Value>>,
     pub safety_identifier: Option<String>,
 }
 

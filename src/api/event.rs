@@ -148,6 +148,18 @@ pub enum Event {
         output_index: usize,
         arguments: String,
     },
+    #[serde(rename = "response.custom_tool_call_input.delta")]
+    CustomToolCallInputDelta {
+        item_id: String,
+        output_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.custom_tool_call_input.done")]
+    CustomToolCallInputDone {
+        item_id: String,
+        output_index: usize,
+        input: String,
+    },
 }
 
 impl Event {
@@ -172,6 +184,8 @@ impl Event {
             Event::ReasoningTextDone { .. } => "response.reasoning_text.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
+            Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
+            Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
             Event::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
             Event::McpListToolsFailed { .. } => "response.mcp_list_tools.failed",
@@ -253,6 +267,16 @@ impl Event {
                 ..
             }
             | Event::FunctionCallArgumentsDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::CustomToolCallInputDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::CustomToolCallInputDone {
                 item_id,
                 output_index,
                 ..

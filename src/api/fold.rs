@@ -265,6 +265,20 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             }
             _ => expect_kind(item, &["function_call"]),
         },
+        Event::CustomToolCallInputDelta { delta, .. } => match item {
+            OutputItem::CustomToolCall(c) => {
+                c.input.push_str(delta);
+                Ok(())
+            }
+            _ => expect_kind(item, &["custom_tool_call"]),
+        },
+        Event::CustomToolCallInputDone { input, .. } => match item {
+            OutputItem::CustomToolCall(c) => {
+                c.input = input.clone();
+                Ok(())
+            }
+            _ => expect_kind(item, &["custom_tool_call"]),
+        },
         Event::McpCallArgumentsDelta { delta, .. } => match item {
             OutputItem::McpCall(c) => {
                 c.arguments.push_str(delta);

@@ -4,8 +4,10 @@
 use super::OutputItem;
 use super::request::{
     InputFunctionCall, InputItem, InputMcpCall, InputMessage, InputPart, MessageContent, Role,
+    ToolItem,
 };
-use super::response::{ContentPart, ReasoningItemInput};
+use super::response::{ClientCallItem, ContentPart, ReasoningItemInput};
+use serde_json::{Map, Value};
 
 /// An output item as the model will see it in later turns.
 pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
@@ -32,6 +34,7 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
                     .collect(),
             ),
             status: None,
+            internal_chat_message_metadata_passthrough: None,
         }),
         OutputItem::FunctionCall(f) => InputItem::FunctionCall(InputFunctionCall {
             id: Some(f.id.clone()),
@@ -39,6 +42,9 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
             name: f.name.clone(),
             arguments: f.arguments.clone(),
             status: None,
+            namespace: f.namespace.clone(),
+            caller: None,
+            is_async: None,
         }),
         OutputItem::Reasoning(r) => InputItem::Reasoning(ReasoningItemInput {
             id: r.id.clone(),
@@ -61,5 +67,32 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
         OutputItem::McpApprovalRequest(a) => InputItem::McpApprovalRequest(a.clone()),
         OutputItem::ToolSearchCall(t) => InputItem::ToolSearchCall(t.clone()),
         OutputItem::ToolSearchOutput(t) => InputItem::ToolSearchOutput(t.clone()),
+        OutputItem::CustomToolCall(c) => {
+            let mut fields = Map::new();
+            fields.insert("name".into(), Value::String(c.name.clone()));
+            fields.insert("input".into(), Value::String(c.input.clone()));
+            if let Some(ns) = &c.namespace {
+                fields.insert("namespace".into(), Value::String(ns.clone()));
+            }
+            InputItem::CustomToolCall(ToolItem {
+                id: Some(c.id.clone()),
+                call_id: Some(c.call_id.clone()),
+                status: None,
+                fields,
+            })
+        }
+        OutputItem::LocalShellCall(c) => InputItem::LocalShellCall(client_call(c)),
+        OutputItem::ShellCall(c) => InputItem::ShellCall(client_call(c)),
+        OutputItem::ApplyPatchCall(c) => InputItem::ApplyPatchCall(client_call(c)),
+        OutputItem::ComputerCall(c) => InputItem::ComputerCall(client_call(c)),
     })
+}
+
+fn client_call(c: &ClientCallItem) -> ToolItem {
+    ToolItem {
+        id: Some(c.id.clone()),
+        call_id: Some(c.call_id.clone()),
+        status: None,
+        fields: c.fields.clone(),
+    }
 }

@@ -37,6 +37,16 @@ pub struct CreateResponse {
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,
     pub prompt_cache_retention: Option<String>,
+    pub prompt_cache_options: Option<Map<String, Value>>,
+    pub access_programs: Option<Map<String, Value>>,
+    pub background_options: Option<Map<String, Value>>,
+    pub context_management: Option<Value>,
+    pub conversation: Option<Value>,
+    pub image: Option<Map<String, Value>>,
+    pub moderation: Option<Value>,
+    pub prompt: Option<Value>,
+    /// Not in the SDK's types, but accepted by OpenAI and sent by Codex on every request.
+    pub client_metadata: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Clone, Deserialize, Default)]
@@ -75,18 +85,84 @@ pub struct ReasoningParam {
     pub generate_summary: Option<String>,
 }
 
-/// A `function` tool.
-#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+/// A `function` tool. `allowed_callers`, `defer_loading`, `output_schema` and `async` are
+/// accepted (and echoed) but change nothing here: every function is offered from the first turn.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Default)]
 #[serde(deny_unknown_fields)]
 pub struct FunctionTool {
     pub name: String,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub description: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parameters: Option<Value>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strict: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_callers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defer_loading: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    #[serde(default, rename = "async", skip_serializing_if = "Option::is_none")]
+    pub is_async: Option<bool>,
 }
+
+/// A `custom` tool: the model writes free-form `input` (optionally in a grammar `format`).
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CustomTool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_callers: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub defer_loading: Option<bool>,
+    #[serde(default, rename = "async", skip_serializing_if = "Option::is_none")]
+    pub is_async: Option<bool>,
+}
+
+/// One tool of a `namespace`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NamespacedTool {
+    Function(FunctionTool),
+    Custom(CustomTool),
+}
+
+/// A `namespace` tool: functions (and custom tools) grouped under one name; a call carries the
+/// `namespace` and the tool's own `name`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamespaceTool {
+    pub name: String,
+    pub description: String,
+    pub tools: Vec<NamespacedTool>,
+}
+
+/// A client-executed tool with a fixed shape of call (`local_shell`, `shell`, `apply_patch`,
+/// `computer`, `computer_use_preview`): offered to the model as a function, its calls handed to
+/// the client as the call item OpenAI sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltinTool {
+    LocalShell,
+    Shell,
+    ApplyPatch,
+    Computer,
+}
+
+/// Server-executed tools the relay cannot run (`web_search`, `file_search`, ...): accepted and
+/// echoed, or refused, per `--hosted-tools`; never offered to the model.
+pub const HOSTED_TOOL_TYPES: &[&str] = &[
+    "web_search",
+    "web_search_2025_08_26",
+    "web_search_preview",
+    "web_search_preview_2025_03_11",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "programmatic_tool_calling",
+];
 
 /// An `mcp` tool as sent (validated further by the MCP layer).
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
@@ -118,7 +194,21 @@ pub struct ToolSearchParam {
 pub enum ToolParam {
     Function(FunctionTool),
     Mcp(McpToolParam),
+    /// Server-side (`execution: "server"`, the default) or client-side tool search.
     ToolSearch(ToolSearchParam),
+    Custom(CustomTool),
+    Namespace(NamespaceTool),
+    /// A built-in client tool and the tool object as sent (echoed as is).
+    Builtin(BuiltinTool, Map<String, Value>),
+    /// A hosted tool the relay cannot run: its type and the tool object as sent.
+    Hosted(String, Map<String, Value>),
+}
+
+impl ToolParam {
+    /// Whether this is a `tool_search` the client runs (`execution: "client"`).
+    pub fn is_client_search(&self) -> bool {
+        matches!(self, ToolParam::ToolSearch(t) if t.execution.as_deref() == Some("client"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -132,6 +222,16 @@ pub enum ToolChoice {
     Mcp {
         server_label: String,
         name: Option<String>,
+    },
+    Custom {
+        name: String,
+    },
+    /// `{type: "apply_patch" | "shell" | "computer" | ...}`: that built-in client tool.
+    Builtin(BuiltinTool),
+    /// `allowed_tools`: only these tools (as `{type, name}` references), `required` or not.
+    Allowed {
+        required: bool,
+        tools: Vec<Value>,
     },
 }
 
@@ -242,6 +342,9 @@ pub struct InputMessage {
     pub content: MessageContent,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// Sent by Codex on its input messages and tolerated by OpenAI; read, never kept or sent on.
+    #[serde(default, skip_serializing)]
+    pub internal_chat_message_metadata_passthrough: Option<Value>,
 }
 
 /// A `function_call_output.output`: a string or a list of content parts.
@@ -280,6 +383,76 @@ pub enum InputItem {
     McpApprovalResponse(McpApprovalResponse),
     ToolSearchCall(super::response::ToolSearchCallItem),
     ToolSearchOutput(super::response::ToolSearchOutputItem),
+    CustomToolCall(ToolItem),
+    CustomToolCallOutput(ToolItem),
+    LocalShellCall(ToolItem),
+    LocalShellCallOutput(ToolItem),
+    ShellCall(ToolItem),
+    ShellCallOutput(ToolItem),
+    ApplyPatchCall(ToolItem),
+    ApplyPatchCallOutput(ToolItem),
+    ComputerCall(ToolItem),
+    ComputerCallOutput(ToolItem),
+    /// Calls of hosted tools (from a Response of OpenAI's): context the model cannot use here.
+    FileSearchCall(ToolItem),
+    WebSearchCall(ToolItem),
+    ImageGenerationCall(ToolItem),
+    CodeInterpreterCall(ToolItem),
+    Program(ToolItem),
+    ProgramOutput(ToolItem),
+    /// Tools added mid-conversation (`role: developer`, `tools`): offered from then on.
+    AdditionalTools(ToolItem),
+    /// A change of `reasoning` or `text` mid-conversation.
+    ConfigurationUpdate(ToolItem),
+}
+
+/// An item of a client-executed or hosted tool as sent back in `input`: the fields the relay
+/// reads (`id`, `call_id`, `status`) and the rest of the item as sent (its `action`,
+/// `operation`, `input`, `output`, ...), kept and given back as is.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct ToolItem {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
+}
+
+impl InputItem {
+    /// The item's [`ToolItem`], for the client and hosted tools' items.
+    pub fn tool_item_mut(&mut self) -> Option<&mut ToolItem> {
+        match self {
+            InputItem::CustomToolCall(t)
+            | InputItem::CustomToolCallOutput(t)
+            | InputItem::LocalShellCall(t)
+            | InputItem::LocalShellCallOutput(t)
+            | InputItem::ShellCall(t)
+            | InputItem::ShellCallOutput(t)
+            | InputItem::ApplyPatchCall(t)
+            | InputItem::ApplyPatchCallOutput(t)
+            | InputItem::ComputerCall(t)
+            | InputItem::ComputerCallOutput(t)
+            | InputItem::FileSearchCall(t)
+            | InputItem::WebSearchCall(t)
+            | InputItem::ImageGenerationCall(t)
+            | InputItem::CodeInterpreterCall(t)
+            | InputItem::Program(t)
+            | InputItem::ProgramOutput(t)
+            | InputItem::AdditionalTools(t)
+            | InputItem::ConfigurationUpdate(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+impl ToolItem {
+    /// A string field of the item (`name`, `input`, `namespace`, ...).
+    pub fn str(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).and_then(Value::as_str)
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -292,6 +465,13 @@ pub struct InputFunctionCall {
     pub arguments: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// The `namespace` tool the function belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Value>,
+    #[serde(default, rename = "async", skip_serializing_if = "Option::is_none")]
+    pub is_async: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -303,6 +483,8 @@ pub struct InputFunctionCallOutput {
     pub output: ToolOutput,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<Value>,
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -393,6 +575,24 @@ impl InputItem {
             InputItem::McpApprovalResponse(a) => a.id.as_deref(),
             InputItem::ToolSearchCall(t) => Some(&t.id),
             InputItem::ToolSearchOutput(t) => Some(&t.id),
+            InputItem::CustomToolCall(t)
+            | InputItem::CustomToolCallOutput(t)
+            | InputItem::LocalShellCall(t)
+            | InputItem::LocalShellCallOutput(t)
+            | InputItem::ShellCall(t)
+            | InputItem::ShellCallOutput(t)
+            | InputItem::ApplyPatchCall(t)
+            | InputItem::ApplyPatchCallOutput(t)
+            | InputItem::ComputerCall(t)
+            | InputItem::ComputerCallOutput(t)
+            | InputItem::FileSearchCall(t)
+            | InputItem::WebSearchCall(t)
+            | InputItem::ImageGenerationCall(t)
+            | InputItem::CodeInterpreterCall(t)
+            | InputItem::Program(t)
+            | InputItem::ProgramOutput(t)
+            | InputItem::AdditionalTools(t)
+            | InputItem::ConfigurationUpdate(t) => t.id.as_deref(),
         }
     }
 }
@@ -427,6 +627,14 @@ pub struct CreateRequest {
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,
     pub prompt_cache_retention: Option<String>,
+    /// Forwarded to a Responses upstream as sent.
+    pub prompt_cache_options: Option<Map<String, Value>>,
+    /// `include` as sent (validated).
+    pub include: Vec<String>,
+    /// Hints accepted and echoed: they change nothing here.
+    pub client_metadata: Option<Map<String, Value>>,
+    pub background_options: Option<Map<String, Value>>,
+    pub service_tier: Option<String>,
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -542,7 +750,7 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         None | Some(Value::Null) => Vec::new(),
         Some(v) => parse_input(v)?,
     };
-    let tools = parse_tools(raw.tools.unwrap_or_default())?;
+    let tools = parse_tools(raw.tools.unwrap_or_default(), "tools")?;
     let tool_choice_echo = raw
         .tool_choice
         .clone()
@@ -694,11 +902,37 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         }
     }
     if let Some(t) = &raw.service_tier
-        && !["auto", "default"].contains(&t.as_str())
+        && !SERVICE_TIERS.contains(&t.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "service_tier",
+            format!(
+                "Invalid value: '{t}'. Supported values are: {}.",
+                quoted(SERVICE_TIERS)
+            ),
+        ));
+    }
+    refuse_present(
+        "conversation",
+        &raw.conversation,
+        "Conversations are not supported by this relay yet: chain responses with 'previous_response_id', or send the whole history in 'input'.",
+    )?;
+    refuse_present(
+        "prompt",
+        &raw.prompt,
+        "Prompt templates live in OpenAI's prompt store, which this relay does not have: send 'instructions' and 'input' instead.",
+    )?;
+    refuse_present(
+        "moderation",
+        &raw.moderation,
+        "This relay has no moderation model to score or block input and output with: leave 'moderation' out.",
+    )?;
+    if let Some(Value::Array(cm)) = &raw.context_management
+        && !cm.is_empty()
     {
         return Err(FieldError::unsupported(
-            "service_tier",
-            format!("service_tier '{t}' is not supported by this relay; use 'auto' or 'default'."),
+            "context_management",
+            "Server-side compaction ('context_management') is not supported by this relay yet: leave it out; long conversations are sent to the model whole.",
         ));
     }
     Ok(CreateRequest {
@@ -728,7 +962,22 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         safety_identifier: raw.safety_identifier,
         prompt_cache_key: raw.prompt_cache_key,
         prompt_cache_retention: raw.prompt_cache_retention,
+        prompt_cache_options: raw.prompt_cache_options,
+        include: raw.include.unwrap_or_default(),
+        client_metadata: raw.client_metadata,
+        background_options: raw.background_options,
+        service_tier: raw.service_tier,
     })
+}
+
+const SERVICE_TIERS: &[&str] = &["auto", "default", "flex", "scale", "priority"];
+
+/// A 400 naming `name` when the field is present (not null): it cannot be honoured here.
+fn refuse_present(name: &str, value: &Option<Value>, why: &str) -> Result<(), FieldError> {
+    match value {
+        None | Some(Value::Null) => Ok(()),
+        Some(_) => Err(FieldError::unsupported(name, why)),
+    }
 }
 
 fn quoted(values: &[&str]) -> String {
@@ -756,6 +1005,7 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
             role: Role::User,
             content: MessageContent::Text(text),
             status: None,
+            internal_chat_message_metadata_passthrough: None,
         })]),
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
@@ -803,6 +1053,36 @@ const ITEM_TYPES: &[&str] = &[
     "mcp_approval_response",
     "tool_search_call",
     "tool_search_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "shell_call",
+    "shell_call_output",
+    "apply_patch_call",
+    "apply_patch_call_output",
+    "computer_call",
+    "computer_call_output",
+    "file_search_call",
+    "web_search_call",
+    "image_generation_call",
+    "code_interpreter_call",
+    "program",
+    "program_output",
+    "additional_tools",
+    "configuration_update",
+];
+
+/// Input item types OpenAI has that this relay cannot take yet, with the reason.
+const ITEM_TYPES_NOT_YET: &[(&str, &str)] = &[
+    (
+        "compaction",
+        "Compaction items are not supported by this relay yet: send the conversation's items instead of a compacted summary.",
+    ),
+    (
+        "compaction_trigger",
+        "Compaction is not supported by this relay yet: leave out the 'compaction_trigger' item.",
+    ),
 ];
 
 const ROLES: &[&str] = &["user", "system", "developer", "assistant"];
@@ -810,6 +1090,9 @@ const ROLES: &[&str] = &["user", "system", "developer", "assistant"];
 /// Checks an item's `type` (and a message's `role`) before parsing, so the error names them.
 fn check_item_kind(item: &Value, param: &str) -> Result<(), FieldError> {
     let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+    if let Some((_, why)) = ITEM_TYPES_NOT_YET.iter().find(|(k, _)| *k == kind) {
+        return Err(FieldError::unsupported(param, *why));
+    }
     if !ITEM_TYPES.contains(&kind) {
         return Err(FieldError::invalid_value(
             format!("{param}.type"),
@@ -897,10 +1180,11 @@ fn check_input_item(item: &InputItem, param: &str) -> Result<(), FieldError> {
     Ok(())
 }
 
-fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
+/// Parses a list of tools (`tools`, or the tools an input item adds, named from `base`).
+pub fn parse_tools(tools: Vec<Value>, base: &str) -> Result<Vec<ToolParam>, FieldError> {
     let mut out = Vec::with_capacity(tools.len());
     for (i, mut tool) in tools.into_iter().enumerate() {
-        let param = format!("tools[{i}]");
+        let param = format!("{base}[{i}]");
         let Some(obj) = tool.as_object_mut() else {
             return Err(FieldError::new(
                 param,
@@ -918,33 +1202,21 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
             }
         };
         match kind.as_str() {
-            "function" => {
-                let f: FunctionTool = from_value_at(tool, &param)?;
-                if !valid_name(&f.name) {
-                    return Err(FieldError::invalid_value(
-                        format!("{param}.name"),
-                        format!(
-                            "Invalid '{param}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."
-                        ),
-                    ));
-                }
-                if let Some(p) = &f.parameters
-                    && !p.is_object()
-                {
-                    return Err(FieldError::new(
-                        format!("{param}.parameters"),
-                        "Invalid 'parameters': expected a JSON Schema object.",
-                    ));
-                }
-                out.push(ToolParam::Function(f));
-            }
+            "function" => out.push(ToolParam::Function(parse_function(tool, &param)?)),
+            "custom" => out.push(ToolParam::Custom(parse_custom(tool, &param)?)),
+            "namespace" => out.push(ToolParam::Namespace(parse_namespace(tool, &param)?)),
             "mcp" => out.push(ToolParam::Mcp(from_value_at(tool, &param)?)),
             "tool_search" => {
                 let t: ToolSearchParam = from_value_at(tool, &param)?;
-                if t.execution.as_deref().is_some_and(|e| e != "server") {
-                    return Err(FieldError::unsupported(
+                if let Some(e) = t.execution.as_deref()
+                    && e != "server"
+                    && e != "client"
+                {
+                    return Err(FieldError::invalid_value(
                         format!("{param}.execution"),
-                        "Only server-side tool search ('execution': 'server') is supported by this relay.",
+                        format!(
+                            "Invalid value: '{e}'. Supported values are: 'server' and 'client'."
+                        ),
                     ));
                 }
                 if out.iter().any(|t| matches!(t, ToolParam::ToolSearch(_))) {
@@ -955,11 +1227,37 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
                 }
                 out.push(ToolParam::ToolSearch(t));
             }
+            "local_shell" | "shell" | "apply_patch" | "computer" | "computer_use_preview" => {
+                let builtin = match kind.as_str() {
+                    "local_shell" => BuiltinTool::LocalShell,
+                    "shell" => BuiltinTool::Shell,
+                    "apply_patch" => BuiltinTool::ApplyPatch,
+                    _ => BuiltinTool::Computer,
+                };
+                if out
+                    .iter()
+                    .any(|t| matches!(t, ToolParam::Builtin(b, _) if *b == builtin))
+                {
+                    return Err(FieldError::invalid_value(
+                        format!("{param}.type"),
+                        format!("At most one '{kind}' tool is allowed."),
+                    ));
+                }
+                let mut spec = std::mem::take(obj);
+                spec.insert("type".into(), Value::String(kind.clone()));
+                out.push(ToolParam::Builtin(builtin, spec));
+            }
+            k if HOSTED_TOOL_TYPES.contains(&k) => {
+                let mut spec = std::mem::take(obj);
+                spec.insert("type".into(), Value::String(kind.clone()));
+                out.push(ToolParam::Hosted(kind.clone(), spec));
+            }
             other => {
                 return Err(FieldError::invalid_value(
                     format!("{param}.type"),
                     format!(
-                        "Tool type '{other}' is not supported by this relay. Supported tool types are: 'function', 'mcp' and 'tool_search'."
+                        "Invalid value: '{other}'. Supported tool types are: 'function', 'custom', 'namespace', 'mcp', 'tool_search', 'local_shell', 'shell', 'apply_patch', 'computer', 'computer_use_preview', and the hosted tools {}.",
+                        quoted(HOSTED_TOOL_TYPES)
                     ),
                 ));
             }
@@ -967,16 +1265,159 @@ fn parse_tools(tools: Vec<Value>) -> Result<Vec<ToolParam>, FieldError> {
     }
     let mut names = std::collections::HashSet::new();
     for (i, t) in out.iter().enumerate() {
-        if let ToolParam::Function(f) = t
-            && !names.insert(f.name.clone())
-        {
+        let name = match t {
+            ToolParam::Function(f) => &f.name,
+            ToolParam::Custom(c) => &c.name,
+            _ => continue,
+        };
+        if !names.insert(name.clone()) {
             return Err(FieldError::invalid_value(
-                format!("tools[{i}].name"),
-                format!("Duplicate function tool name '{}' in 'tools'.", f.name),
+                format!("{base}[{i}].name"),
+                format!("Duplicate function tool name '{name}' in '{base}'."),
             ));
         }
     }
     Ok(out)
+}
+
+fn parse_function(tool: Value, param: &str) -> Result<FunctionTool, FieldError> {
+    let f: FunctionTool = from_value_at(tool, param)?;
+    if !valid_name(&f.name) {
+        return Err(FieldError::invalid_value(
+            format!("{param}.name"),
+            format!(
+                "Invalid '{param}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."
+            ),
+        ));
+    }
+    if let Some(p) = &f.parameters
+        && !p.is_object()
+    {
+        return Err(FieldError::new(
+            format!("{param}.parameters"),
+            "Invalid 'parameters': expected a JSON Schema object.",
+        ));
+    }
+    Ok(f)
+}
+
+fn parse_custom(tool: Value, param: &str) -> Result<CustomTool, FieldError> {
+    let c: CustomTool = from_value_at(tool, param)?;
+    if !valid_name(&c.name) {
+        return Err(FieldError::invalid_value(
+            format!("{param}.name"),
+            format!(
+                "Invalid '{param}.name': string does not match pattern. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."
+            ),
+        ));
+    }
+    if let Some(f) = &c.format {
+        match f.get("type").and_then(Value::as_str) {
+            Some("text") => {}
+            Some("grammar") => {
+                let syntax = f.get("syntax").and_then(Value::as_str);
+                if !matches!(syntax, Some("lark" | "regex")) {
+                    return Err(FieldError::invalid_value(
+                        format!("{param}.format.syntax"),
+                        "Invalid 'format.syntax': expected 'lark' or 'regex'.",
+                    ));
+                }
+                if f.get("definition").and_then(Value::as_str).is_none() {
+                    return Err(FieldError::missing(format!("{param}.format.definition")));
+                }
+            }
+            _ => {
+                return Err(FieldError::invalid_value(
+                    format!("{param}.format.type"),
+                    "Invalid 'format.type': expected 'text' or 'grammar'.",
+                ));
+            }
+        }
+    }
+    Ok(c)
+}
+
+fn parse_namespace(mut tool: Value, param: &str) -> Result<NamespaceTool, FieldError> {
+    let obj = tool.as_object_mut().expect("checked to be an object");
+    let name = match obj.remove("name") {
+        Some(Value::String(n)) if valid_name(&n) => n,
+        Some(Value::String(n)) => {
+            return Err(FieldError::invalid_value(
+                format!("{param}.name"),
+                format!(
+                    "Invalid '{param}.name': '{n}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]+$' of at most 64 characters."
+                ),
+            ));
+        }
+        None | Some(Value::Null) => return Err(FieldError::missing(format!("{param}.name"))),
+        Some(_) => {
+            return Err(FieldError::new(
+                format!("{param}.name"),
+                "Invalid type for 'name': expected a string.",
+            ));
+        }
+    };
+    let description = match obj.remove("description") {
+        Some(Value::String(d)) => d,
+        None | Some(Value::Null) => String::new(),
+        Some(_) => {
+            return Err(FieldError::new(
+                format!("{param}.description"),
+                "Invalid type for 'description': expected a string.",
+            ));
+        }
+    };
+    let tools = match obj.remove("tools") {
+        Some(Value::Array(t)) => t,
+        None | Some(Value::Null) => return Err(FieldError::missing(format!("{param}.tools"))),
+        Some(_) => {
+            return Err(FieldError::new(
+                format!("{param}.tools"),
+                "Invalid type for 'tools': expected an array.",
+            ));
+        }
+    };
+    if let Some(k) = obj.keys().next() {
+        return Err(FieldError::unknown(format!("{param}.{k}")));
+    }
+    let mut out = Vec::with_capacity(tools.len());
+    let mut names = std::collections::HashSet::new();
+    for (j, mut t) in tools.into_iter().enumerate() {
+        let at = format!("{param}.tools[{j}]");
+        let kind = t
+            .as_object_mut()
+            .and_then(|o| o.remove("type"))
+            .and_then(|k| k.as_str().map(str::to_string));
+        let parsed = match kind.as_deref() {
+            Some("function") => NamespacedTool::Function(parse_function(t, &at)?),
+            Some("custom") => NamespacedTool::Custom(parse_custom(t, &at)?),
+            None => return Err(FieldError::missing(format!("{at}.type"))),
+            Some(other) => {
+                return Err(FieldError::invalid_value(
+                    format!("{at}.type"),
+                    format!(
+                        "Invalid value: '{other}'. Supported values are: 'function' and 'custom'."
+                    ),
+                ));
+            }
+        };
+        let tool_name = match &parsed {
+            NamespacedTool::Function(f) => f.name.clone(),
+            NamespacedTool::Custom(c) => c.name.clone(),
+        };
+        if !names.insert(tool_name.clone()) {
+            return Err(FieldError::invalid_value(
+                format!("{at}.name"),
+                format!("Duplicate tool name '{tool_name}' in namespace '{name}'."),
+            ));
+        }
+        out.push(parsed);
+    }
+    Ok(NamespaceTool {
+        name,
+        description,
+        tools: out,
+    })
 }
 
 fn parse_tool_choice(choice: Option<Value>, tools: &[ToolParam]) -> Result<ToolChoice, FieldError> {
@@ -1034,11 +1475,84 @@ fn parse_tool_choice(choice: Option<Value>, tools: &[ToolParam]) -> Result<ToolC
                         name: str_field("name"),
                     })
                 }
+                "custom" => {
+                    let name =
+                        str_field("name").ok_or_else(|| FieldError::missing("tool_choice.name"))?;
+                    let known = tools
+                        .iter()
+                        .any(|t| matches!(t, ToolParam::Custom(c) if c.name == name));
+                    if !known {
+                        return Err(FieldError::invalid_value(
+                            "tool_choice.name",
+                            format!("Tool choice '{name}' not found in 'tools' parameter."),
+                        ));
+                    }
+                    Ok(ToolChoice::Custom { name })
+                }
+                "apply_patch"
+                | "shell"
+                | "local_shell"
+                | "computer"
+                | "computer_use"
+                | "computer_use_preview" => {
+                    let builtin = match kind {
+                        "apply_patch" => BuiltinTool::ApplyPatch,
+                        "shell" => BuiltinTool::Shell,
+                        "local_shell" => BuiltinTool::LocalShell,
+                        _ => BuiltinTool::Computer,
+                    };
+                    if !tools
+                        .iter()
+                        .any(|t| matches!(t, ToolParam::Builtin(b, _) if *b == builtin))
+                    {
+                        return Err(FieldError::invalid_value(
+                            "tool_choice.type",
+                            format!("Tool choice '{kind}' needs a '{kind}' tool in 'tools'."),
+                        ));
+                    }
+                    Ok(ToolChoice::Builtin(builtin))
+                }
+                "allowed_tools" => {
+                    let required = match o.get("mode").and_then(Value::as_str) {
+                        Some("auto") | None => false,
+                        Some("required") => true,
+                        Some(m) => {
+                            return Err(FieldError::invalid_value(
+                                "tool_choice.mode",
+                                format!(
+                                    "Invalid value: '{m}'. Supported values are: 'auto' and 'required'."
+                                ),
+                            ));
+                        }
+                    };
+                    let Some(Value::Array(list)) = o.get("tools") else {
+                        return Err(FieldError::missing("tool_choice.tools"));
+                    };
+                    for (i, t) in list.iter().enumerate() {
+                        if t.get("type").and_then(Value::as_str).is_none() {
+                            return Err(FieldError::missing(format!(
+                                "tool_choice.tools[{i}].type"
+                            )));
+                        }
+                    }
+                    Ok(ToolChoice::Allowed {
+                        required,
+                        tools: list.clone(),
+                    })
+                }
+                k if HOSTED_TOOL_TYPES.contains(&k) || k == "programmatic_tool_calling" => {
+                    Err(FieldError::unsupported(
+                        "tool_choice",
+                        format!(
+                            "The hosted tool '{k}' cannot run on this relay, so it cannot be forced: choose 'auto', 'required', or one of the request's client tools."
+                        ),
+                    ))
+                }
                 "" => Err(FieldError::missing("tool_choice.type")),
                 other => Err(FieldError::invalid_value(
                     "tool_choice.type",
                     format!(
-                        "tool_choice type '{other}' is not supported by this relay. Supported: 'function', 'mcp', or the strings 'none', 'auto', 'required'."
+                        "Invalid value: '{other}'. Supported values are: 'function', 'mcp', 'custom', 'allowed_tools', 'apply_patch', 'shell', 'local_shell', 'computer', or the strings 'none', 'auto', 'required'."
                     ),
                 )),
             }

@@ -190,6 +190,34 @@ pub struct FunctionCallItem {
     pub name: String,
     pub arguments: String,
     pub status: ItemStatus,
+    /// The `namespace` tool the function belongs to (its `name` is the function's own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+/// A call of a `custom` tool: the model's free-form `input`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CustomToolCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub name: String,
+    pub input: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default = "completed")]
+    pub status: ItemStatus,
+}
+
+/// A call of a built-in client tool (`local_shell_call`, `shell_call`, `apply_patch_call`,
+/// `computer_call`): its kind-specific fields (`action`, `operation`, `pending_safety_checks`)
+/// as the relay built them from the model's arguments.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ClientCallItem {
+    pub id: String,
+    pub call_id: String,
+    pub status: ItemStatus,
+    #[serde(flatten)]
+    pub fields: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -270,6 +298,8 @@ pub struct McpApprovalRequestItem {
 /// A server-side search of deferred tools (`defer_loading`), as the model asked for it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ToolSearchCallItem {
+    /// Optional on input (the relay gives one); always set on output.
+    #[serde(default)]
     pub id: String,
     #[serde(default)]
     pub call_id: Option<String>,
@@ -285,6 +315,7 @@ pub struct ToolSearchCallItem {
 /// What a tool search found: tools grouped per MCP server as namespaces.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ToolSearchOutputItem {
+    #[serde(default)]
     pub id: String,
     #[serde(default)]
     pub call_id: Option<String>,
@@ -316,6 +347,11 @@ pub enum OutputItem {
     McpApprovalRequest(McpApprovalRequestItem),
     ToolSearchCall(ToolSearchCallItem),
     ToolSearchOutput(ToolSearchOutputItem),
+    CustomToolCall(CustomToolCallItem),
+    LocalShellCall(ClientCallItem),
+    ShellCall(ClientCallItem),
+    ApplyPatchCall(ClientCallItem),
+    ComputerCall(ClientCallItem),
 }
 
 impl OutputItem {
@@ -329,6 +365,11 @@ impl OutputItem {
             OutputItem::McpApprovalRequest(a) => &a.id,
             OutputItem::ToolSearchCall(t) => &t.id,
             OutputItem::ToolSearchOutput(t) => &t.id,
+            OutputItem::CustomToolCall(c) => &c.id,
+            OutputItem::LocalShellCall(c)
+            | OutputItem::ShellCall(c)
+            | OutputItem::ApplyPatchCall(c)
+            | OutputItem::ComputerCall(c) => &c.id,
         }
     }
 
@@ -342,6 +383,11 @@ impl OutputItem {
             OutputItem::McpApprovalRequest(_) => "mcp_approval_request",
             OutputItem::ToolSearchCall(_) => "tool_search_call",
             OutputItem::ToolSearchOutput(_) => "tool_search_output",
+            OutputItem::CustomToolCall(_) => "custom_tool_call",
+            OutputItem::LocalShellCall(_) => "local_shell_call",
+            OutputItem::ShellCall(_) => "shell_call",
+            OutputItem::ApplyPatchCall(_) => "apply_patch_call",
+            OutputItem::ComputerCall(_) => "computer_call",
         }
     }
 

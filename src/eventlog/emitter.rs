@@ -151,6 +151,11 @@ impl Emitter {
                 }
                 OutputItem::ToolSearchCall(t) => t.status = ItemStatus::Incomplete,
                 OutputItem::ToolSearchOutput(t) => t.status = ItemStatus::Incomplete,
+                OutputItem::CustomToolCall(c) => c.status = ItemStatus::Incomplete,
+                OutputItem::LocalShellCall(c)
+                | OutputItem::ShellCall(c)
+                | OutputItem::ApplyPatchCall(c)
+                | OutputItem::ComputerCall(c) => c.status = ItemStatus::Incomplete,
                 OutputItem::McpListTools(_) | OutputItem::McpApprovalRequest(_) => {}
             }
             self.emit(Event::OutputItemDone {

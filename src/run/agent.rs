@@ -131,7 +131,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                 Ok((done, ran, false)) => {
                     calls_made += ran;
                     // One model turn: all the answered calls, then all their results.
-                    conversation.extend(model_view(&done, &p.mcp.tools));
+                    conversation.extend(model_view(&done, &p.mcp.tools, &p.clients));
                 }
                 Err(stop) => break 'run ending_for(stop),
             }
@@ -158,7 +158,16 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             };
             step += 1;
             let (outcome, stop) = match stream {
-                Ok(stream) => run_turn(&app, stream, &mut em, &tools, signal).await,
+                Ok(stream) => {
+                    let tc = Transcoder::with_clients(p.clients.clone()).sealing(
+                        p.request
+                            .include
+                            .iter()
+                            .any(|i| i == "reasoning.encrypted_content")
+                            .then(|| app.sealer().clone()),
+                    );
+                    run_turn(&app, stream, &mut em, (&tools, tc), signal).await
+                }
                 Err(stop) => (TurnOutcome::default(), Some(stop)),
             };
             if let Some(u) = &outcome.usage {
@@ -208,7 +217,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                         // consecutive tool-only turns stay separate turns for the model.
                         let done: Vec<InputItem> =
                             done.iter().filter_map(output_as_input).collect();
-                        conversation.extend(model_view(&done, &p.mcp.tools));
+                        conversation.extend(model_view(&done, &p.mcp.tools, &p.clients));
                         conversation.extend(images);
                     }
                     Err(stop) => {
@@ -226,7 +235,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             }
             // Approval requests and client function calls hand the turn back to the client.
             let acted = !outcome.mcp_calls.is_empty() || !outcome.searches.is_empty();
-            if !outcome.approvals.is_empty() || !outcome.function_calls.is_empty() || !acted {
+            if !outcome.approvals.is_empty() || outcome.client_calls > 0 || !acted {
                 break Ending::Completed;
             }
             let max_steps = p
@@ -450,12 +459,16 @@ fn run_search(
             name,
             arguments: arguments.to_string(),
             status: None,
+            namespace: None,
+            caller: None,
+            is_async: None,
         }),
         InputItem::FunctionCallOutput(InputFunctionCallOutput {
             id: None,
             call_id,
             output: ToolOutput::Text(text),
             status: None,
+            caller: None,
         }),
     ]
 }
@@ -635,6 +648,7 @@ async fn run_calls_with_images(
         role: Role::User,
         content: MessageContent::Parts(image_parts),
         status: None,
+        internal_chat_message_metadata_passthrough: None,
     }));
     Ok((done, images))
 }
@@ -677,10 +691,9 @@ async fn run_turn(
     app: &App,
     mut stream: ModelStream,
     em: &mut Emitter,
-    tools: &ToolMap,
+    (tools, mut tc): (&ToolMap, Transcoder),
     cancel: &StopSignal,
 ) -> (TurnOutcome, Option<Stop>) {
-    let mut tc = Transcoder::new();
     // One stop future for the whole turn (not a new registration with the token per event).
     let stopping = stopped(app, cancel);
     tokio::pin!(stopping);

@@ -122,11 +122,29 @@ fn model_spoke_after(input: &[InputItem], i: usize) -> bool {
         | InputItem::Reasoning(_)
         | InputItem::McpCall(_)
         | InputItem::ToolSearchCall(_)
-        | InputItem::ToolSearchOutput(_) => true,
+        | InputItem::ToolSearchOutput(_)
+        | InputItem::CustomToolCall(_)
+        | InputItem::LocalShellCall(_)
+        | InputItem::ShellCall(_)
+        | InputItem::ApplyPatchCall(_)
+        | InputItem::ComputerCall(_)
+        | InputItem::FileSearchCall(_)
+        | InputItem::WebSearchCall(_)
+        | InputItem::ImageGenerationCall(_)
+        | InputItem::CodeInterpreterCall(_)
+        | InputItem::Program(_) => true,
         InputItem::McpListTools(_)
         | InputItem::McpApprovalRequest(_)
         | InputItem::FunctionCallOutput(_)
         | InputItem::ItemReference(_)
-        | InputItem::McpApprovalResponse(_) => false,
+        | InputItem::McpApprovalResponse(_)
+        | InputItem::CustomToolCallOutput(_)
+        | InputItem::LocalShellCallOutput(_)
+        | InputItem::ShellCallOutput(_)
+        | InputItem::ApplyPatchCallOutput(_)
+        | InputItem::ComputerCallOutput(_)
+        | InputItem::ProgramOutput(_)
+        | InputItem::AdditionalTools(_)
+        | InputItem::ConfigurationUpdate(_) => false,
     })
 }

@@ -5,6 +5,7 @@
 use super::StartError;
 use crate::api::FieldError;
 use crate::api::request::{CreateRequest, InputItem};
+use crate::api::response::{ContentPart, ReasoningItemInput};
 use crate::app::App;
 
 /// The request's input as stored (ids assigned, references resolved), and the history the model
@@ -42,11 +43,36 @@ pub(super) async fn resolve(
                     )));
                 }
             },
+            InputItem::Reasoning(r) if r.encrypted_content.is_some() => {
+                input.push(InputItem::Reasoning(opened(app, r, i)?))
+            }
             other => input.push(with_id(app, other.clone())),
         }
     }
     history.extend(input.iter().cloned());
     Ok((history, input))
+}
+
+/// A reasoning item sent back with the `encrypted_content` the relay sealed: its reasoning
+/// restored from the seal. A seal that does not open is a 400 naming it.
+fn opened(app: &App, r: &ReasoningItemInput, i: usize) -> Result<ReasoningItemInput, StartError> {
+    let param = format!("input[{i}].encrypted_content");
+    let sealed = r.encrypted_content.as_deref().unwrap_or_default();
+    let plain = app.sealer().open(sealed).map_err(|e| {
+        FieldError::invalid_value(
+            param.clone(),
+            format!("The reasoning item's encrypted_content cannot be opened: {e}."),
+        )
+    })?;
+    let content: Vec<ContentPart> = serde_json::from_slice::<serde_json::Value>(&plain)
+        .ok()
+        .and_then(|v| serde_json::from_value(v.get("content")?.clone()).ok())
+        .ok_or_else(|| FieldError::invalid_value(param, "The sealed reasoning is not readable."))?;
+    let mut r = r.clone();
+    if r.content.as_ref().is_none_or(|c| c.is_empty()) {
+        r.content = Some(content);
+    }
+    Ok(r)
 }
 
 fn with_id(app: &App, item: InputItem) -> InputItem {
@@ -67,6 +93,40 @@ fn with_id(app: &App, item: InputItem) -> InputItem {
             a.id.get_or_insert_with(|| app.ids().mint("mcpa"));
             InputItem::McpApprovalResponse(a)
         }
-        other => other,
+        InputItem::ToolSearchCall(mut t) if t.id.is_empty() => {
+            t.id = app.ids().mint("tsc");
+            InputItem::ToolSearchCall(t)
+        }
+        InputItem::ToolSearchOutput(mut t) if t.id.is_empty() => {
+            t.id = app.ids().mint("tso");
+            InputItem::ToolSearchOutput(t)
+        }
+        mut other => {
+            if let Some(prefix) = tool_item_prefix(&other)
+                && let Some(t) = other.tool_item_mut()
+            {
+                t.id.get_or_insert_with(|| app.ids().mint(prefix));
+            }
+            other
+        }
     }
+}
+
+/// The id prefix of a client or hosted tool's item the client sent without an id.
+fn tool_item_prefix(item: &InputItem) -> Option<&'static str> {
+    Some(match item {
+        InputItem::CustomToolCall(_) => "ctc",
+        InputItem::CustomToolCallOutput(_) => "ctco",
+        InputItem::LocalShellCall(_) => "lsh",
+        InputItem::LocalShellCallOutput(_) => "lsho",
+        InputItem::ShellCall(_) => "sh",
+        InputItem::ShellCallOutput(_) => "sho",
+        InputItem::ApplyPatchCall(_) => "apc",
+        InputItem::ApplyPatchCallOutput(_) => "apco",
+        InputItem::ComputerCall(_) => "cu",
+        InputItem::ComputerCallOutput(_) => "cuo",
+        InputItem::AdditionalTools(_) => "at",
+        InputItem::ConfigurationUpdate(_) => "cfg",
+        _ => return None,
+    })
 }

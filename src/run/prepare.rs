@@ -5,10 +5,11 @@
 use serde_json::{Value, json};
 
 use super::{Prepared, StartError, context, tools, turn};
-use crate::api::request::{CreateRequest, InputItem, ToolParam};
+use crate::api::request::{CreateRequest, InputItem, NamespacedTool, ToolParam};
 use crate::api::response::ReasoningEcho;
 use crate::api::{FieldError, Response, ResponseStatus};
 use crate::app::App;
+use crate::config::HostedTools;
 
 /// Validates the request against the relay's state, resolves its context and opens the first
 /// model turn, so that every failure up to here is an HTTP error and none comes later as one.
@@ -45,6 +46,19 @@ pub async fn prepare(
             ),
         )));
     }
+    if app.config().hosted_tools == HostedTools::Reject
+        && let Some((i, kind)) = request.tools.iter().enumerate().find_map(|(i, t)| match t {
+            ToolParam::Hosted(kind, _) => Some((i, kind)),
+            _ => None,
+        })
+    {
+        return Err(StartError::Invalid(FieldError::unsupported(
+            format!("tools[{i}]"),
+            format!(
+                "The hosted tool '{kind}' cannot run on this relay (it runs only function, custom, namespace, mcp and client tools); remove it, or start the relay with --hosted-tools ignore to have it left out of the model's tools."
+            ),
+        )));
+    }
     let (history, input) = context::resolve(app, &request).await?;
     // A background run is answered before its servers are listed (a slow server must not hold
     // the `queued` answer back), unless it answers approvals: those are checked against the
@@ -53,7 +67,8 @@ pub async fn prepare(
         && !input
             .iter()
             .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
-    let mut tools = tools::function_defs(&request);
+    let offered = tools::client_tool_params(&request, &history)?;
+    let (mut tools, clients) = tools::client_tools(&offered);
     let mcp = if tools_pending {
         tools::mcp_specs(app, &request)?;
         tools::McpSetup::default()
@@ -71,6 +86,7 @@ pub async fn prepare(
         first_turn: None,
         client_bearer,
         mcp,
+        clients: std::sync::Arc::new(clients),
         tools_pending,
     };
     // Approved calls run before the model samples again, so the first turn cannot open early.
@@ -95,8 +111,17 @@ fn template(app: &App, r: &CreateRequest) -> Response {
             ToolParam::Mcp(m) => {
                 crate::redact::mcp_tool_echo(m, app.config().mcp.default_approval.as_str())
             }
-            ToolParam::ToolSearch(t) => json!({"type": "tool_search", "execution": "server",
+            ToolParam::ToolSearch(t) => json!({"type": "tool_search",
+                "execution": t.execution.as_deref().unwrap_or("server"),
                 "description": t.description, "parameters": t.parameters}),
+            ToolParam::Custom(c) => tagged("custom", c),
+            ToolParam::Namespace(n) => json!({"type": "namespace", "name": n.name,
+                "description": n.description,
+                "tools": n.tools.iter().map(|t| match t {
+                    NamespacedTool::Function(f) => tagged("function", f),
+                    NamespacedTool::Custom(c) => tagged("custom", c),
+                }).collect::<Vec<_>>()}),
+            ToolParam::Builtin(_, spec) | ToolParam::Hosted(_, spec) => Value::Object(spec.clone()),
         })
         .collect();
     let mut text = json!({"format": {"type": "text"}, "verbosity": r.verbosity.clone().unwrap_or_else(|| "medium".into())});
@@ -145,4 +170,14 @@ fn template(app: &App, r: &CreateRequest) -> Response {
         prompt_cache_key: r.prompt_cache_key.clone(),
         prompt_cache_retention: r.prompt_cache_retention.clone(),
     }
+}
+
+/// A tool object serialized with its `type` first.
+fn tagged(kind: &str, tool: &impl serde::Serialize) -> Value {
+    let mut out = serde_json::Map::new();
+    out.insert("type".into(), json!(kind));
+    if let Ok(Value::Object(fields)) = serde_json::to_value(tool) {
+        out.extend(fields);
+    }
+    Value::Object(out)
 }

@@ -10,8 +10,13 @@
 
 use std::collections::HashMap;
 
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
 use crate::api::response::{
-    ContentPart, FunctionCallItem, McpApprovalRequestItem, McpCallItem, MessageItem, ReasoningItem,
+    ClientCallItem, ContentPart, CustomToolCallItem, FunctionCallItem, McpApprovalRequestItem,
+    McpCallItem, MessageItem, ReasoningItem, ToolSearchCallItem,
 };
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::eventlog::emitter::Emitter;
@@ -20,8 +25,9 @@ use crate::upstream::{FinishReason, ModelEvent};
 /// Where a model-facing tool name leads.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CallTarget {
-    /// A client-side `function` tool (or a name the relay does not know).
-    Function,
+    /// A tool the client runs: handed back as the call item of its kind (a name the relay does
+    /// not know is a `function_call` under that name).
+    Client(ClientTarget),
     /// A tool of an MCP server: its label and the tool's original name.
     Mcp { server_label: String, tool: String },
     /// An MCP tool whose calls need the client's approval: not run, reported as a request.
@@ -42,6 +48,34 @@ pub struct McpTarget {
 
 /// Model-facing names of MCP tools; any other name is a function call for the client.
 pub type ToolMap = HashMap<String, McpTarget>;
+
+/// The kinds of tool a client runs, each handed back as its own call item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientKind {
+    /// `function_call` (a `namespace` tool's function carries its namespace).
+    Function,
+    /// `custom_tool_call`, its `input` the model's one string argument.
+    Custom,
+    /// `tool_search_call` with `execution: "client"`.
+    ToolSearch,
+    /// `local_shell_call`, `shell_call`, `apply_patch_call`, `computer_call`.
+    LocalShell,
+    Shell,
+    ApplyPatch,
+    Computer,
+}
+
+/// A client tool as the model sees it: its kind, its own name and namespace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientTarget {
+    pub kind: ClientKind,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+/// Model-facing names of client tools that are not plain functions under their own name
+/// (namespaced functions, custom and built-in tools, client tool search).
+pub type ClientMap = HashMap<String, ClientTarget>;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum TextKind {
@@ -91,6 +125,8 @@ pub struct TurnOutcome {
     pub finish: Option<FinishReason>,
     pub usage: Option<Usage>,
     pub function_calls: Vec<FunctionCallItem>,
+    /// Calls of every client tool (functions included): each hands the turn back to the client.
+    pub client_calls: usize,
     pub mcp_calls: Vec<McpCallStarted>,
     /// Calls that need approval, reported as `mcp_approval_request` items (not run).
     pub approvals: Vec<McpApprovalRequestItem>,
@@ -106,11 +142,29 @@ pub struct Transcoder {
     calls: Vec<OpenCall>,
     pending: HashMap<u32, Pending>,
     outcome: TurnOutcome,
+    clients: Arc<ClientMap>,
+    /// Seals each reasoning item's content into its `encrypted_content`
+    /// (`include: ["reasoning.encrypted_content"]`).
+    seal: Option<Arc<crate::seal::Sealer>>,
 }
 
 impl Transcoder {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A transcoder that hands calls of these client tools back as their own items.
+    pub fn with_clients(clients: Arc<ClientMap>) -> Self {
+        Transcoder {
+            clients,
+            ..Self::default()
+        }
+    }
+
+    /// Reasoning items get an `encrypted_content` sealed with `sealer`.
+    pub fn sealing(mut self, sealer: Option<Arc<crate::seal::Sealer>>) -> Self {
+        self.seal = sealer;
+        self
     }
 
     /// Feeds one model event.
@@ -232,13 +286,20 @@ impl Transcoder {
                 role: "assistant".into(),
                 content: open.parts,
             }),
-            TextKind::Reasoning => OutputItem::Reasoning(ReasoningItem {
-                id: open.item_id.clone(),
-                summary: Vec::new(),
-                content: open.parts,
-                encrypted_content: None,
-                status,
-            }),
+            TextKind::Reasoning => {
+                let encrypted_content = self.seal.as_ref().map(|s| {
+                    s.seal(
+                        &serde_json::to_vec(&json!({"content": open.parts})).expect("serializes"),
+                    )
+                });
+                OutputItem::Reasoning(ReasoningItem {
+                    id: open.item_id.clone(),
+                    summary: Vec::new(),
+                    content: open.parts,
+                    encrypted_content,
+                    status,
+                })
+            }
         };
         self.outcome.items.push(item.clone());
         em.emit(Event::OutputItemDone {
@@ -258,11 +319,8 @@ impl Transcoder {
         if let Some(call) = self.calls.iter_mut().find(|c| c.upstream_index == index) {
             if !arguments.is_empty() {
                 call.arguments.push_str(&arguments);
-                if !matches!(
-                    call.target,
-                    CallTarget::Approval { .. } | CallTarget::Search
-                ) {
-                    em.emit(args_delta(call, arguments));
+                if let Some(delta) = args_delta(call, arguments) {
+                    em.emit(delta);
                 }
             }
             return;
@@ -287,9 +345,13 @@ impl Transcoder {
                 server_label: t.server_label.clone(),
                 tool: t.tool.clone(),
             },
-            None => CallTarget::Function,
+            None => CallTarget::Client(self.clients.get(&name).cloned().unwrap_or(ClientTarget {
+                kind: ClientKind::Function,
+                name: name.clone(),
+                namespace: None,
+            })),
         };
-        if matches!(target, CallTarget::Approval { .. } | CallTarget::Search) {
+        if buffered(&target) {
             // Nothing is shown until the turn ends: the request (or search) item carries the whole call.
             self.calls.push(OpenCall {
                 upstream_index: index,
@@ -303,19 +365,33 @@ impl Transcoder {
             return;
         }
         let (item_id, call_id) = match &target {
-            CallTarget::Function => (em.mint("fc"), em.mint("call")),
+            CallTarget::Client(c) if c.kind == ClientKind::Custom => {
+                (em.mint("ctc"), em.mint("call"))
+            }
+            CallTarget::Client(_) => (em.mint("fc"), em.mint("call")),
             _ => {
                 let id = em.mint("mcp");
                 (id.clone(), id)
             }
         };
         let item = match &target {
-            CallTarget::Function => OutputItem::FunctionCall(FunctionCallItem {
+            CallTarget::Client(c) if c.kind == ClientKind::Custom => {
+                OutputItem::CustomToolCall(CustomToolCallItem {
+                    id: item_id.clone(),
+                    call_id: call_id.clone(),
+                    name: c.name.clone(),
+                    input: String::new(),
+                    namespace: c.namespace.clone(),
+                    status: ItemStatus::InProgress,
+                })
+            }
+            CallTarget::Client(c) => OutputItem::FunctionCall(FunctionCallItem {
                 id: item_id.clone(),
                 call_id: call_id.clone(),
-                name: name.clone(),
+                name: c.name.clone(),
                 arguments: String::new(),
                 status: ItemStatus::InProgress,
+                namespace: c.namespace.clone(),
             }),
             CallTarget::Search => unreachable!("searches are buffered above"),
             CallTarget::Mcp { server_label, tool }
@@ -348,7 +424,9 @@ impl Transcoder {
         };
         if !arguments.is_empty() {
             call.arguments.push_str(&arguments);
-            em.emit(args_delta(&call, arguments));
+            if let Some(delta) = args_delta(&call, arguments) {
+                em.emit(delta);
+            }
         }
         self.calls.push(call);
     }
@@ -377,28 +455,65 @@ impl Transcoder {
                 ..
             } = call;
             match target {
-                CallTarget::Function => {
-                    em.emit(Event::FunctionCallArgumentsDone {
-                        item_id: item_id.clone(),
-                        name: name.clone(),
-                        output_index,
-                        arguments: arguments.clone(),
-                    });
-                    let item = FunctionCallItem {
-                        id: item_id,
-                        call_id,
-                        name,
-                        arguments,
-                        status,
+                CallTarget::Client(c) => {
+                    self.outcome.client_calls += 1;
+                    let item = match c.kind {
+                        ClientKind::Function => {
+                            em.emit(Event::FunctionCallArgumentsDone {
+                                item_id: item_id.clone(),
+                                name: c.name.clone(),
+                                output_index,
+                                arguments: arguments.clone(),
+                            });
+                            let item = FunctionCallItem {
+                                id: item_id,
+                                call_id,
+                                name: c.name,
+                                arguments,
+                                status,
+                                namespace: c.namespace,
+                            };
+                            self.outcome.function_calls.push(item.clone());
+                            OutputItem::FunctionCall(item)
+                        }
+                        ClientKind::Custom => {
+                            let input = custom_input(&arguments);
+                            if !input.is_empty() {
+                                em.emit(Event::CustomToolCallInputDelta {
+                                    item_id: item_id.clone(),
+                                    output_index,
+                                    delta: input.clone(),
+                                });
+                            }
+                            em.emit(Event::CustomToolCallInputDone {
+                                item_id: item_id.clone(),
+                                output_index,
+                                input: input.clone(),
+                            });
+                            OutputItem::CustomToolCall(CustomToolCallItem {
+                                id: item_id,
+                                call_id,
+                                name: c.name,
+                                input,
+                                namespace: c.namespace,
+                                status,
+                            })
+                        }
+                        kind => {
+                            // Buffered: the whole item is added and done now.
+                            let output_index = em.next_output_index();
+                            let item = client_item(kind, em, &arguments, status);
+                            em.emit(Event::OutputItemAdded {
+                                output_index,
+                                item: item.clone(),
+                            });
+                            self.outcome.items.push(item.clone());
+                            em.emit(Event::OutputItemDone { output_index, item });
+                            continue;
+                        }
                     };
-                    self.outcome
-                        .items
-                        .push(OutputItem::FunctionCall(item.clone()));
-                    em.emit(Event::OutputItemDone {
-                        output_index,
-                        item: OutputItem::FunctionCall(item.clone()),
-                    });
-                    self.outcome.function_calls.push(item);
+                    self.outcome.items.push(item.clone());
+                    em.emit(Event::OutputItemDone { output_index, item });
                 }
                 CallTarget::Mcp { server_label, tool } => {
                     em.emit(Event::McpCallArgumentsDone {
@@ -513,19 +628,90 @@ fn close_part(open: &mut OpenText, em: &mut Emitter) {
     open.parts.push(part);
 }
 
-fn args_delta(call: &OpenCall, delta: String) -> Event {
-    match call.target {
-        CallTarget::Function => Event::FunctionCallArgumentsDelta {
-            item_id: call.item_id.clone(),
-            output_index: call.output_index,
-            delta,
-        },
-        CallTarget::Mcp { .. } | CallTarget::Approval { .. } | CallTarget::Search => {
-            Event::McpCallArgumentsDelta {
+/// Whether a call is shown only when the turn ends, whole: approval requests, searches, and
+/// built-in client tools (their items have no argument events).
+fn buffered(target: &CallTarget) -> bool {
+    match target {
+        CallTarget::Approval { .. } | CallTarget::Search => true,
+        CallTarget::Client(c) => !matches!(c.kind, ClientKind::Function | ClientKind::Custom),
+        CallTarget::Mcp { .. } => false,
+    }
+}
+
+/// The event that streams an argument delta of an open call, for the calls that have one.
+fn args_delta(call: &OpenCall, delta: String) -> Option<Event> {
+    match &call.target {
+        CallTarget::Client(c) if c.kind == ClientKind::Function => {
+            Some(Event::FunctionCallArgumentsDelta {
                 item_id: call.item_id.clone(),
                 output_index: call.output_index,
                 delta,
-            }
+            })
         }
+        CallTarget::Mcp { .. } => Some(Event::McpCallArgumentsDelta {
+            item_id: call.item_id.clone(),
+            output_index: call.output_index,
+            delta,
+        }),
+        // A custom tool's input is the string inside the JSON arguments: sent when whole.
+        CallTarget::Client(_) | CallTarget::Approval { .. } | CallTarget::Search => None,
+    }
+}
+
+/// A custom tool's input: the `input` string of the model's arguments (the arguments as they
+/// are when the model did not write that object).
+fn custom_input(arguments: &str) -> String {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(mut o)) => match o.remove("input") {
+            Some(Value::String(s)) => s,
+            _ => arguments.to_string(),
+        },
+        _ => arguments.to_string(),
+    }
+}
+
+/// The call item of a built-in client tool (or a client tool search) from the model's
+/// arguments, in the shape OpenAI sends it.
+fn client_item(kind: ClientKind, em: &Emitter, arguments: &str, status: ItemStatus) -> OutputItem {
+    let args = match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(o)) => o,
+        _ => Map::new(),
+    };
+    let call_id = em.mint("call");
+    let call = |prefix: &str, fields: Map<String, Value>| ClientCallItem {
+        id: em.mint(prefix),
+        call_id: call_id.clone(),
+        status,
+        fields,
+    };
+    let one = |key: &str, value: Value| {
+        let mut m = Map::new();
+        m.insert(key.into(), value);
+        m
+    };
+    match kind {
+        ClientKind::ToolSearch => OutputItem::ToolSearchCall(ToolSearchCallItem {
+            id: em.mint("tsc"),
+            call_id: Some(call_id.clone()),
+            execution: "client".into(),
+            status,
+            arguments: Value::Object(args),
+        }),
+        ClientKind::LocalShell => {
+            let mut action = args;
+            action.insert("type".into(), json!("exec"));
+            action.entry("env").or_insert_with(|| json!({}));
+            OutputItem::LocalShellCall(call("lsh", one("action", Value::Object(action))))
+        }
+        ClientKind::Shell => OutputItem::ShellCall(call("sh", one("action", Value::Object(args)))),
+        ClientKind::ApplyPatch => {
+            OutputItem::ApplyPatchCall(call("apc", one("operation", Value::Object(args))))
+        }
+        ClientKind::Computer => {
+            let mut fields = one("action", Value::Object(args));
+            fields.insert("pending_safety_checks".into(), json!([]));
+            OutputItem::ComputerCall(call("cu", fields))
+        }
+        ClientKind::Function | ClientKind::Custom => unreachable!("streamed, not buffered"),
     }
 }

@@ -2,8 +2,14 @@
 //! function calls and outputs, approval items left out), the offered tools, and the request's
 //! sampling options mapped to a [`TurnRequest`].
 
+use serde_json::{Value, json};
+
+use std::collections::HashSet;
+
+use super::transcode::ClientKind;
 use super::{Prepared, transcode};
-use crate::api::request::InputItem;
+use crate::api::request::BuiltinTool;
+use crate::api::request::{InputItem, InputMessage, InputPart, MessageContent, Role};
 use crate::upstream::{FunctionDef, TurnRequest, TurnToolChoice};
 
 /// The model turn for the given conversation.
@@ -35,12 +41,28 @@ pub fn turn_request_at(
 fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
     use crate::api::request::ToolChoice;
     let r = &p.request;
+    let mut tools = p.tools.clone();
+    if let ToolChoice::Allowed { tools: allowed, .. } = &r.tool_choice {
+        let names = allowed_names(p, allowed);
+        tools.retain(|f| names.contains(&f.name));
+    }
     TurnRequest {
         model: r.model.clone(),
         instructions: r.instructions.clone(),
-        items: model_view(items, &p.mcp.tools),
-        tools: p.tools.clone(),
+        items: model_view(items, &p.mcp.tools, &p.clients),
+        tools,
         tool_choice: match &r.tool_choice {
+            ToolChoice::Custom { name } => {
+                TurnToolChoice::Function(client_name(p, ClientKind::Custom, name, None))
+            }
+            ToolChoice::Builtin(b) => {
+                let (kind, base) = builtin_kind(*b);
+                TurnToolChoice::Function(client_name(p, kind, base, None))
+            }
+            ToolChoice::Allowed { required: true, .. } => TurnToolChoice::Required,
+            ToolChoice::Allowed {
+                required: false, ..
+            } => TurnToolChoice::Auto,
             ToolChoice::Auto => TurnToolChoice::Auto,
             ToolChoice::None => TurnToolChoice::None,
             ToolChoice::Required => TurnToolChoice::Required,
@@ -77,14 +99,97 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
             truncation: (r.truncation == "auto").then(|| r.truncation.clone()),
             prompt_cache_key: r.prompt_cache_key.clone(),
             prompt_cache_retention: r.prompt_cache_retention.clone(),
+            prompt_cache_options: r.prompt_cache_options.clone(),
             safety_identifier: r.safety_identifier.clone(),
         },
     }
 }
 
+/// The model-facing name of a client tool (its own name when it is not in the map).
+fn client_name(p: &Prepared, kind: ClientKind, name: &str, namespace: Option<&str>) -> String {
+    p.clients
+        .iter()
+        .find(|(_, t)| t.kind == kind && t.name == name && t.namespace.as_deref() == namespace)
+        .map(|(m, _)| m.clone())
+        .unwrap_or_else(|| name.to_string())
+}
+
+/// A built-in client tool's kind and the name it is offered under before any clash.
+fn builtin_kind(b: BuiltinTool) -> (ClientKind, &'static str) {
+    match b {
+        BuiltinTool::LocalShell => (ClientKind::LocalShell, "local_shell"),
+        BuiltinTool::Shell => (ClientKind::Shell, "shell"),
+        BuiltinTool::ApplyPatch => (ClientKind::ApplyPatch, "apply_patch"),
+        BuiltinTool::Computer => (ClientKind::Computer, "computer"),
+    }
+}
+
+/// The model-facing names an `allowed_tools` list lets through: functions and custom tools by
+/// name, a namespace's tools, an MCP server's tools (or one of them), built-in tools by type.
+fn allowed_names(p: &Prepared, allowed: &[Value]) -> HashSet<String> {
+    let mut names = HashSet::new();
+    for a in allowed {
+        let kind = a.get("type").and_then(Value::as_str).unwrap_or_default();
+        let name = a.get("name").and_then(Value::as_str);
+        match kind {
+            "function" => {
+                let ns = a.get("namespace").and_then(Value::as_str);
+                names.extend(name.map(|n| client_name(p, ClientKind::Function, n, ns)));
+            }
+            "custom" => names.extend(name.map(|n| client_name(p, ClientKind::Custom, n, None))),
+            "namespace" => names.extend(
+                p.clients
+                    .iter()
+                    .filter(|(_, t)| t.namespace.as_deref() == name)
+                    .map(|(m, _)| m.clone()),
+            ),
+            "mcp" => {
+                let label = a.get("server_label").and_then(Value::as_str);
+                names.extend(
+                    p.mcp
+                        .tools
+                        .iter()
+                        .filter(|(_, t)| {
+                            Some(t.server_label.as_str()) == label
+                                && name.is_none_or(|n| t.tool == n)
+                        })
+                        .map(|(m, _)| m.clone()),
+                );
+            }
+            "tool_search" => names.extend(
+                p.clients
+                    .iter()
+                    .filter(|(_, t)| t.kind == ClientKind::ToolSearch)
+                    .map(|(m, _)| m.clone())
+                    .chain(p.mcp.search_tool.iter().map(|f| f.name.clone())),
+            ),
+            other => {
+                let builtin = match other {
+                    "local_shell" => Some(BuiltinTool::LocalShell),
+                    "shell" => Some(BuiltinTool::Shell),
+                    "apply_patch" => Some(BuiltinTool::ApplyPatch),
+                    "computer" | "computer_use" | "computer_use_preview" => {
+                        Some(BuiltinTool::Computer)
+                    }
+                    _ => None,
+                };
+                if let Some(b) = builtin {
+                    let (kind, base) = builtin_kind(b);
+                    names.insert(client_name(p, kind, base, None));
+                }
+            }
+        }
+    }
+    names
+}
+
 /// The conversation as the model sees it: MCP calls the relay ran become a function call (under
 /// the model-facing name) and its output; approval items are the relay's business, not the model's.
-pub(crate) fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec<InputItem> {
+pub(crate) fn model_view(
+    items: &[InputItem],
+    tools: &transcode::ToolMap,
+    clients: &transcode::ClientMap,
+) -> Vec<InputItem> {
     use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     let mut out = Vec::with_capacity(items.len());
     // Consecutive MCP calls become one assistant turn: all the calls, then all their results.
@@ -119,19 +224,179 @@ pub(crate) fn model_view(items: &[InputItem], tools: &transcode::ToolMap) -> Vec
                     name,
                     arguments: c.arguments.clone(),
                     status: None,
+                    namespace: None,
+                    caller: None,
+                    is_async: None,
                 }));
                 outputs.push(InputItem::FunctionCallOutput(InputFunctionCallOutput {
                     id: None,
                     call_id: c.id.clone(),
                     output: ToolOutput::Text(text),
                     status: None,
+                    caller: None,
                 }));
                 if !matches!(items.get(i + 1), Some(InputItem::McpCall(_))) {
                     out.append(&mut outputs);
                 }
             }
-            other => out.push(other.clone()),
+            other => client_view(other, clients, &mut out),
         }
     }
     out
+}
+
+/// A client tool's items as the model made them: each call a function call under the
+/// model-facing name, each output a function output (a computer's screenshot also as an image
+/// the next user message shows); hosted tools' items are left out (the model cannot use them
+/// here). Anything else is kept as is.
+fn client_view(item: &InputItem, clients: &transcode::ClientMap, out: &mut Vec<InputItem>) {
+    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
+    use transcode::ClientKind;
+    let model_name = |kind: ClientKind, name: &str, namespace: Option<&str>| {
+        clients
+            .iter()
+            .find(|(_, t)| t.kind == kind && t.name == name && t.namespace.as_deref() == namespace)
+            .map(|(m, _)| m.clone())
+            .unwrap_or_else(|| name.to_string())
+    };
+    let call = |call_id: &Option<String>, name: String, arguments: String| {
+        InputItem::FunctionCall(InputFunctionCall {
+            id: None,
+            call_id: call_id.clone().unwrap_or_default(),
+            name,
+            arguments,
+            status: None,
+            namespace: None,
+            caller: None,
+            is_async: None,
+        })
+    };
+    let output = |call_id: &Option<String>, output: ToolOutput| {
+        InputItem::FunctionCallOutput(InputFunctionCallOutput {
+            id: None,
+            call_id: call_id.clone().unwrap_or_default(),
+            output,
+            status: None,
+            caller: None,
+        })
+    };
+    let field = |t: &crate::api::request::ToolItem, key: &str| {
+        t.fields.get(key).cloned().unwrap_or(Value::Null)
+    };
+    let text = |v: Value| match v {
+        Value::String(s) => ToolOutput::Text(s),
+        Value::Array(parts) if parts.iter().all(|p| p.get("type").is_some()) => {
+            ToolOutput::Parts(parts)
+        }
+        Value::Null => ToolOutput::Text(String::new()),
+        other => ToolOutput::Text(other.to_string()),
+    };
+    let arguments = |v: Value, drop_type: bool| match v {
+        Value::Object(mut o) => {
+            if drop_type {
+                o.remove("type");
+            }
+            Value::Object(o).to_string()
+        }
+        other => other.to_string(),
+    };
+    let builtin_name = |kind: ClientKind, base: &str| model_name(kind, base, None);
+    match item {
+        InputItem::FunctionCall(f) if f.namespace.is_some() => {
+            out.push(InputItem::FunctionCall(InputFunctionCall {
+                name: model_name(ClientKind::Function, &f.name, f.namespace.as_deref()),
+                namespace: None,
+                ..f.clone()
+            }))
+        }
+        InputItem::CustomToolCall(t) => out.push(call(
+            &t.call_id,
+            model_name(
+                ClientKind::Custom,
+                t.str("name").unwrap_or_default(),
+                t.str("namespace"),
+            ),
+            json!({"input": t.str("input").unwrap_or_default()}).to_string(),
+        )),
+        InputItem::LocalShellCall(t) => out.push(call(
+            &t.call_id,
+            builtin_name(ClientKind::LocalShell, "local_shell"),
+            arguments(field(t, "action"), true),
+        )),
+        InputItem::ShellCall(t) => out.push(call(
+            &t.call_id,
+            builtin_name(ClientKind::Shell, "shell"),
+            arguments(field(t, "action"), false),
+        )),
+        InputItem::ApplyPatchCall(t) => out.push(call(
+            &t.call_id,
+            builtin_name(ClientKind::ApplyPatch, "apply_patch"),
+            arguments(field(t, "operation"), false),
+        )),
+        InputItem::ComputerCall(t) => out.push(call(
+            &t.call_id,
+            builtin_name(ClientKind::Computer, "computer"),
+            arguments(field(t, "action"), false),
+        )),
+        InputItem::ToolSearchCall(t) if t.execution == "client" => out.push(call(
+            &t.call_id,
+            builtin_name(ClientKind::ToolSearch, "tool_search"),
+            t.arguments.to_string(),
+        )),
+        InputItem::ToolSearchOutput(t) if t.execution == "client" => out.push(output(
+            &t.call_id,
+            ToolOutput::Text(format!(
+                "Tools found (callable from now on): {}",
+                Value::Array(t.tools.clone())
+            )),
+        )),
+        InputItem::CustomToolCallOutput(t) | InputItem::LocalShellCallOutput(t) => {
+            out.push(output(&t.call_id, text(field(t, "output"))))
+        }
+        InputItem::ShellCallOutput(t) => out.push(output(&t.call_id, text(field(t, "output")))),
+        InputItem::ApplyPatchCallOutput(t) => {
+            let status = t.status.clone().unwrap_or_else(|| "completed".into());
+            let said = t.str("output").unwrap_or_default();
+            out.push(output(
+                &t.call_id,
+                ToolOutput::Text(format!(
+                    "{status}{}{said}",
+                    if said.is_empty() { "" } else { ": " }
+                )),
+            ))
+        }
+        InputItem::ComputerCallOutput(t) => {
+            let shot = field(t, "output");
+            let url = shot
+                .get("image_url")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            out.push(output(
+                &t.call_id,
+                ToolOutput::Text("Screenshot taken: it follows as an image.".into()),
+            ));
+            if let Some(url) = url {
+                out.push(InputItem::Message(InputMessage {
+                    id: None,
+                    role: Role::User,
+                    content: MessageContent::Parts(vec![InputPart::InputImage {
+                        image_url: Some(url),
+                        file_id: None,
+                        detail: None,
+                    }]),
+                    status: None,
+                    internal_chat_message_metadata_passthrough: None,
+                }));
+            }
+        }
+        InputItem::FileSearchCall(_)
+        | InputItem::WebSearchCall(_)
+        | InputItem::ImageGenerationCall(_)
+        | InputItem::CodeInterpreterCall(_)
+        | InputItem::Program(_)
+        | InputItem::ProgramOutput(_)
+        | InputItem::AdditionalTools(_)
+        | InputItem::ConfigurationUpdate(_) => {}
+        other => out.push(other.clone()),
+    }
 }

@@ -135,15 +135,9 @@ pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
                     json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output.text()}),
                 );
             }
-            // MCP calls reach the upstream as function calls and outputs (`run::model_view`).
-            InputItem::McpCall(_)
-            | InputItem::Reasoning(_)
-            | InputItem::ItemReference(_)
-            | InputItem::McpListTools(_)
-            | InputItem::McpApprovalRequest(_)
-            | InputItem::McpApprovalResponse(_)
-            | InputItem::ToolSearchCall(_)
-            | InputItem::ToolSearchOutput(_) => {}
+            // Every tool's calls reach the upstream as function calls and outputs
+            // (`run::turn::model_view`); the rest is not the model's business.
+            _ => {}
         }
     }
     out

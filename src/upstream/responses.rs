@@ -91,6 +91,9 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
             body.insert(key.into(), json!(v));
         }
     }
+    if let Some(o) = &o.prompt_cache_options {
+        body.insert("prompt_cache_options".into(), Value::Object(o.clone()));
+    }
     Body {
         fields: body,
         tools,
@@ -116,15 +119,9 @@ pub fn input(items: &[InputItem]) -> Vec<Value> {
                 "type": "function_call", "call_id": f.call_id, "name": f.name, "arguments": f.arguments})),
             InputItem::FunctionCallOutput(o) => out.push(json!({
                 "type": "function_call_output", "call_id": o.call_id, "output": o.output})),
-            // MCP calls reach the upstream as function calls and outputs (`run::model_view`).
-            InputItem::McpCall(_)
-            | InputItem::Reasoning(_)
-            | InputItem::ItemReference(_)
-            | InputItem::McpListTools(_)
-            | InputItem::McpApprovalRequest(_)
-            | InputItem::McpApprovalResponse(_)
-            | InputItem::ToolSearchCall(_)
-            | InputItem::ToolSearchOutput(_) => {}
+            // Every tool's calls reach the upstream as function calls and outputs
+            // (`run::turn::model_view`); the rest is not the model's business.
+            _ => {}
         }
     }
     out

@@ -96,7 +96,7 @@ async fn invalid_requests_get_400_naming_the_field() {
             Some("unsupported_parameter"),
         ),
         (
-            json!({"model": "m", "input": "x", "tools": [{"type": "web_search"}]}),
+            json!({"model": "m", "input": "x", "tools": [{"type": "teleport"}]}),
             "tools[0].type",
             Some("invalid_value"),
         ),

@@ -20,5 +20,6 @@ mod safety;
 mod ssrf;
 mod stored;
 mod support;
+mod surface;
 mod tool_search;
 mod upstream_fixtures;

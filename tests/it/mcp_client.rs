@@ -266,9 +266,7 @@ fn mcp_tools_are_counted_by_their_index_in_tools() {
     let tools = vec![
         ToolParam::Function(FunctionTool {
             name: "f".into(),
-            description: None,
-            parameters: None,
-            strict: None,
+            ..FunctionTool::default()
         }),
         mcp(json!({"server_label": "a", "server_url": "http://127.0.0.1:1/mcp"})),
         mcp(json!({"server_label": "b"})),

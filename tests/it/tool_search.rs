@@ -193,7 +193,7 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     assert_eq!(next["output"][0]["output"], "called tool_005");
     let (status, err) = post(
         &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "client"}]}),
+        &json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}),
     )
     .await;
     assert_eq!(
