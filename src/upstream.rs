@@ -63,6 +63,16 @@ pub struct FunctionDef {
     /// The JSON Schema, shared with the tool list it came from (turns never copy it).
     pub parameters: std::sync::Arc<Value>,
     pub strict: Option<bool>,
+    /// A `custom` tool: a Responses upstream gets it as is (its own description and `format`);
+    /// a chat upstream gets the function above (one string argument, `input`).
+    pub custom: Option<std::sync::Arc<CustomSpec>>,
+}
+
+/// A `custom` tool as a Responses upstream takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CustomSpec {
+    pub description: Option<String>,
+    pub format: Option<Value>,
 }
 
 /// A turn's request body: its small fields as JSON values, and its tools written straight from

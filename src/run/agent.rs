@@ -492,6 +492,7 @@ fn load_found(mcp: &McpSetup, namespaces: &[serde_json::Value], found: &mut Vec<
                     description: c.description.clone(),
                     parameters: c.parameters.clone(),
                     strict: None,
+                    custom: None,
                 });
             }
         }

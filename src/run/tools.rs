@@ -14,7 +14,7 @@ use crate::api::FieldError;
 use crate::api::request::{CreateRequest, InputItem, ToolParam};
 use crate::api::response::{McpListToolsItem, McpToolInfo};
 use crate::app::App;
-use crate::upstream::FunctionDef;
+use crate::upstream::{CustomSpec, FunctionDef};
 
 /// The MCP side of a run: its servers, what was listed, and the model-facing names.
 #[derive(Clone, Default)]
@@ -209,6 +209,7 @@ fn def(name: &str, description: String, parameters: Value) -> FunctionDef {
         description,
         parameters: Arc::new(parameters),
         strict: None,
+        custom: None,
     }
 }
 
@@ -241,11 +242,17 @@ fn custom_def(name: &str, c: &crate::api::request::CustomTool) -> FunctionDef {
             "\n\nPut the tool's whole input, as free-form text, in the string argument 'input'.",
         );
     }
-    def(
-        name,
-        description.trim_start().to_string(),
-        json!({"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}}, "required": ["input"]}),
-    )
+    FunctionDef {
+        custom: Some(Arc::new(CustomSpec {
+            description: c.description.clone(),
+            format: c.format.clone(),
+        })),
+        ..def(
+            name,
+            description.trim_start().to_string(),
+            json!({"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}}, "required": ["input"]}),
+        )
+    }
 }
 
 /// `base`, or `base` with `_` appended until it is not taken; then taken.
@@ -519,6 +526,7 @@ async fn mcp_setup(
             description,
             parameters,
             strict: None,
+            custom: None,
         });
     }
     Ok(setup)
@@ -584,6 +592,7 @@ fn mcp_function_defs_where(
                     description,
                     parameters,
                     strict: None,
+                    custom: None,
                 },
                 t.server_label.clone(),
                 t.tool.clone(),

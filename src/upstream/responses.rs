@@ -2,7 +2,7 @@
 //! input items, and its streamed events as model events. The upstream's own item ids are never
 //! shown to clients: the relay mints its own.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
@@ -14,22 +14,33 @@ use super::{
 use crate::api::Usage;
 use crate::api::request::{InputItem, TextFormat};
 
-/// A tool as a Responses upstream takes it.
+/// A tool as a Responses upstream takes it: a function, or a `custom` tool as the client sent it.
 #[derive(serde::Serialize)]
 pub struct ResponsesTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
-    strict: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    description: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    format: Option<&'a Value>,
 }
 
 /// The `POST /responses` body for a turn.
 pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
-    body.insert("input".into(), Value::Array(input(&req.items)));
+    let custom: HashSet<&str> = req
+        .tools
+        .iter()
+        .filter(|t| t.custom.is_some())
+        .map(|t| t.name.as_str())
+        .collect();
+    body.insert("input".into(), Value::Array(input(&req.items, &custom)));
     body.insert("stream".into(), json!(true));
     body.insert("store".into(), json!(false));
     if let Some(i) = &req.instructions {
@@ -38,12 +49,23 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
     let tools: Vec<ResponsesTool<'_>> = req
         .tools
         .iter()
-        .map(|t| ResponsesTool {
-            kind: "function",
-            name: &t.name,
-            description: &t.description,
-            parameters: &t.parameters,
-            strict: t.strict.unwrap_or(false),
+        .map(|t| match &t.custom {
+            Some(c) => ResponsesTool {
+                kind: "custom",
+                name: &t.name,
+                description: c.description.as_deref(),
+                parameters: None,
+                strict: None,
+                format: c.format.as_ref(),
+            },
+            None => ResponsesTool {
+                kind: "function",
+                name: &t.name,
+                description: Some(&t.description),
+                parameters: Some(&t.parameters),
+                strict: Some(t.strict.unwrap_or(false)),
+                format: None,
+            },
         })
         .collect();
     if !tools.is_empty() {
@@ -52,6 +74,9 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
             TurnToolChoice::Auto => json!("auto"),
             TurnToolChoice::None => json!("none"),
             TurnToolChoice::Required => json!("required"),
+            TurnToolChoice::Function(name) if custom.contains(name.as_str()) => {
+                json!({"type": "custom", "name": name})
+            }
             TurnToolChoice::Function(name) => json!({"type": "function", "name": name}),
         };
         body.insert("tool_choice".into(), choice);
@@ -101,9 +126,12 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
 }
 
 /// Conversation items in the upstream's input format. Item ids are dropped (the upstream stores
-/// nothing, so it could not resolve them); items only the relay understands are left out.
-pub fn input(items: &[InputItem]) -> Vec<Value> {
+/// nothing, so it could not resolve them); items only the relay understands are left out. Calls
+/// of the `custom` tools named go back as `custom_tool_call` items (their `input` the function
+/// form's one argument), with their outputs as `custom_tool_call_output`.
+pub fn input(items: &[InputItem], custom: &HashSet<&str>) -> Vec<Value> {
     let mut out = Vec::with_capacity(items.len());
+    let mut custom_calls: HashSet<&str> = HashSet::new();
     for item in items {
         match item {
             InputItem::Message(m) => {
@@ -115,8 +143,21 @@ pub fn input(items: &[InputItem]) -> Vec<Value> {
                 }
                 out.push(v);
             }
+            InputItem::FunctionCall(f) if custom.contains(f.name.as_str()) => {
+                custom_calls.insert(&f.call_id);
+                let input = serde_json::from_str::<Value>(&f.arguments)
+                    .ok()
+                    .and_then(|v| v.get("input")?.as_str().map(str::to_string))
+                    .unwrap_or_else(|| f.arguments.clone());
+                out.push(json!({
+                    "type": "custom_tool_call", "call_id": f.call_id, "name": f.name, "input": input}))
+            }
             InputItem::FunctionCall(f) => out.push(json!({
                 "type": "function_call", "call_id": f.call_id, "name": f.name, "arguments": f.arguments})),
+            InputItem::FunctionCallOutput(o) if custom_calls.contains(o.call_id.as_str()) => {
+                out.push(json!({
+                    "type": "custom_tool_call_output", "call_id": o.call_id, "output": o.output}))
+            }
             InputItem::FunctionCallOutput(o) => out.push(json!({
                 "type": "function_call_output", "call_id": o.call_id, "output": o.output})),
             // Every tool's calls reach the upstream as function calls and outputs
@@ -136,6 +177,9 @@ pub struct EventParser {
     calls: HashMap<u64, (u32, usize)>,
     /// The next call index (never reused, even if an upstream repeats an output_index).
     next_call: u32,
+    /// Upstream output_index → a `custom_tool_call`'s call index and its input so far (passed
+    /// on whole, as the function form's `{"input": ...}`, when the input is done).
+    custom: HashMap<u64, (u32, String)>,
 }
 
 impl EventParser {
@@ -166,6 +210,59 @@ impl EventParser {
             "response.refusal.delta" => out.push(ModelEvent::Refusal(s("delta"))),
             "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
                 out.push(ModelEvent::Reasoning(s("delta")))
+            }
+            "response.output_item.added" if ev["item"]["type"] == "custom_tool_call" => {
+                let item = &ev["item"];
+                let at = ev["output_index"].as_u64().unwrap_or(0);
+                let index = self.next_call;
+                self.next_call = self.next_call.saturating_add(1);
+                self.saw_call = true;
+                let input = item["input"].as_str().unwrap_or_default().to_string();
+                self.custom.insert(at, (index, input));
+                out.push(ModelEvent::ToolCall {
+                    index,
+                    id: item["call_id"].as_str().map(str::to_string),
+                    name: item["name"].as_str().map(str::to_string),
+                    arguments: String::new(),
+                });
+            }
+            "response.custom_tool_call_input.delta" => {
+                let at = ev["output_index"].as_u64().unwrap_or(0);
+                let Some((_, input)) = self.custom.get_mut(&at) else {
+                    return Err(UpstreamError::Protocol(format!(
+                        "input for unknown output item {at}"
+                    )));
+                };
+                input.push_str(&s("delta"));
+            }
+            "response.custom_tool_call_input.done" => {
+                let at = ev["output_index"].as_u64().unwrap_or(0);
+                if let Some((index, mut input)) = self.custom.remove(&at) {
+                    if let Some(whole) = ev["input"].as_str() {
+                        input = whole.to_string();
+                    }
+                    out.push(ModelEvent::ToolCall {
+                        index,
+                        id: None,
+                        name: None,
+                        arguments: json!({ "input": input }).to_string(),
+                    });
+                }
+            }
+            "response.output_item.done" if ev["item"]["type"] == "custom_tool_call" => {
+                // Servers that skip the input events: the item carries it whole.
+                let at = ev["output_index"].as_u64().unwrap_or(0);
+                if let Some((index, mut input)) = self.custom.remove(&at) {
+                    if let Some(whole) = ev["item"]["input"].as_str() {
+                        input = whole.to_string();
+                    }
+                    out.push(ModelEvent::ToolCall {
+                        index,
+                        id: None,
+                        name: None,
+                        arguments: json!({ "input": input }).to_string(),
+                    });
+                }
             }
             "response.output_item.added" => {
                 let item = &ev["item"];

@@ -241,14 +241,16 @@ async fn a_custom_tool_call_streams_its_input_and_its_history_goes_back_as_a_fun
         assert!(call["call_id"].as_str().unwrap().starts_with("call_"));
         let (name, def) = offered(&up).remove(0);
         assert_eq!(name, "apply_patch");
-        assert_eq!(def["parameters"]["required"], json!(["input"]));
-        assert!(
-            def["description"]
-                .as_str()
-                .unwrap()
-                .contains("lark grammar"),
-            "{def}"
-        );
+        match api {
+            // A chat upstream gets a function of one string argument, the grammar described.
+            UpstreamApi::Chat => {
+                assert_eq!(def["parameters"]["required"], json!(["input"]));
+                let description = def["description"].as_str().unwrap();
+                assert!(description.contains("lark grammar"), "{def}");
+            }
+            // A Responses upstream gets the tool as the client sent it.
+            UpstreamApi::Responses => assert_eq!(def, custom),
+        }
         let (status, next) = post(
             &url,
             &json!({"model": "fake-model", "store": false, "tools": [custom], "input": [
@@ -263,6 +265,12 @@ async fn a_custom_tool_call_streams_its_input_and_its_history_goes_back_as_a_fun
             next["output"][0]["content"][0]["text"],
             "Tool results: Done: A hello.txt"
         );
+        if api == UpstreamApi::Responses {
+            let sent = up.requests().last().unwrap().body["input"].clone();
+            assert_eq!(sent[1]["type"], "custom_tool_call", "{sent}");
+            assert_eq!(sent[1]["input"], patch);
+            assert_eq!(sent[2]["type"], "custom_tool_call_output", "{sent}");
+        }
     }
 }
 

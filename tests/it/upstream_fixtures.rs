@@ -834,6 +834,7 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
             description: String::new(),
             parameters: std::sync::Arc::new(json!({"type": "object"})),
             strict: None,
+            custom: None,
         }];
         req.items = vec![
             serde_json::from_value(json!({"type": "message", "role": "user", "content": "CALL add {\"a\":2,\"b\":3}\nCALL other {}"}))
@@ -1078,12 +1079,14 @@ fn turn_bodies_carry_each_tool_whole_in_each_wire_format() {
             description: "Find.".into(),
             parameters: Arc::new(schema.clone()),
             strict: Some(true),
+            custom: None,
         },
         FunctionDef {
             name: "plain".into(),
             description: String::new(),
             parameters: Arc::new(json!({"type": "object"})),
             strict: None,
+            custom: None,
         },
     ];
     req.tool_choice = TurnToolChoice::Required;

@@ -587,6 +587,8 @@ enum Choice {
 struct Tool {
     name: String,
     parameters: Value,
+    /// A Responses `custom` tool: its calls are `custom_tool_call` items with raw `input`.
+    custom: bool,
 }
 
 #[derive(Debug)]
@@ -636,17 +638,17 @@ fn tools_of(body: &Value) -> Vec<Tool> {
     };
     tools
         .iter()
-        .filter(|t| {
-            t.get("type")
-                .and_then(Value::as_str)
-                .is_none_or(|ty| ty == "function")
-        })
         .filter_map(|t| {
+            let kind = t.get("type").and_then(Value::as_str);
+            if !matches!(kind, None | Some("function") | Some("custom")) {
+                return None;
+            }
             let f = t.get("function").unwrap_or(t);
             let name = f.get("name").and_then(Value::as_str)?;
             Some(Tool {
                 name: name.to_string(),
                 parameters: f.get("parameters").cloned().unwrap_or(Value::Null),
+                custom: kind == Some("custom"),
             })
         })
         .collect()
@@ -774,10 +776,10 @@ impl Convo {
                 };
                 c.last = match items.last() {
                     Some(i) if is_user(i) => Last::User,
-                    Some(i) if kind(i) == "function_call_output" => {
+                    Some(i) if kind(i).ends_with("call_output") => {
                         let start = items
                             .iter()
-                            .rposition(|i| kind(i) != "function_call_output")
+                            .rposition(|i| !kind(i).ends_with("call_output"))
                             .map(|i| i + 1)
                             .unwrap_or(0);
                         Last::ToolResults(
@@ -802,8 +804,8 @@ impl Convo {
                     .iter()
                     .enumerate()
                     .filter(|(j, i)| {
-                        kind(i) == "function_call"
-                            && (*j == 0 || kind(&tail[j - 1]) != "function_call")
+                        let call = |k: String| k == "function_call" || k == "custom_tool_call";
+                        call(kind(i)) && (*j == 0 || !call(kind(&tail[j - 1])))
                     })
                     .count();
             }
@@ -819,8 +821,10 @@ impl Convo {
 #[derive(Debug, Clone)]
 struct Call {
     name: String,
+    /// JSON arguments, or a custom tool's raw input.
     arguments: String,
     pieces: Vec<String>,
+    custom: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -923,10 +927,22 @@ impl Script {
                     .tools
                     .iter()
                     .find(|t| t.name == name)
-                    .or_else(|| c.tools.iter().find(|t| t.name.ends_with(name)))
-                    .map(|t| t.name.clone())
-                    .unwrap_or_else(|| name.to_string());
-                Some(call(tool, args.to_string()))
+                    .or_else(|| c.tools.iter().find(|t| t.name.ends_with(name)));
+                match tool {
+                    // A custom tool takes raw input: the `input` of the JSON written, if any.
+                    Some(t) if t.custom => {
+                        let input = serde_json::from_str::<Value>(args)
+                            .ok()
+                            .and_then(|v| v.get("input")?.as_str().map(str::to_string))
+                            .unwrap_or_else(|| args.to_string());
+                        Some(Call {
+                            custom: true,
+                            ..call(t.name.clone(), input)
+                        })
+                    }
+                    Some(t) => Some(call(t.name.clone(), args.to_string())),
+                    None => Some(call(name.to_string(), args.to_string())),
+                }
             })
             .collect();
         if !lines.is_empty() {
@@ -963,6 +979,7 @@ fn call(name: String, arguments: String) -> Call {
         name,
         arguments,
         pieces,
+        custom: false,
     }
 }
 
@@ -1420,8 +1437,31 @@ impl ResponsesBuilder {
             Output::Calls(calls) => {
                 for (i, c) in calls.iter().enumerate() {
                     let at = output.len();
-                    let id = self.item_id("fc", at);
                     let call_id = format!("call_{i}");
+                    if c.custom {
+                        let id = self.item_id("ctc", at);
+                        evs.push(ev(
+                            json!({"type": "response.output_item.added", "output_index": at,
+                            "item": {"id": id, "type": "custom_tool_call", "input": "",
+                                "call_id": call_id, "name": c.name}}),
+                        ));
+                        for p in &c.pieces {
+                            evs.push(delta_ev(
+                                json!({"type": "response.custom_tool_call_input.delta", "item_id": id,
+                                "output_index": at, "delta": p}),
+                            ));
+                        }
+                        evs.push(ev(
+                            json!({"type": "response.custom_tool_call_input.done", "item_id": id,
+                            "output_index": at, "input": c.arguments}),
+                        ));
+                        let item = json!({"id": id, "type": "custom_tool_call", "input": c.arguments,
+                            "call_id": call_id, "name": c.name});
+                        evs.push(ev(json!({"type": "response.output_item.done", "output_index": at, "item": item})));
+                        output.push(item);
+                        continue;
+                    }
+                    let id = self.item_id("fc", at);
                     evs.push(ev(json!({"type": "response.output_item.added", "output_index": at,
                         "item": {"id": id, "type": "function_call", "status": "in_progress", "arguments": "",
                             "call_id": call_id, "name": c.name}})));
