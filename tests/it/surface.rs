@@ -493,3 +493,23 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
         "{plain}"
     );
 }
+
+#[tokio::test]
+async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() {
+    let up = upstream().await;
+    let relay = relay_on(&up, UpstreamApi::Responses).await;
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "reasoning": {"effort": "low"}, "input": [
+            {"role": "user", "content": "first"},
+            {"type": "configuration_update", "reasoning": {"effort": "high"}, "text": {"format": {"type": "json_object"}}},
+            {"role": "user", "content": "then"}
+        ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let sent = up.requests().last().unwrap().body.clone();
+    assert_eq!(sent["reasoning"]["effort"], "high", "{sent}");
+    assert_eq!(sent["text"]["format"]["type"], "json_object", "{sent}");
+    assert_eq!(r["reasoning"]["effort"], "low", "the request's own setting is echoed");
+}
