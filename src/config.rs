@@ -48,6 +48,9 @@ pub enum LogsCommand {
             default_value = "sqlite:./relay-data/relay.sqlite3"
         )]
         store: String,
+        /// Only a run of this tenant (an operator sees every tenant's runs without it).
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Print a readable timeline of a stored run (by id) or of an exported file.
     Show {
@@ -59,6 +62,9 @@ pub enum LogsCommand {
             default_value = "sqlite:./relay-data/relay.sqlite3"
         )]
         store: String,
+        /// Only a run of this tenant (an operator sees every tenant's runs without it).
+        #[arg(long)]
+        tenant: Option<String>,
     },
 }
 
@@ -249,10 +255,82 @@ pub struct ServeArgs {
     pub config: Option<PathBuf>,
 }
 
+/// One `[[keys]]` entry of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileKey {
+    key: Option<String>,
+    key_env: Option<String>,
+    key_sha256: Option<String>,
+    tenant: Option<String>,
+    mcp_servers: Option<Vec<String>>,
+    models: Option<Vec<String>>,
+}
+
+/// A relay key, as kept after start-up: its SHA-256 (never the key), the tenant whose data it
+/// reaches, and what it may use (`None`: everything).
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyEntry {
+    pub sha256: [u8; 32],
+    pub tenant: String,
+    pub mcp_servers: Option<Vec<String>>,
+    pub models: Option<Vec<String>>,
+}
+
+impl std::fmt::Debug for KeyEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeyEntry")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The tenant of a relay with no keys, and of data stored before tenants existed.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// SHA-256 of `bytes`.
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, bytes);
+    let mut out = [0u8; 32];
+    out.copy_from_slice(d.as_ref());
+    out
+}
+
+impl KeyEntry {
+    /// A bare `--api-key`: a tenant of its own, named after the key's hash (`key-` and 12 hex
+    /// digits), so its data survives restarts and no other key reaches it.
+    pub fn bare(key: &str) -> Self {
+        let sha256 = sha256(key.as_bytes());
+        let tenant = format!(
+            "key-{}",
+            sha256[..6]
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        );
+        KeyEntry {
+            sha256,
+            tenant,
+            mcp_servers: None,
+            models: None,
+        }
+    }
+
+    /// A key of a named tenant.
+    pub fn of_tenant(key: &str, tenant: &str) -> Self {
+        KeyEntry {
+            tenant: tenant.to_string(),
+            ..Self::bare(key)
+        }
+    }
+}
+
 /// The TOML file: the same keys as the flags.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileConfig {
+    /// `[[keys]]`: relay keys with their tenants.
+    keys: Option<Vec<FileKey>>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -290,6 +368,76 @@ struct FileConfig {
 pub struct ConfigError {
     pub flag: String,
     pub message: String,
+}
+
+/// A `[[keys]]` entry, checked: exactly one of `key`, `key_env`, `key_sha256`, and a tenant.
+fn file_key(i: usize, k: FileKey) -> Result<KeyEntry, ConfigError> {
+    let at = format!("keys[{i}]");
+    let sources = [k.key.is_some(), k.key_env.is_some(), k.key_sha256.is_some()];
+    if sources.iter().filter(|s| **s).count() != 1 {
+        return Err(bad(
+            &at,
+            "give exactly one of 'key', 'key_env' (an environment variable holding the key) or 'key_sha256' (the key's SHA-256, 64 hex digits)",
+        ));
+    }
+    let tenant = match k.tenant {
+        Some(t) if valid_tenant(&t) => t,
+        Some(t) => {
+            return Err(bad(
+                &format!("{at}.tenant"),
+                format!("'{t}': a tenant is 1 to 64 of a-z, A-Z, 0-9, '-', '_', '.'"),
+            ));
+        }
+        None => {
+            return Err(bad(
+                &format!("{at}.tenant"),
+                "missing: every key belongs to a tenant",
+            ));
+        }
+    };
+    let sha256 = if let Some(key) = k.key {
+        if key.is_empty() {
+            return Err(bad(&format!("{at}.key"), "empty"));
+        }
+        sha256(key.as_bytes())
+    } else if let Some(var) = k.key_env {
+        match std::env::var(&var) {
+            Ok(key) if !key.is_empty() => sha256(key.as_bytes()),
+            _ => {
+                return Err(bad(
+                    &format!("{at}.key_env"),
+                    format!("the environment variable '{var}' is not set (or empty)"),
+                ));
+            }
+        }
+    } else {
+        let hex = k.key_sha256.unwrap_or_default();
+        let mut out = [0u8; 32];
+        let ok = hex.len() == 64
+            && out.iter_mut().enumerate().all(|(j, b)| {
+                u8::from_str_radix(&hex[2 * j..2 * j + 2], 16)
+                    .map(|v| *b = v)
+                    .is_ok()
+            });
+        if !ok {
+            return Err(bad(&format!("{at}.key_sha256"), "expected 64 hex digits"));
+        }
+        out
+    };
+    Ok(KeyEntry {
+        sha256,
+        tenant,
+        mcp_servers: k.mcp_servers,
+        models: k.models,
+    })
+}
+
+/// Whether `t` may name a tenant (it becomes part of store keys).
+pub fn valid_tenant(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 64
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
@@ -384,7 +532,10 @@ pub struct Config {
     pub store: StoreKind,
     /// How long stored runs are kept.
     pub store_ttl: Option<Duration>,
-    pub api_keys: Vec<String>,
+    /// Relay keys (`--api-key`, `[[keys]]`): with any, every route but `/healthz` needs one,
+    /// and the key decides the tenant; with none, everything is the one tenant
+    /// [`DEFAULT_TENANT`].
+    pub keys: Vec<KeyEntry>,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
     pub upstream_vision: bool,
@@ -406,7 +557,7 @@ impl Default for Config {
             upstream_api: UpstreamApi::Chat,
             store: StoreKind::Memory,
             store_ttl: None,
-            api_keys: Vec::new(),
+            keys: Vec::new(),
             upstream_timeouts: Timeouts {
                 retries: 2,
                 connect: Duration::from_secs(10),
@@ -530,12 +681,32 @@ impl Config {
                 ));
             }
         };
-        c.api_keys = if args.api_keys.is_empty() {
+        let bare = if args.api_keys.is_empty() {
             file.api_keys.unwrap_or_default()
         } else {
             args.api_keys
         };
-        c.api_keys.retain(|k| !k.is_empty());
+        c.keys = bare
+            .iter()
+            .filter(|k| !k.is_empty())
+            .map(|k| KeyEntry::bare(k))
+            .collect();
+        for (i, k) in file.keys.unwrap_or_default().into_iter().enumerate() {
+            c.keys.push(file_key(i, k)?);
+        }
+        for (i, a) in c.keys.iter().enumerate() {
+            if let Some(b) = c.keys[..i].iter().find(|b| b.sha256 == a.sha256)
+                && b.tenant != a.tenant
+            {
+                return Err(bad(
+                    &format!("keys[{i}]"),
+                    format!(
+                        "this key is also a key of tenant '{}': a key belongs to one tenant",
+                        b.tenant
+                    ),
+                ));
+            }
+        }
         let secs =
             |flag: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
                 match v {

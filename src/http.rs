@@ -16,6 +16,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 
 use crate::app::App;
+use crate::store::Tenant;
 pub use error::ApiError;
 
 pub type BoxErr = Box<dyn std::error::Error + Send + Sync>;
@@ -75,14 +76,14 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
     let method = req.method().clone();
     let result = match check_auth(&app, &req) {
         Err(e) => Err(e),
-        Ok(()) => match Route::parse(&method, &path) {
+        Ok(tenant) => match Route::parse(&method, &path) {
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
-            Some(Route::Create) => responses::create(&app, req).await,
-            Some(Route::Get(id)) => responses::get(&app, id, req.uri().query()).await,
-            Some(Route::Delete(id)) => responses::delete(&app, id).await,
-            Some(Route::Cancel(id)) => responses::cancel(&app, id).await,
+            Some(Route::Create) => responses::create(&app, req, tenant).await,
+            Some(Route::Get(id)) => responses::get(&app, &tenant, id, req.uri().query()).await,
+            Some(Route::Delete(id)) => responses::delete(&app, &tenant, id).await,
+            Some(Route::Cancel(id)) => responses::cancel(&app, &tenant, id).await,
             Some(Route::InputItems(id)) => {
-                responses::input_items(&app, id, req.uri().query()).await
+                responses::input_items(&app, &tenant, id, req.uri().query()).await
             }
             Some(Route::Models) => responses::models(&app, &req).await,
             None => Err(ApiError::not_found_route(&method, &path)),
@@ -91,21 +92,24 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
     Ok(result.unwrap_or_else(ApiError::into_response))
 }
 
-/// With relay keys configured, every route but `/healthz` needs one of them as the bearer.
-fn check_auth(app: &App, req: &Request<Incoming>) -> Result<(), ApiError> {
-    let keys = &app.config().api_keys;
+/// With relay keys configured, every route but `/healthz` needs one of them as the bearer; the
+/// key decides the request's tenant. Without keys, every request is the default tenant's.
+fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Tenant, ApiError> {
+    let keys = &app.config().keys;
     if keys.is_empty() || req.uri().path() == "/healthz" {
-        return Ok(());
+        return Ok(Tenant::default());
     }
-    let given = bearer(req).unwrap_or_default();
-    if keys
-        .iter()
-        .any(|k| constant_time_eq(k.as_bytes(), given.as_bytes()))
-    {
-        Ok(())
-    } else {
-        Err(ApiError::unauthorized())
+    let given = crate::config::sha256(bearer(req).unwrap_or_default().as_bytes());
+    // Every key is compared (no early exit), each in constant time.
+    let mut found = None;
+    for k in keys {
+        if constant_time_eq(&k.sha256, &given) && found.is_none() {
+            found = Some(&k.tenant);
+        }
     }
+    found
+        .map(|t| Tenant::new(t))
+        .ok_or_else(ApiError::unauthorized)
 }
 
 /// The request's bearer token, if any.

@@ -106,10 +106,13 @@ fn main() -> ExitCode {
 
 /// `logs export ID` and `logs show ID|FILE`.
 fn logs(cmd: LogsCommand) -> ExitCode {
-    let (target, store) = match &cmd {
-        LogsCommand::Export { id, store } | LogsCommand::Show { target: id, store } => {
-            (id.clone(), store.clone())
-        }
+    let (target, store, tenant) = match &cmd {
+        LogsCommand::Export { id, store, tenant }
+        | LogsCommand::Show {
+            target: id,
+            store,
+            tenant,
+        } => (id.clone(), store.clone(), tenant.clone()),
     };
     let from_file =
         matches!(cmd, LogsCommand::Show { .. }) && std::path::Path::new(&target).is_file();
@@ -126,10 +129,19 @@ fn logs(cmd: LogsCommand) -> ExitCode {
             eprintln!("error: invalid value for '--store': '{store}': no such database file");
             return ExitCode::from(64);
         }
-        match responses_relay::store::sqlite::export(std::path::Path::new(path), &target) {
+        match responses_relay::store::sqlite::export(
+            std::path::Path::new(path),
+            &target,
+            tenant.as_deref(),
+        ) {
             Ok(Some(entries)) => Ok(Recording::from_entries(&entries)),
             Ok(None) => {
-                eprintln!("error: no response with id '{target}' in {path}");
+                match &tenant {
+                    Some(t) => {
+                        eprintln!("error: no response with id '{target}' of tenant '{t}' in {path}")
+                    }
+                    None => eprintln!("error: no response with id '{target}' in {path}"),
+                }
                 return ExitCode::from(1);
             }
             Err(e) => Err(responses_relay::logs::LogError(e.to_string())),

@@ -35,7 +35,7 @@ use crate::api::request::{CreateRequest, InputItem};
 use crate::api::{FieldError, Response};
 use crate::app::App;
 use crate::eventlog::RunLog;
-use crate::store::LiveRun;
+use crate::store::{LiveRun, Tenant};
 use crate::upstream::{FunctionDef, ModelStream, UpstreamError};
 
 /// Why a run could not start. The HTTP layer maps each to a status.
@@ -65,6 +65,8 @@ pub struct Prepared {
     pub tools: Vec<FunctionDef>,
     pub first_turn: Option<ModelStream>,
     pub client_bearer: Option<String>,
+    /// Whose run this is: every store lookup it makes is scoped by it.
+    pub tenant: Tenant,
     pub mcp: McpSetup,
     /// Where the model-facing names of client tools (namespaced, custom, built-in) lead.
     pub clients: Arc<transcode::ClientMap>,
@@ -104,6 +106,7 @@ pub fn start(
         app.store().insert_live(
             &handle.id,
             LiveRun {
+                tenant: prepared.tenant.clone(),
                 log: handle.log.clone(),
                 cancel: handle.cancel.clone(),
                 background: handle.background,

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::config::StoreKind;
+use crate::config::{DEFAULT_TENANT, StoreKind};
 use crate::eventlog::{Immediate, LogSink, RunLog};
 
 #[derive(Debug, thiserror::Error)]
@@ -47,9 +47,37 @@ pub type FailHook = Arc<dyn Fn(String) + Send + Sync>;
 /// How long `DELETE` waits for a live run it cancelled to end before deleting anyway.
 const DELETE_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Whose data a request reaches: the tenant of its relay key ([`DEFAULT_TENANT`] without keys,
+/// and for data stored before tenants existed). Every read of a backend is scoped by it: another
+/// tenant's run is, to a request, exactly an unknown one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Tenant(Arc<str>);
+
+impl Tenant {
+    pub fn new(name: &str) -> Self {
+        Tenant(Arc::from(name))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The tenant of a relay without keys.
+    pub fn is_default(&self) -> bool {
+        &*self.0 == DEFAULT_TENANT
+    }
+}
+
+impl Default for Tenant {
+    fn default() -> Self {
+        Tenant::new(DEFAULT_TENANT)
+    }
+}
+
 /// A stored run's own data (its log aside).
 #[derive(Debug, Clone)]
 pub struct Record {
+    pub tenant: Tenant,
     pub response: Response,
     pub input: Vec<InputItem>,
 }
@@ -70,6 +98,7 @@ pub(crate) fn unfinished(status: &str) -> bool {
 /// A run that is still going (or whose terminal event is not kept yet).
 #[derive(Clone)]
 pub struct LiveRun {
+    pub tenant: Tenant,
     pub log: Arc<RunLog>,
     pub cancel: CancellationToken,
     pub background: bool,
@@ -143,10 +172,11 @@ impl Store {
         })
     }
 
-    /// The sink run `id`'s emitter appends through: the backend's when the run is `stored`.
-    pub fn sink(&self, id: &str, stored: bool) -> Arc<dyn LogSink> {
+    /// The sink `tenant`'s run `id`'s emitter appends through: the backend's when the run is
+    /// `stored`.
+    pub fn sink(&self, tenant: &Tenant, id: &str, stored: bool) -> Arc<dyn LogSink> {
         match (&self.backend, stored) {
-            (Backend::Sqlite(s), true) => Arc::new(s.sink(id)),
+            (Backend::Sqlite(s), true) => Arc::new(s.sink(tenant, id)),
             (Backend::Redis(r), true) => Arc::new(r.sink(id, Some(self.fail_hook(id)))),
             _ => Arc::new(Immediate),
         }
@@ -185,11 +215,11 @@ impl Store {
         }
     }
 
-    /// Cancels a background run live on another relay (Redis) and waits for its end; does
-    /// nothing for other runs or backends.
-    pub async fn cancel_elsewhere(&self, id: &str) -> Result<(), StoreError> {
+    /// Cancels `tenant`'s background run live on another relay (Redis) and waits for its end;
+    /// does nothing for other runs or backends.
+    pub async fn cancel_elsewhere(&self, tenant: &Tenant, id: &str) -> Result<(), StoreError> {
         match &self.backend {
-            Backend::Redis(r) => r.cancel_elsewhere(id).await,
+            Backend::Redis(r) => r.cancel_elsewhere(tenant, id).await,
             _ => Ok(()),
         }
     }
@@ -198,6 +228,7 @@ impl Store {
     /// created.
     pub fn insert_live(&self, id: &str, run: LiveRun) {
         let record = Record {
+            tenant: run.tenant.clone(),
             response: (*run.created).clone(),
             input: (*run.input).clone(),
         };
@@ -220,60 +251,81 @@ impl Store {
     /// Called when a run ended: once its terminal event is kept, it leaves the live map.
     pub async fn finish_live(&self, id: &str, log: &RunLog) {
         log.wait_finished().await;
-        if let (Backend::Memory(m), Some(r)) = (&self.backend, log.snapshot()) {
-            m.finish(&r);
+        let tenant = self
+            .live
+            .lock()
+            .expect("store poisoned")
+            .get(id)
+            .map(|l| l.tenant.clone());
+        if let (Backend::Memory(m), Some(r), Some(t)) = (&self.backend, log.snapshot(), tenant) {
+            m.finish(&t, &r);
         }
         self.live.lock().expect("store poisoned").remove(id);
         self.failures.lock().expect("store poisoned").remove(id);
     }
 
-    /// A live run, if `id` is one.
-    pub fn live(&self, id: &str) -> Option<LiveRun> {
-        self.live.lock().expect("store poisoned").get(id).cloned()
+    /// `tenant`'s live run `id`, if it is one.
+    pub fn live(&self, tenant: &Tenant, id: &str) -> Option<LiveRun> {
+        self.live
+            .lock()
+            .expect("store poisoned")
+            .get(id)
+            .filter(|l| &l.tenant == tenant)
+            .cloned()
     }
 
-    /// The current Response of a run (mid-run too).
-    pub async fn response(&self, id: &str) -> Result<Option<Response>, StoreError> {
-        if let Some(l) = self.live(id) {
+    /// The current Response of a run of `tenant` (mid-run too).
+    pub async fn response(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<Response>, StoreError> {
+        if let Some(l) = self.live(tenant, id) {
             return Ok(Some(l.response()));
         }
-        Ok(self.record(id).await?.map(|r| r.response))
+        Ok(self.record(tenant, id).await?.map(|r| r.response))
     }
 
-    /// A run's Response and input items.
-    pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        if let Some(l) = self.live(id) {
+    /// A run's Response and input items, if the run is `tenant`'s.
+    pub async fn record(&self, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
+        if let Some(l) = self.live(tenant, id) {
             return Ok(Some(Record {
+                tenant: l.tenant.clone(),
                 response: l.response(),
                 input: l.input.to_vec(),
             }));
         }
         match &self.backend {
-            Backend::Memory(m) => Ok(m.record(id)),
-            Backend::Sqlite(s) => s.record(id).await,
-            Backend::Redis(r) => r.record(id).await,
+            Backend::Memory(m) => Ok(m.record(tenant, id)),
+            Backend::Sqlite(s) => s.record(tenant, id).await,
+            Backend::Redis(r) => r.record(tenant, id).await,
         }
     }
 
-    /// A run's event log: the live one, or the kept one of a finished run.
-    pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
-        if let Some(l) = self.live(id) {
+    /// A run's event log, if the run is `tenant`'s: the live one, or the kept one of a finished
+    /// run.
+    pub async fn log(&self, tenant: &Tenant, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+        if let Some(l) = self.live(tenant, id) {
             return Ok(Some(l.log));
         }
         match &self.backend {
-            Backend::Memory(m) => Ok(m.log(id)),
-            Backend::Sqlite(s) => s.log(id).await,
-            Backend::Redis(r) => r.log(id).await,
+            Backend::Memory(m) => Ok(m.log(tenant, id)),
+            Backend::Sqlite(s) => s.log(tenant, id).await,
+            Backend::Redis(r) => r.log(tenant, id).await,
         }
     }
 
-    /// What the model saw and said along the chain ending at `id`, oldest first: every
-    /// ancestor's input and output, then this run's. `None` if `id` is unknown.
-    pub async fn history(&self, id: &str) -> Result<Option<Vec<InputItem>>, StoreError> {
+    /// What the model saw and said along `tenant`'s chain ending at `id`, oldest first: every
+    /// ancestor's input and output, then this run's. `None` if `id` is unknown (to `tenant`).
+    pub async fn history(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<Vec<InputItem>>, StoreError> {
         let mut chain = Vec::new();
         let mut cur = Some(id.to_string());
         while let Some(c) = cur {
-            let Some(record) = self.record(&c).await? else {
+            let Some(record) = self.record(tenant, &c).await? else {
                 if chain.is_empty() {
                     return Ok(None);
                 }
@@ -295,13 +347,18 @@ impl Store {
         Ok(Some(history))
     }
 
-    /// A stored item (input or output) by id, for `item_reference`.
-    pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
+    /// A stored item (input or output) of `tenant`'s by id, for `item_reference`.
+    pub async fn find_item(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<InputItem>, StoreError> {
         let live: Vec<LiveRun> = self
             .live
             .lock()
             .expect("store poisoned")
             .values()
+            .filter(|l| &l.tenant == tenant)
             .cloned()
             .collect();
         for l in live {
@@ -315,26 +372,27 @@ impl Store {
             }
         }
         match &self.backend {
-            Backend::Memory(m) => Ok(m.find_item(id)),
-            Backend::Sqlite(s) => s.find_item(id).await,
-            Backend::Redis(r) => r.find_item(id).await,
+            Backend::Memory(m) => Ok(m.find_item(tenant, id)),
+            Backend::Sqlite(s) => s.find_item(tenant, id).await,
+            Backend::Redis(r) => r.find_item(tenant, id).await,
         }
     }
 
-    /// Removes a run, its items and its log (cancelling it if it is live); false if unknown.
-    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+    /// Removes `tenant`'s run, its items and its log (cancelling it if it is live); false if
+    /// unknown (to `tenant`).
+    pub async fn delete(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
         // A live run is cancelled and allowed to end first (its terminal event kept), so that
         // nothing it writes at its end lands after the delete and brings its log or items back.
-        let running = self.live.lock().expect("store poisoned").get(id).cloned();
+        let running = self.live(tenant, id);
         if let Some(l) = &running {
             l.cancel.cancel();
             let _ = tokio::time::timeout(DELETE_WAIT, l.log.wait_finished()).await;
+            self.live.lock().expect("store poisoned").remove(id);
         }
-        self.live.lock().expect("store poisoned").remove(id);
         let kept = match &self.backend {
-            Backend::Memory(m) => m.delete(id),
-            Backend::Sqlite(s) => s.delete(id).await?,
-            Backend::Redis(r) => r.delete(id).await?,
+            Backend::Memory(m) => m.delete(tenant, id),
+            Backend::Sqlite(s) => s.delete(tenant, id).await?,
+            Backend::Redis(r) => r.delete(tenant, id).await?,
         };
         Ok(kept || running.is_some())
     }

@@ -1,6 +1,6 @@
 //! Handlers for `/v1/responses` and friends.
 
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
@@ -10,46 +10,27 @@ use super::{ApiError, Body, json_response};
 use crate::api::request::parse_create;
 use crate::app::App;
 use crate::run;
+use crate::store::Tenant;
 
 /// `POST /v1/responses`.
-pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>, ApiError> {
+pub async fn create(
+    app: &App,
+    req: Request<Incoming>,
+    tenant: Tenant,
+) -> Result<Response<Body>, ApiError> {
     // The client's bearer goes upstream only when the relay has neither keys of its own nor an
     // upstream key (with relay keys, the bearer is a relay key and must stay here).
-    let client_bearer = if app.config().api_keys.is_empty() {
+    let client_bearer = if app.config().keys.is_empty() {
         super::bearer(&req)
     } else {
         None
     };
-    let limit = app.config().max_body_bytes;
-    let body = match Limited::new(req.into_body(), limit).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            return Err(ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "invalid_request_error",
-                format!("The request body is larger than the relay's limit of {limit} bytes."),
-                None,
-                Some("request_too_large"),
-            ));
-        }
-        Err(e) => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                format!("Could not read the request body: {e}"),
-                None,
-                None,
-            ));
-        }
-    };
+    let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
     let stream = request.stream;
     let background = request.background;
     let permit = app.run_permit().ok_or_else(ApiError::busy)?;
-    let prepared = run::prepare(app, request, client_bearer).await?;
+    let prepared = run::prepare(app, request, client_bearer, tenant).await?;
     let handle = run::start(app, prepared, permit);
     if stream {
         let guard =
@@ -84,8 +65,77 @@ pub async fn create(app: &App, req: Request<Incoming>) -> Result<Response<Body>,
     ))
 }
 
+/// How much of a body over the limit is still read (and dropped) so the client, which may send
+/// it all before it reads an answer (Python's urllib and httpx do), gets its 413 and not a broken
+/// pipe; and for how long.
+const DRAIN_BYTES: usize = 256 * 1024 * 1024;
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The request body, at most `limit` bytes; over it, a 413 answered after the rest of the body
+/// was read (bounded by [`DRAIN_BYTES`] and [`DRAIN_TIME`]).
+async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    let mut buf = bytes::BytesMut::new();
+    let mut over = false;
+    let mut dropped = 0usize;
+    let deadline = tokio::time::Instant::now() + DRAIN_TIME;
+    loop {
+        let frame = if over {
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Ok(f) => f,
+                Err(_) => break,
+            }
+        } else {
+            body.frame().await
+        };
+        let Some(frame) = frame else { break };
+        let frame = match frame {
+            Ok(f) => f,
+            Err(_) if over => break,
+            Err(e) => {
+                return Err(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("Could not read the request body: {e}"),
+                    None,
+                    None,
+                ));
+            }
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if over {
+            dropped += data.len();
+            if dropped > DRAIN_BYTES {
+                break;
+            }
+        } else if buf.len() + data.len() > limit {
+            over = true;
+            dropped = buf.len() + data.len();
+            buf = bytes::BytesMut::new();
+        } else {
+            buf.extend_from_slice(&data);
+        }
+    }
+    if over {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("The request body is larger than the relay's limit of {limit} bytes."),
+            None,
+            Some("request_too_large"),
+        ));
+    }
+    Ok(buf.freeze())
+}
+
 /// `GET /v1/responses/{id}`, with `?stream=true&starting_after=N` for the log.
-pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Body>, ApiError> {
+pub async fn get(
+    app: &App,
+    tenant: &Tenant,
+    id: &str,
+    query: Option<&str>,
+) -> Result<Response<Body>, ApiError> {
     let q = Query::parse(query);
     let stream = match q.get("stream") {
         None | Some("false") => false,
@@ -107,7 +157,7 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
         };
         let log = app
             .store()
-            .log(id)
+            .log(tenant, id)
             .await?
             .ok_or_else(|| ApiError::response_not_found(id))?;
         return Ok(sse::stream(
@@ -119,7 +169,7 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
     }
     let response = app
         .store()
-        .response(id)
+        .response(tenant, id)
         .await?
         .ok_or_else(|| ApiError::response_not_found(id))?;
     Ok(json_response(
@@ -129,8 +179,8 @@ pub async fn get(app: &App, id: &str, query: Option<&str>) -> Result<Response<Bo
 }
 
 /// `DELETE /v1/responses/{id}`.
-pub async fn delete(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
-    if !app.store().delete(id).await? {
+pub async fn delete(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Body>, ApiError> {
+    if !app.store().delete(tenant, id).await? {
         return Err(ApiError::response_not_found(id));
     }
     Ok(json_response(
@@ -141,7 +191,7 @@ pub async fn delete(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
 
 /// `POST /v1/responses/{id}/cancel`: cancels a background run and answers with the cancelled
 /// Response. Cancelling it again answers the same; a run that already ended otherwise is a 400.
-pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
+pub async fn cancel(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Body>, ApiError> {
     let synchronous = || {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -153,7 +203,7 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
     };
     // A run live here is answered from its own log (its end as its readers saw it, even if the
     // store could not keep it); any other from the store.
-    let ended = if let Some(live) = app.store().live(id) {
+    let ended = if let Some(live) = app.store().live(tenant, id) {
         if !live.background {
             return Err(synchronous());
         }
@@ -162,14 +212,14 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
         Some(live.response())
     } else {
         // Live on another relay sharing the store (Redis): its owner cancels it.
-        app.store().cancel_elsewhere(id).await?;
+        app.store().cancel_elsewhere(tenant, id).await?;
         None
     };
     let response = match ended {
         Some(r) => r,
         None => app
             .store()
-            .response(id)
+            .response(tenant, id)
             .await?
             .ok_or_else(|| ApiError::response_not_found(id))?,
     };
@@ -196,12 +246,13 @@ pub async fn cancel(app: &App, id: &str) -> Result<Response<Body>, ApiError> {
 /// `GET /v1/responses/{id}/input_items`, paginated as OpenAI does.
 pub async fn input_items(
     app: &App,
+    tenant: &Tenant,
     id: &str,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
     let record = app
         .store()
-        .record(id)
+        .record(tenant, id)
         .await?
         .ok_or_else(|| ApiError::response_not_found(id))?;
     let q = Query::parse(query);
@@ -263,7 +314,7 @@ pub async fn input_items(
 
 /// `GET /v1/models`, passed through from the upstream.
 pub async fn models(app: &App, req: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let client_bearer = if app.config().api_keys.is_empty() {
+    let client_bearer = if app.config().keys.is_empty() {
         super::bearer(req)
     } else {
         None

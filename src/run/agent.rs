@@ -67,7 +67,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     let app = app.clone();
     let mut em = Emitter::new(
         log,
-        app.store().sink(&p.response.id, p.request.store),
+        app.store().sink(&p.tenant, &p.response.id, p.request.store),
         app.ids().clone(),
         app.clock(),
     );

@@ -24,6 +24,7 @@ pub struct ApprovalAnswer {
 /// answered, or altered requests are rejected naming `input`.
 pub(super) async fn approval_answers(
     app: &App,
+    tenant: &crate::store::Tenant,
     earlier: &[InputItem],
     input: &[InputItem],
     servers: &[ServerSpec],
@@ -60,7 +61,7 @@ pub(super) async fn approval_answers(
             .any(|it| matches!(it, InputItem::McpApprovalRequest(a) if &a.id == rid))
             && let Some(InputItem::McpApprovalRequest(kept)) = app
                 .store()
-                .find_item(rid)
+                .find_item(tenant, rid)
                 .await
                 .map_err(|e| StartError::Store(e.to_string()))?
             && (kept.arguments != req.arguments

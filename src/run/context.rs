@@ -7,18 +7,20 @@ use crate::api::FieldError;
 use crate::api::request::{CreateRequest, InputItem};
 use crate::api::response::{ContentPart, ReasoningItemInput};
 use crate::app::App;
+use crate::store::Tenant;
 
 /// The request's input as stored (ids assigned, references resolved), and the history the model
 /// sees before its own output: the chain's items, then that input.
 pub(super) async fn resolve(
     app: &App,
+    tenant: &Tenant,
     request: &CreateRequest,
 ) -> Result<(Vec<InputItem>, Vec<InputItem>), StartError> {
     let mut history = Vec::new();
     if let Some(prev) = &request.previous_response_id {
         match app
             .store()
-            .history(prev)
+            .history(tenant, prev)
             .await
             .map_err(|e| StartError::Store(e.to_string()))?
         {
@@ -31,7 +33,7 @@ pub(super) async fn resolve(
         match item {
             InputItem::ItemReference(r) => match app
                 .store()
-                .find_item(&r.id)
+                .find_item(tenant, &r.id)
                 .await
                 .map_err(|e| StartError::Store(e.to_string()))?
             {

@@ -10,6 +10,7 @@ use crate::api::response::ReasoningEcho;
 use crate::api::{FieldError, Response, ResponseStatus};
 use crate::app::App;
 use crate::config::HostedTools;
+use crate::store::Tenant;
 
 /// Validates the request against the relay's state, resolves its context and opens the first
 /// model turn, so that every failure up to here is an HTTP error and none comes later as one.
@@ -17,6 +18,7 @@ pub async fn prepare(
     app: &App,
     request: CreateRequest,
     client_bearer: Option<String>,
+    tenant: Tenant,
 ) -> Result<Prepared, StartError> {
     let limits = &app.config().limits;
     if request.store {
@@ -59,7 +61,7 @@ pub async fn prepare(
             ),
         )));
     }
-    let (history, input) = context::resolve(app, &request).await?;
+    let (history, input) = context::resolve(app, &tenant, &request).await?;
     // A background run is answered before its servers are listed (a slow server must not hold
     // the `queued` answer back), unless it answers approvals: those are checked against the
     // lists (usually reused from the chain) before the run is accepted.
@@ -73,7 +75,7 @@ pub async fn prepare(
         tools::mcp_specs(app, &request)?;
         tools::McpSetup::default()
     } else {
-        tools::resolve_mcp(app, &request, &history, &input, &mut tools, true).await?
+        tools::resolve_mcp(app, &tenant, &request, &history, &input, &mut tools, true).await?
     };
     let response = template(app, &request);
     let answered = !mcp.answers.is_empty();
@@ -85,6 +87,7 @@ pub async fn prepare(
         history,
         first_turn: None,
         client_bearer,
+        tenant,
         mcp,
         clients: std::sync::Arc::new(clients),
         tools_pending,

@@ -271,7 +271,16 @@ fn unique(base: &str, taken: &mut HashSet<String>) -> String {
 /// `p.mcp` holds every list (so that the run can show them before it fails).
 pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), StartError> {
     p.tools_pending = false;
-    p.mcp = resolve_mcp(app, &p.request, &p.history, &p.input, &mut p.tools, false).await?;
+    p.mcp = resolve_mcp(
+        app,
+        &p.tenant,
+        &p.request,
+        &p.history,
+        &p.input,
+        &mut p.tools,
+        false,
+    )
+    .await?;
     unlisted_server(app, &p.mcp)
 }
 
@@ -279,6 +288,7 @@ pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), Sta
 /// that could not be listed under `--mcp-discovery-failure fail` is an error at once.
 pub(super) async fn resolve_mcp(
     app: &App,
+    tenant: &crate::store::Tenant,
     request: &CreateRequest,
     history: &[InputItem],
     input: &[InputItem],
@@ -290,8 +300,15 @@ pub(super) async fn resolve_mcp(
     if strict {
         unlisted_server(app, &mcp)?;
     }
-    mcp.answers =
-        approval_answers(app, &history[..earlier], input, &mcp.servers, &mcp.listed).await?;
+    mcp.answers = approval_answers(
+        app,
+        tenant,
+        &history[..earlier],
+        input,
+        &mcp.servers,
+        &mcp.listed,
+    )
+    .await?;
     tools.extend(mcp_function_defs(&mcp));
     Ok(mcp)
 }

@@ -1,9 +1,12 @@
 //! The `memory` backend: stored runs in a map, for tests and `--store memory`.
+//!
+//! Invariant: runs and items are keyed by (tenant, id): a lookup of one tenant cannot find
+//! another's.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::Record;
+use super::{Record, Tenant};
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
@@ -15,11 +18,13 @@ struct Kept {
     expires_at: Option<i64>,
 }
 
+type Key = (Tenant, String);
+
 #[derive(Default)]
 struct State {
-    runs: HashMap<String, Kept>,
-    /// Item id → (its run, the item).
-    items: HashMap<String, (String, InputItem)>,
+    runs: HashMap<Key, Kept>,
+    /// (tenant, item id) → (its run, the item).
+    items: HashMap<Key, (String, InputItem)>,
 }
 
 #[derive(Clone, Default)]
@@ -31,16 +36,17 @@ impl Memory {
     pub fn insert(&self, record: Record, log: Arc<RunLog>, expires_at: Option<i64>) {
         let mut st = self.state.lock().expect("memory store poisoned");
         let id = record.response.id.clone();
+        let tenant = record.tenant.clone();
         for item in &record.input {
             // An item keeps the run that first stored it (see the SQLite store).
             if let Some(item_id) = item.id() {
                 st.items
-                    .entry(item_id.to_string())
+                    .entry((tenant.clone(), item_id.to_string()))
                     .or_insert_with(|| (id.clone(), item.clone()));
             }
         }
         st.runs.insert(
-            id,
+            (tenant, id),
             Kept {
                 record,
                 log,
@@ -49,24 +55,27 @@ impl Memory {
         );
     }
 
-    /// Keeps the final Response and indexes its output items.
-    pub fn finish(&self, response: &Response) {
+    /// Keeps `tenant`'s final Response and indexes its output items.
+    pub fn finish(&self, tenant: &Tenant, response: &Response) {
         let mut st = self.state.lock().expect("memory store poisoned");
         let State { runs, items } = &mut *st;
-        let Some(kept) = runs.get_mut(&response.id) else {
+        let Some(kept) = runs.get_mut(&(tenant.clone(), response.id.clone())) else {
             return;
         };
         kept.record.response = response.clone();
         for o in &response.output {
             if let Some(i) = output_as_input(o) {
-                items.insert(o.id().to_string(), (response.id.clone(), i));
+                items.insert(
+                    (tenant.clone(), o.id().to_string()),
+                    (response.id.clone(), i),
+                );
             }
         }
     }
 
-    pub fn record(&self, id: &str) -> Option<Record> {
+    pub fn record(&self, tenant: &Tenant, id: &str) -> Option<Record> {
         let st = self.state.lock().expect("memory store poisoned");
-        let kept = st.runs.get(id)?;
+        let kept = st.runs.get(&(tenant.clone(), id.to_string()))?;
         let mut record = kept.record.clone();
         if let Some(r) = kept.log.snapshot() {
             record.response = r;
@@ -74,39 +83,40 @@ impl Memory {
         Some(record)
     }
 
-    pub fn log(&self, id: &str) -> Option<Arc<RunLog>> {
+    pub fn log(&self, tenant: &Tenant, id: &str) -> Option<Arc<RunLog>> {
         self.state
             .lock()
             .expect("memory store poisoned")
             .runs
-            .get(id)
+            .get(&(tenant.clone(), id.to_string()))
             .map(|k| k.log.clone())
     }
 
-    pub fn find_item(&self, id: &str) -> Option<InputItem> {
+    pub fn find_item(&self, tenant: &Tenant, id: &str) -> Option<InputItem> {
         self.state
             .lock()
             .expect("memory store poisoned")
             .items
-            .get(id)
+            .get(&(tenant.clone(), id.to_string()))
             .map(|(_, i)| i.clone())
     }
 
-    pub fn delete(&self, id: &str) -> bool {
+    pub fn delete(&self, tenant: &Tenant, id: &str) -> bool {
         let mut st = self.state.lock().expect("memory store poisoned");
-        st.items.retain(|_, (run, _)| run != id);
-        st.runs.remove(id).is_some()
+        st.items
+            .retain(|(t, _), (run, _)| !(t == tenant && run == id));
+        st.runs.remove(&(tenant.clone(), id.to_string())).is_some()
     }
 
     pub fn expire(&self, now: i64, live: &[String]) -> usize {
-        let expired: Vec<String> = {
+        let expired: Vec<Key> = {
             let st = self.state.lock().expect("memory store poisoned");
             st.runs
                 .iter()
-                .filter(|(id, k)| k.expires_at.is_some_and(|t| t <= now) && !live.contains(id))
-                .map(|(id, _)| id.clone())
+                .filter(|((_, id), k)| k.expires_at.is_some_and(|t| t <= now) && !live.contains(id))
+                .map(|(key, _)| key.clone())
                 .collect()
         };
-        expired.iter().filter(|id| self.delete(id)).count()
+        expired.iter().filter(|(t, id)| self.delete(t, id)).count()
     }
 }

@@ -7,7 +7,12 @@
 //!   which that owner holds it), `cancel` when another relay asked to cancel it;
 //! - `relay:log:{id}`: a Stream, one entry per event (`seq`, `offset_ms`, `kind`, `data`), whose
 //!   entry id is `0-{seq+1}`, so a duplicate or a gap is refused by Redis itself;
-//! - `relay:item:{item_id}`: a hash with the item JSON and its run's id.
+//! - `relay:item:{item_id}` (the default tenant's; data kept before tenants existed is its) or
+//!   `relay:item:{tenant}:{item_id}`: a hash with the item JSON and its run's id.
+//!
+//! Tenants: the run's hash holds its `tenant` (none: the default tenant); every read of a run is
+//! a script that answers nothing unless the hash's tenant is the reader's, and items live under
+//! their tenant's key prefix, so one tenant's request cannot reach another's run or item.
 //!
 //! Two sorted sets index runs: `relay:leases` (unfinished runs by lease expiry) and
 //! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]).
@@ -31,7 +36,7 @@ use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Record, StoreError, status_of, unfinished};
+use super::{Record, StoreError, Tenant, status_of, unfinished};
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
@@ -65,7 +70,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = string.format('%d', now + tonumber(ARGV[3]))
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'response', ARGV[5], 'input', ARGV[6], 'status', ARGV[7], 'background', ARGV[8], 'owner', ARGV[2], 'lease', lease)
+redis.call('HSET', KEYS[1], 'response', ARGV[5], 'input', ARGV[6], 'status', ARGV[7], 'background', ARGV[8], 'owner', ARGV[2], 'lease', lease, 'tenant', ARGV[11])
 local deadline = nil
 local ttl = tonumber(ARGV[4])
 if ttl > 0 then
@@ -75,7 +80,7 @@ if ttl > 0 then
   redis.call('ZADD', 'relay:expiry', ARGV[9], ARGV[1])
 end
 redis.call('ZADD', 'relay:leases', lease, ARGV[1])
-for i = 11, #ARGV, 2 do
+for i = 12, #ARGV, 2 do
   local k = ARGV[10] .. ARGV[i]
   -- An input item keeps the run that first stored it (a later run that sends it again by id
   -- neither takes it over nor changes it).
@@ -88,7 +93,8 @@ return 1
 "#;
 
 /// Appends a batch of events, each to its own run. KEYS: per event, the run's hash and its log.
-/// ARGV[1]: this relay's instance; ARGV[2]: the item key prefix; then, per event, a group
+/// ARGV[1]: this relay's instance; ARGV[2]: the item key prefix (the run's tenant's is derived
+/// from it and the run's `tenant`); then, per event, a group
 /// prefixed by its length: id, stream entry id, seq, offset_ms, kind, data, terminal (`1`/`0`),
 /// status, Response JSON, then (item id, item JSON) pairs. Answers, per event: 1 kept, 0 run
 /// gone, -1 run finished, -2 run owned by another relay, -3 the log refused the entry.
@@ -98,7 +104,7 @@ local a = 3
 for e = 1, #KEYS / 2 do
   local n = tonumber(ARGV[a])
   local rk, lk, id = KEYS[2 * e - 1], KEYS[2 * e], ARGV[a + 1]
-  local h = redis.call('HMGET', rk, 'status', 'owner', 'deadline')
+  local h = redis.call('HMGET', rk, 'status', 'owner', 'deadline', 'tenant')
   local code = 1
   if not h[1] then code = 0
   elseif h[1] ~= 'queued' and h[1] ~= 'in_progress' then code = -1
@@ -112,8 +118,10 @@ for e = 1, #KEYS / 2 do
         redis.call('HSET', rk, 'status', ARGV[a + 8], 'response', ARGV[a + 9])
         redis.call('HDEL', rk, 'owner', 'lease', 'cancel')
         redis.call('ZREM', 'relay:leases', id)
+        local ip = ARGV[2]
+        if h[4] and h[4] ~= 'default' then ip = ip .. h[4] .. ':' end
         for i = a + 10, a + n - 1, 2 do
-          local k = ARGV[2] .. ARGV[i]
+          local k = ip .. ARGV[i]
           redis.call('HSET', k, 'item', ARGV[i + 1], 'run', id)
           if h[3] then redis.call('EXPIREAT', k, h[3]) end
         end
@@ -170,7 +178,9 @@ return redis.call('ZRANGEBYSCORE', 'relay:leases', '-inf', string.format('%d', n
 "#;
 
 const CANCEL: &str = r#"
-local s = redis.call('HGET', KEYS[1], 'status')
+local h = redis.call('HMGET', KEYS[1], 'status', 'tenant')
+local s = h[1]
+if (h[2] or 'default') ~= ARGV[1] then return 0 end
 if s == 'queued' or s == 'in_progress' then
   redis.call('HSET', KEYS[1], 'cancel', '1')
   return 1
@@ -178,10 +188,16 @@ end
 return 0
 "#;
 
+/// Deletes a run: ARGV[1] its id, ARGV[2] the item key prefix, ARGV[3] the tenant it must be of
+/// (`*`: any, for expiry and recovery), then its item ids.
 const DELETE: &str = r#"
 local existed = redis.call('EXISTS', KEYS[1])
-for i = 3, #ARGV do
-  local k = ARGV[2] .. ARGV[i]
+local t = redis.call('HGET', KEYS[1], 'tenant') or 'default'
+if existed == 1 and ARGV[3] ~= '*' and t ~= ARGV[3] then return 0 end
+local ip = ARGV[2]
+if t ~= 'default' then ip = ip .. t .. ':' end
+for i = 4, #ARGV do
+  local k = ip .. ARGV[i]
   if redis.call('HGET', k, 'run') == ARGV[1] then redis.call('DEL', k) end
 end
 redis.call('DEL', KEYS[1], KEYS[2])
@@ -189,6 +205,23 @@ redis.call('ZREM', 'relay:leases', ARGV[1])
 redis.call('ZREM', 'relay:expiry', ARGV[1])
 return existed
 "#;
+
+/// Reads fields of a run's hash, for one tenant: ARGV[1] the tenant, then the field names.
+/// Answers nothing (an empty list) for a run of another tenant, or no run.
+const READ: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+if (redis.call('HGET', KEYS[1], 'tenant') or 'default') ~= ARGV[1] then return {} end
+return redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+"#;
+
+/// The key prefix of `tenant`'s items (the default tenant's is the one from before tenants).
+fn item_prefix(tenant: &Tenant) -> String {
+    if tenant.is_default() {
+        ITEM.to_string()
+    } else {
+        format!("{ITEM}{}:", tenant.as_str())
+    }
+}
 
 fn script(body: &str, keys: &[String]) -> ::redis::Cmd {
     let mut c = ::redis::cmd("EVAL");
@@ -415,7 +448,8 @@ impl Redis {
             status_of(r),
             if r.background { "1".into() } else { "0".into() },
             expires_at.unwrap_or(0).to_string(),
-            ITEM.into(),
+            item_prefix(&record.tenant),
+            record.tenant.as_str().to_string(),
         ];
         for i in &record.input {
             if let (Some(item_id), Ok(json)) = (i.id(), serde_json::to_string(i)) {
@@ -432,10 +466,24 @@ impl Redis {
         });
     }
 
+    /// Fields of a run's hash, of any tenant (the relay's own bookkeeping).
     async fn fields(&self, id: &str, names: &[&str]) -> Result<Vec<Option<String>>, StoreError> {
         let mut cmd = ::redis::cmd("HMGET");
         cmd.arg(Self::resp_key(id)).arg(names);
         self.inner.conn.query(&cmd).await
+    }
+
+    /// Fields of `tenant`'s run `id`: `None` for a run of another tenant, or no run.
+    async fn tenant_fields(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        names: &[&str],
+    ) -> Result<Option<Vec<Option<String>>>, StoreError> {
+        let mut cmd = script(READ, &[Self::resp_key(id)]);
+        cmd.arg(tenant.as_str()).arg(names);
+        let f: Vec<Option<String>> = self.inner.conn.query(&cmd).await?;
+        Ok((f.len() == names.len()).then_some(f))
     }
 
     /// Claims the run if its owner's lease lapsed and finishes it as failed. True if it did.
@@ -459,7 +507,7 @@ impl Redis {
         let fold = fold_entries(&entries)?;
         if fold.response().is_none() {
             // Not even `response.created` was kept: nothing was ever visible; drop it.
-            self.delete(id).await?;
+            self.remove(None, id).await?;
             return Ok(true);
         }
         let log = Arc::new(RunLog::from_entries(entries, fold, false));
@@ -488,15 +536,15 @@ impl Redis {
         raw.into_iter().map(|(_, f)| entry_of(&f)).collect()
     }
 
-    pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        let Some((record, status)) = self.raw_record(id).await? else {
+    pub async fn record(&self, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
+        let Some((record, status)) = self.raw_record(tenant, id).await? else {
             return Ok(None);
         };
         if !unfinished(&status) {
             return Ok(Some(record));
         }
         if self.recover(id).await? {
-            return Ok(self.raw_record(id).await?.map(|(r, _)| r));
+            return Ok(self.raw_record(tenant, id).await?.map(|(r, _)| r));
         }
         // Live on another relay: its Response as the kept events describe it now.
         let mut record = record;
@@ -517,8 +565,17 @@ impl Redis {
         Ok(Some(record))
     }
 
-    async fn raw_record(&self, id: &str) -> Result<Option<(Record, String)>, StoreError> {
-        let f = self.fields(id, &["response", "input", "status"]).await?;
+    async fn raw_record(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<(Record, String)>, StoreError> {
+        let Some(f) = self
+            .tenant_fields(tenant, id, &["response", "input", "status"])
+            .await?
+        else {
+            return Ok(None);
+        };
         let (Some(response), Some(input), Some(status)) =
             (f[0].clone(), f[1].clone(), f[2].clone())
         else {
@@ -527,6 +584,7 @@ impl Redis {
         let bad =
             |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
         let record = Record {
+            tenant: tenant.clone(),
             response: serde_json::from_str(&response).map_err(bad)?,
             input: serde_json::from_str(&input).map_err(bad)?,
         };
@@ -535,7 +593,10 @@ impl Redis {
 
     /// A run's log: complete for a finished run; for a run live on another relay, the kept
     /// events then, appended as that relay keeps them, the rest (tailed with `XREAD BLOCK`).
-    pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+    pub async fn log(&self, tenant: &Tenant, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+        let Some(f) = self.tenant_fields(tenant, id, &["status"]).await? else {
+            return Ok(None);
+        };
         if let Some(log) = self
             .inner
             .tails
@@ -546,7 +607,6 @@ impl Redis {
         {
             return Ok(Some(log));
         }
-        let f = self.fields(id, &["status"]).await?;
         let Some(status) = f[0].clone() else {
             return Ok(None);
         };
@@ -571,17 +631,35 @@ impl Redis {
         Ok(Some(log))
     }
 
-    pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
+    pub async fn find_item(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<InputItem>, StoreError> {
         let mut cmd = ::redis::cmd("HGET");
-        cmd.arg(format!("{ITEM}{id}")).arg("item");
+        cmd.arg(format!("{}{id}", item_prefix(tenant))).arg("item");
         let item: Option<String> = self.inner.conn.query(&cmd).await?;
         item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string())))
             .transpose()
     }
 
-    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+    /// Removes `tenant`'s run (nothing if it is another tenant's).
+    pub async fn delete(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
+        self.remove(Some(tenant), id).await
+    }
+
+    /// Removes a run of `tenant`, or of any tenant with `None` (expiry, recovery).
+    async fn remove(&self, tenant: Option<&Tenant>, id: &str) -> Result<bool, StoreError> {
         let mut items: Vec<String> = Vec::new();
-        if let Some((record, _)) = self.raw_record(id).await? {
+        let owner = match tenant {
+            Some(t) => t.clone(),
+            None => Tenant::new(
+                self.fields(id, &["tenant"]).await?[0]
+                    .as_deref()
+                    .unwrap_or(crate::config::DEFAULT_TENANT),
+            ),
+        };
+        if let Some((record, _)) = self.raw_record(&owner, id).await? {
             items.extend(
                 record
                     .input
@@ -598,7 +676,10 @@ impl Redis {
             );
         }
         let mut cmd = script(DELETE, &[Self::resp_key(id), Self::log_key(id)]);
-        cmd.arg(id).arg(ITEM).arg(items);
+        cmd.arg(id)
+            .arg(ITEM)
+            .arg(tenant.map(|t| t.as_str()).unwrap_or("*"))
+            .arg(items);
         let existed: i64 = self.inner.conn.query(&cmd).await?;
         Ok(existed == 1)
     }
@@ -609,7 +690,7 @@ impl Redis {
         let ids: Vec<String> = self.inner.conn.query(&cmd).await?;
         let mut n = 0;
         for id in ids.iter().filter(|i| !live.contains(i)) {
-            if self.delete(id).await? {
+            if self.remove(None, id).await? {
                 n += 1;
             }
         }
@@ -625,20 +706,23 @@ impl Redis {
 
     /// Cancels a background run live on another relay: flags it (its owner acts within a
     /// renewal) and waits for its terminal event. Does nothing for other runs.
-    pub async fn cancel_elsewhere(&self, id: &str) -> Result<(), StoreError> {
-        let f = self.fields(id, &["status", "background"]).await?;
+    pub async fn cancel_elsewhere(&self, tenant: &Tenant, id: &str) -> Result<(), StoreError> {
+        let Some(f) = self
+            .tenant_fields(tenant, id, &["status", "background"])
+            .await?
+        else {
+            return Ok(());
+        };
         let (Some(status), Some(background)) = (f[0].clone(), f[1].clone()) else {
             return Ok(());
         };
         if !unfinished(&status) || background != "1" {
             return Ok(());
         }
-        let _: i64 = self
-            .inner
-            .conn
-            .query(&script(CANCEL, &[Self::resp_key(id)]))
-            .await?;
-        if let Some(log) = self.log(id).await? {
+        let mut cancel = script(CANCEL, &[Self::resp_key(id)]);
+        cancel.arg(tenant.as_str());
+        let _: i64 = self.inner.conn.query(&cancel).await?;
+        if let Some(log) = self.log(tenant, id).await? {
             let _ = tokio::time::timeout(Duration::from_secs(10), log.wait_finished()).await;
         }
         Ok(())

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{Record, StoreError, status_of, unfinished};
+use super::{Record, StoreError, Tenant, status_of, unfinished};
 use crate::api::Response;
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
@@ -33,6 +33,7 @@ use crate::eventlog::log::{LogEntry, RunLog};
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS responses (
     id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL DEFAULT 'default',
     created_at INTEGER NOT NULL,
     expires_at INTEGER,
     status TEXT NOT NULL,
@@ -55,13 +56,52 @@ CREATE TABLE IF NOT EXISTS journal (
     data TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS items (
-    id TEXT PRIMARY KEY,
+    tenant TEXT NOT NULL DEFAULT 'default',
+    id TEXT NOT NULL,
     response_id TEXT NOT NULL,
-    item TEXT NOT NULL
+    item TEXT NOT NULL,
+    PRIMARY KEY (tenant, id)
 );
 CREATE INDEX IF NOT EXISTS items_by_response ON items(response_id);
 CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses(expires_at);
 ";
+
+/// A database made before tenants existed: its rows go to the default tenant (`responses` gets
+/// a `tenant` column; `items`, keyed by item id alone, is rebuilt keyed by (tenant, id)).
+fn migrate(c: &Connection) -> Result<(), StoreError> {
+    let has = |table: &str, column: &str| -> Result<bool, StoreError> {
+        let n: i64 = c.query_row(
+            &format!("SELECT COUNT(*) FROM pragma_table_info('{table}') WHERE name = ?1"),
+            [column],
+            |r| r.get(0),
+        )?;
+        Ok(n > 0)
+    };
+    if !has("responses", "tenant")? {
+        c.execute_batch(
+            "ALTER TABLE responses ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';",
+        )?;
+    }
+    if !has("items", "tenant")? {
+        c.execute_batch(
+            "BEGIN;
+             CREATE TABLE items_by_tenant (
+                 tenant TEXT NOT NULL DEFAULT 'default',
+                 id TEXT NOT NULL,
+                 response_id TEXT NOT NULL,
+                 item TEXT NOT NULL,
+                 PRIMARY KEY (tenant, id)
+             );
+             INSERT INTO items_by_tenant (tenant, id, response_id, item)
+                 SELECT 'default', id, response_id, item FROM items;
+             DROP TABLE items;
+             ALTER TABLE items_by_tenant RENAME TO items;
+             CREATE INDEX IF NOT EXISTS items_by_response ON items(response_id);
+             COMMIT;",
+        )?;
+    }
+    Ok(())
+}
 
 /// Largest number of writes committed in one transaction.
 const BATCH: usize = 4096;
@@ -73,6 +113,7 @@ const TRIM_ROWS: i64 = 4096;
 enum Cmd {
     Insert {
         id: String,
+        tenant: String,
         created_at: i64,
         expires_at: Option<i64>,
         status: String,
@@ -84,12 +125,14 @@ enum Cmd {
     },
     Append {
         id: String,
+        tenant: String,
         log: Arc<RunLog>,
         entry: LogEntry,
         terminal: Option<Box<Response>>,
     },
     Delete {
         id: String,
+        tenant: String,
         reply: oneshot::Sender<Result<bool, StoreError>>,
     },
     Expire {
@@ -118,6 +161,7 @@ pub struct Sqlite {
 /// Appends one run's events through the writer.
 pub struct Sink {
     id: String,
+    tenant: String,
     tx: mpsc::Sender<Cmd>,
 }
 
@@ -125,6 +169,7 @@ impl LogSink for Sink {
     fn append(&self, log: &Arc<RunLog>, entry: &LogEntry, terminal: Option<&Response>) {
         let cmd = Cmd::Append {
             id: self.id.clone(),
+            tenant: self.tenant.clone(),
             log: log.clone(),
             entry: entry.clone(),
             terminal: terminal.cloned().map(Box::new),
@@ -162,6 +207,7 @@ impl Sqlite {
         writer.pragma_update(None, "cache_size", -65536)?;
         writer.pragma_update(None, "wal_autocheckpoint", 65536)?;
         writer.execute_batch(SCHEMA)?;
+        migrate(&writer)?;
         let read = connect(path)?;
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
@@ -184,9 +230,10 @@ impl Sqlite {
         Ok(store)
     }
 
-    pub fn sink(&self, id: &str) -> Sink {
+    pub fn sink(&self, tenant: &Tenant, id: &str) -> Sink {
         Sink {
             id: id.to_string(),
+            tenant: tenant.as_str().to_string(),
             tx: self.tx.clone(),
         }
     }
@@ -200,6 +247,7 @@ impl Sqlite {
             .collect();
         let cmd = Cmd::Insert {
             id: r.id.clone(),
+            tenant: record.tenant.as_str().to_string(),
             created_at: r.created_at,
             expires_at,
             status: status_of(r),
@@ -221,17 +269,17 @@ impl Sqlite {
             .map_err(|e| StoreError(e.to_string()))?
     }
 
-    pub async fn record(&self, id: &str) -> Result<Option<Record>, StoreError> {
-        let id = id.to_string();
-        self.read(move |c| read_record(c, &id)).await
+    pub async fn record(&self, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
+        let (tenant, id) = (tenant.clone(), id.to_string());
+        self.read(move |c| read_record(c, &tenant, &id)).await
     }
 
     /// A finished run's kept log, for replaying it as it was streamed: the kept frames as they
     /// are, without parsing the events again (each one passed the fold before it was kept).
-    pub async fn log(&self, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
-        let id = id.to_string();
+    pub async fn log(&self, tenant: &Tenant, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
+        let (tenant, id) = (tenant.clone(), id.to_string());
         self.read(move |c| {
-            let Some(status) = status(c, &id)? else {
+            let Some(status) = status(c, Some(tenant.as_str()), &id)? else {
                 return Ok(None);
             };
             Ok(Some(Arc::new(RunLog::kept(read_entries(
@@ -243,11 +291,19 @@ impl Sqlite {
         .await
     }
 
-    pub async fn find_item(&self, id: &str) -> Result<Option<InputItem>, StoreError> {
-        let id = id.to_string();
+    pub async fn find_item(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<InputItem>, StoreError> {
+        let (tenant, id) = (tenant.as_str().to_string(), id.to_string());
         self.read(move |c| {
             let item: Option<String> = c
-                .query_row("SELECT item FROM items WHERE id = ?1", [&id], |r| r.get(0))
+                .query_row(
+                    "SELECT item FROM items WHERE tenant = ?1 AND id = ?2",
+                    [&tenant, &id],
+                    |r| r.get(0),
+                )
                 .optional()?;
             item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string())))
                 .transpose()
@@ -255,11 +311,12 @@ impl Sqlite {
         .await
     }
 
-    pub async fn delete(&self, id: &str) -> Result<bool, StoreError> {
+    pub async fn delete(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Cmd::Delete {
                 id: id.to_string(),
+                tenant: tenant.as_str().to_string(),
                 reply,
             })
             .map_err(|_| StoreError("writer gone".into()))?;
@@ -285,19 +342,20 @@ impl Sqlite {
     /// closed and `response.failed` is appended, through the same emitter as a live run.
     fn recover(&self) -> Result<(), StoreError> {
         let conn = self.read.lock().expect("sqlite reader poisoned");
-        let mut stmt =
-            conn.prepare("SELECT id FROM responses WHERE status IN ('queued', 'in_progress')")?;
-        let ids: Vec<String> = stmt
-            .query_map([], |r| r.get(0))?
+        let mut stmt = conn.prepare(
+            "SELECT id, tenant FROM responses WHERE status IN ('queued', 'in_progress')",
+        )?;
+        let ids: Vec<(String, String)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
             .collect::<Result<_, _>>()?;
         // Every unfinished run's events are read before any is finished: finishing one lets the
         // writer trim the journal.
         let mut left = Vec::with_capacity(ids.len());
-        for id in ids {
+        for (id, tenant) in ids {
             let entries = read_entries(&conn, &id, true)?;
-            left.push((id, entries));
+            left.push((id, Tenant::new(&tenant), entries));
         }
-        for (id, entries) in left {
+        for (id, tenant, entries) in left {
             let fold = fold_entries(&entries)?;
             if fold.response().is_none() {
                 // Not even `response.created` was kept: nothing was ever visible; drop it.
@@ -307,7 +365,7 @@ impl Sqlite {
             let log = Arc::new(RunLog::from_entries(entries, fold, false));
             end_as_failed(
                 log,
-                Arc::new(self.sink(&id)),
+                Arc::new(self.sink(&tenant, &id)),
                 "The relay stopped before this response finished.",
             );
             tracing::warn!(response_id = %id, "finished a run left unfinished by a previous relay process");
@@ -321,11 +379,11 @@ impl Sqlite {
     }
 }
 
-fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
+fn read_record(c: &Connection, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
     let row: Option<(String, String)> = c
         .query_row(
-            "SELECT response, input FROM responses WHERE id = ?1",
-            [id],
+            "SELECT response, input FROM responses WHERE id = ?1 AND tenant = ?2",
+            [id, tenant.as_str()],
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .optional()?;
@@ -334,6 +392,7 @@ fn read_record(c: &Connection, id: &str) -> Result<Option<Record>, StoreError> {
     };
     let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
     Ok(Some(Record {
+        tenant: tenant.clone(),
         response: serde_json::from_str(&response).map_err(bad)?,
         input: serde_json::from_str(&input).map_err(bad)?,
     }))
@@ -380,22 +439,32 @@ fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
     Ok(fold)
 }
 
-/// Opens a database read-only and reads one run's events (for `logs export` on a stopped relay).
-pub fn export(path: &Path, id: &str) -> Result<Option<Vec<LogEntry>>, StoreError> {
+/// Opens a database read-only and reads one run's events (for `logs export` on a stopped relay),
+/// of any tenant, or only of `tenant`.
+pub fn export(
+    path: &Path,
+    id: &str,
+    tenant: Option<&str>,
+) -> Result<Option<Vec<LogEntry>>, StoreError> {
     let c = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
-    let Some(status) = status(&c, id)? else {
+    let Some(status) = status(&c, tenant, id)? else {
         return Ok(None);
     };
     read_entries(&c, id, unfinished(&status)).map(Some)
 }
 
-/// A kept run's status, without reading the run.
-fn status(c: &Connection, id: &str) -> Result<Option<String>, StoreError> {
-    Ok(
-        c.prepare_cached("SELECT status FROM responses WHERE id = ?1")?
+/// A kept run's status (`tenant`'s run, or any tenant's with `None`), without reading the run.
+fn status(c: &Connection, tenant: Option<&str>, id: &str) -> Result<Option<String>, StoreError> {
+    Ok(match tenant {
+        Some(t) => c
+            .prepare_cached("SELECT status FROM responses WHERE id = ?1 AND tenant = ?2")?
+            .query_row([id, t], |r| r.get(0))
+            .optional()?,
+        None => c
+            .prepare_cached("SELECT status FROM responses WHERE id = ?1")?
             .query_row([id], |r| r.get(0))
             .optional()?,
-    )
+    })
 }
 
 /// Copies the WAL's new pages into the database every [`CHECKPOINT_EVERY`] without blocking the
@@ -540,7 +609,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             }
             // After the batch's own commands, so that a DELETE in it still finds the run.
             for id in &to_remove {
-                remove_run(&tx, id)?;
+                remove_run(&tx, None, id)?;
                 journal.ended.insert(id.clone());
             }
             journal.trim(&tx)?;
@@ -576,6 +645,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                     log,
                     entry,
                     terminal,
+                    ..
                 } => {
                     if let Err(e) = &result
                         && broken.insert(id.clone())
@@ -626,9 +696,23 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     }
 }
 
-/// Removes a run with its events and items; answers whether it was there.
-fn remove_run(tx: &rusqlite::Transaction, id: &str) -> Result<usize, StoreError> {
-    let n = tx.execute("DELETE FROM responses WHERE id = ?1", [id])?;
+/// Removes a run (of `tenant`, or of any tenant) with its events and items; answers whether it
+/// was there.
+fn remove_run(
+    tx: &rusqlite::Transaction,
+    tenant: Option<&str>,
+    id: &str,
+) -> Result<usize, StoreError> {
+    let n = match tenant {
+        Some(t) => tx.execute(
+            "DELETE FROM responses WHERE id = ?1 AND tenant = ?2",
+            [id, t],
+        )?,
+        None => tx.execute("DELETE FROM responses WHERE id = ?1", [id])?,
+    };
+    if n == 0 {
+        return Ok(0);
+    }
     tx.execute("DELETE FROM events WHERE response_id = ?1", [id])?;
     tx.execute("DELETE FROM items WHERE response_id = ?1", [id])?;
     Ok(n)
@@ -643,6 +727,7 @@ fn apply(
     match cmd {
         Cmd::Insert {
             id,
+            tenant,
             created_at,
             expires_at,
             status,
@@ -652,16 +737,16 @@ fn apply(
             ..
         } => {
             tx.execute(
-                "INSERT OR REPLACE INTO responses (id, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![id, created_at, expires_at, status, response, input],
+                "INSERT OR REPLACE INTO responses (id, tenant, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![id, tenant, created_at, expires_at, status, response, input],
             )?;
-            // An input item keeps the run that first stored it: a later run sending it again
-            // (by reference, or as history) neither takes it over nor changes it.
+            // An input item keeps the run that first stored it: a later run of its tenant
+            // sending it again (by reference, or as history) neither takes it over nor changes it.
             let mut stmt = tx.prepare_cached(
-                "INSERT OR IGNORE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
+                "INSERT OR IGNORE INTO items (tenant, id, response_id, item) VALUES (?1, ?2, ?3, ?4)",
             )?;
             for (item_id, item) in items.iter() {
-                stmt.execute(params![item_id, id, item])?;
+                stmt.execute(params![tenant, item_id, id, item])?;
             }
         }
         Cmd::Append {
@@ -677,6 +762,7 @@ fn apply(
         }
         Cmd::Append {
             id,
+            tenant,
             log,
             entry,
             terminal: Some(r),
@@ -708,11 +794,12 @@ fn apply(
                 ])?;
             }
             let mut stmt = tx.prepare_cached(
-                "INSERT OR REPLACE INTO items (id, response_id, item) VALUES (?1, ?2, ?3)",
+                "INSERT OR REPLACE INTO items (tenant, id, response_id, item) VALUES (?1, ?2, ?3, ?4)",
             )?;
             for o in &r.output {
                 if let Some(i) = output_as_input(o) {
                     stmt.execute(params![
+                        tenant,
                         o.id(),
                         id,
                         serde_json::to_string(&i).expect("serializes")
@@ -720,7 +807,7 @@ fn apply(
                 }
             }
         }
-        Cmd::Delete { id, .. } => return remove_run(tx, id),
+        Cmd::Delete { id, tenant, .. } => return remove_run(tx, Some(tenant), id),
         Cmd::Expire { now, live, .. } => {
             let ids: Vec<String> = {
                 let mut stmt = tx.prepare(
@@ -731,7 +818,7 @@ fn apply(
             };
             let mut n = 0;
             for id in ids.iter().filter(|i| !live.contains(i)) {
-                n += remove_run(tx, id)?;
+                n += remove_run(tx, None, id)?;
             }
             return Ok(n);
         }

@@ -244,3 +244,114 @@ fn the_environment_and_flags_turn_off_a_switch_the_config_file_turns_on() {
         on.1
     );
 }
+
+#[test]
+fn bad_key_entries_exit_64_naming_them() {
+    let dir = std::env::temp_dir().join(format!("relay-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("relay.toml");
+    for (toml, named) in [
+        ("[[keys]]\ntenant = \"a\"\n", "keys[0]"),
+        (
+            "[[keys]]\nkey = \"a-shared-key-1\"\ntenant = \"a\"\n[[keys]]\nkey = \"a-shared-key-1\"\ntenant = \"b\"\n",
+            "keys[1]",
+        ),
+        (
+            "[[keys]]\nkey_env = \"RELAY_TEST_UNSET_KEY\"\ntenant = \"a\"\n",
+            "keys[0].key_env",
+        ),
+        (
+            "[[keys]]\nkey = \"k\"\ntenant = \"a b\"\n",
+            "keys[0].tenant",
+        ),
+        ("[[keys]]\nkey = \"k\"\n", "keys[0].tenant"),
+        (
+            "[[keys]]\nkey_sha256 = \"abc\"\ntenant = \"a\"\n",
+            "keys[0].key_sha256",
+        ),
+    ] {
+        std::fs::write(&file, toml).unwrap();
+        let out = Command::new(BIN)
+            .args(["serve", "--config", file.to_str().unwrap()])
+            .env_remove("RELAY_TEST_UNSET_KEY")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(64), "{toml}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(named),
+            "{toml}: stderr does not name {named}: {err}"
+        );
+        assert!(!err.contains("a-shared-key-1"), "a key was printed: {err}");
+    }
+}
+
+#[test]
+fn keys_from_the_config_file_admit_their_holders_only() {
+    use std::io::{Read, Write};
+    let dir = std::env::temp_dir().join(format!("relay-keyed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("relay.toml");
+    // The second key is in the file only as its SHA-256 (computed here by `sha256sum`).
+    let real_hash = {
+        use std::process::Command as C;
+        let out = C::new("sha256sum")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(b"hashed-key-3")?;
+                c.wait_with_output()
+            })
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()[..64].to_string()
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "store = \"memory\"\n[[keys]]\nkey_env = \"RELAY_TEST_TEAM_KEY\"\ntenant = \"team\"\n[[keys]]\nkey_sha256 = \"{real_hash}\"\ntenant = \"team\"\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream-url",
+            "http://127.0.0.1:9/v1",
+        ])
+        .args(["--config", file.to_str().unwrap()])
+        .env("RELAY_TEST_TEAM_KEY", "env-key-2")
+        .env_remove("RELAY_API_KEYS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("listening on http://")
+        .expect("listening line")
+        .to_string();
+    let status_for = |key: &str| -> u16 {
+        let mut conn = std::net::TcpStream::connect(&addr).unwrap();
+        write!(
+            conn,
+            "GET /v1/responses/resp_none HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = String::new();
+        conn.read_to_string(&mut answer).unwrap();
+        answer.split(' ').nth(1).unwrap().parse().unwrap()
+    };
+    // A key of the tenant reaches the API (the id is unknown: 404); any other key is a 401.
+    assert_eq!(status_for("env-key-2"), 404);
+    assert_eq!(status_for("hashed-key-3"), 404);
+    assert_eq!(status_for("not-a-key"), 401);
+    let _ = child.kill();
+    let _ = child.wait();
+}

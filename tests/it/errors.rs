@@ -425,3 +425,34 @@ async fn an_unknown_field_inside_a_content_part_is_named_exactly() {
     );
     assert_eq!(body["error"]["code"], "unknown_parameter");
 }
+
+#[tokio::test]
+async fn a_client_that_sends_its_whole_oversized_body_before_reading_gets_its_413() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.max_body_bytes = 1024 * 1024;
+    let relay = relay(c).await;
+    // As Python's urllib and httpx do: the whole body first (64 MiB), then the answer.
+    let size = 64 * 1024 * 1024;
+    let mut s = tokio::net::TcpStream::connect(relay.addr).await.unwrap();
+    let head = format!(
+        "POST /v1/responses HTTP/1.1\r\nhost: relay\r\ncontent-type: application/json\r\ncontent-length: {size}\r\n\r\n"
+    );
+    s.write_all(head.as_bytes()).await.unwrap();
+    let chunk = vec![b' '; 1024 * 1024];
+    for i in 0..size / chunk.len() {
+        s.write_all(&chunk)
+            .await
+            .unwrap_or_else(|e| panic!("the relay stopped reading after {i} MiB: {e}"));
+    }
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = s.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the connection closed without an answer");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+}

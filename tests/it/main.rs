@@ -21,5 +21,6 @@ mod ssrf;
 mod stored;
 mod support;
 mod surface;
+mod tenants;
 mod tool_search;
 mod upstream_fixtures;

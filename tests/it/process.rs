@@ -157,6 +157,20 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // An operator sees every tenant's runs; `--tenant` narrows to one.
+    for (tenant, found) in [("default", true), ("someone-else", false)] {
+        let only = Command::new(BIN)
+            .args(["logs", "export", &id, "--store", &store, "--tenant", tenant])
+            .output()
+            .unwrap();
+        assert_eq!(only.status.success(), found, "--tenant {tenant}");
+        if found {
+            assert_eq!(only.stdout, out.stdout);
+        } else {
+            let err = String::from_utf8_lossy(&only.stderr);
+            assert!(err.contains("of tenant 'someone-else'"), "{err}");
+        }
+    }
     let file = dir.join("run.jsonl");
     std::fs::write(&file, &out.stdout).unwrap();
     let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use responses_relay::Config;
+use responses_relay::config::KeyEntry;
 use serde_json::{Value, json};
 use tracing_subscriber::util::SubscriberInitExt;
 
@@ -51,7 +52,7 @@ fn assert_unauthorized(status: u16, text: &str, what: &str) {
 async fn relay_keys_guard_every_route_but_healthz() {
     let up = upstream().await;
     let relay = relay(Config {
-        api_keys: vec!["k1".into(), "second-key".into()],
+        keys: vec![KeyEntry::bare("k1"), KeyEntry::bare("second-key")],
         ..config(&up.base_url())
     })
     .await;
@@ -139,7 +140,7 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
 
     let both = relay(Config {
         upstream_api_key: Some("relay-upstream-key".into()),
-        api_keys: vec!["rk".into()],
+        keys: vec![KeyEntry::bare("rk")],
         ..config(&up.base_url())
     })
     .await;
@@ -382,7 +383,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         .build()
         .unwrap();
     let keyed = |c: Config| Config {
-        api_keys: vec!["SECRET-RELAY-5".into()],
+        keys: vec![KeyEntry::bare("SECRET-RELAY-5")],
         upstream_api_key: Some("SECRET-UP-4".into()),
         ..c
     };

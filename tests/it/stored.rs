@@ -654,7 +654,7 @@ async fn expired_runs_are_removed() {
         // The answer can arrive just before the run's task leaves the live map; live runs never
         // expire, so wait for it to have left.
         eventually("the run is no longer live", || {
-            app.store().live(id).is_none()
+            app.store().live(&Default::default(), id).is_none()
         })
         .await;
         app.store().flush().await;
@@ -691,11 +691,15 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
         let body = json!({"model": "fake-model?fault=stall", "input": "x", "background": true})
             .to_string();
         let request = responses_relay::api::request::parse_create(body.as_bytes()).unwrap();
-        let prepared = responses_relay::run::prepare(&app, request, None)
+        let prepared = responses_relay::run::prepare(&app, request, None, Default::default())
             .await
             .unwrap();
         let handle = responses_relay::run::start(&app, prepared, app.run_permit().unwrap());
-        let found = app.store().response(&handle.id).await.unwrap();
+        let found = app
+            .store()
+            .response(&Default::default(), &handle.id)
+            .await
+            .unwrap();
         let found =
             found.unwrap_or_else(|| panic!("{name}: a just-created background run is not found"));
         assert_eq!(
@@ -710,7 +714,7 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
         );
         let record = app
             .store()
-            .record(&handle.id)
+            .record(&Default::default(), &handle.id)
             .await
             .unwrap()
             .unwrap_or_else(|| panic!("{name}: no record"));

@@ -511,5 +511,8 @@ async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() 
     let sent = up.requests().last().unwrap().body.clone();
     assert_eq!(sent["reasoning"]["effort"], "high", "{sent}");
     assert_eq!(sent["text"]["format"]["type"], "json_object", "{sent}");
-    assert_eq!(r["reasoning"]["effort"], "low", "the request's own setting is echoed");
+    assert_eq!(
+        r["reasoning"]["effort"], "low",
+        "the request's own setting is echoed"
+    );
 }
