@@ -177,12 +177,13 @@ fn key_comparison_is_exact() {
 
 // ---- Secrets ----
 
-const SECRETS: [&str; 5] = [
+const SECRETS: [&str; 6] = [
     "SECRET-AUTH-1",
     "SECRET-HDR-2",
     "SECRET-QS-3",
     "SECRET-UP-4",
     "SECRET-RELAY-5",
+    "SECRET-TENANT-6",
 ];
 
 /// Where a secret was found, if anywhere.
@@ -292,6 +293,25 @@ async fn full_run(relay_base: String, mcp_url: String, seen: &mut Seen) -> Value
     )
     .await;
     seen.add("a 401 answer", text);
+    // A key of another tenant (a `[[keys]]` entry): its own runs, and the first key's run unknown.
+    let (status, text) = send(
+        "POST",
+        &format!("{relay_base}/v1/responses"),
+        Some("Bearer SECRET-TENANT-6"),
+        Some(&json!({"model": "fake-model", "input": "hi"})),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    seen.add("another tenant's answer", text);
+    let (status, text) = send(
+        "GET",
+        &format!("{relay_base}/v1/responses/{id}"),
+        Some("Bearer SECRET-TENANT-6"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 404, "{text}");
+    seen.add("another tenant's 404", text);
     folded
 }
 
@@ -383,7 +403,10 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         .build()
         .unwrap();
     let keyed = |c: Config| Config {
-        keys: vec![KeyEntry::bare("SECRET-RELAY-5")],
+        keys: vec![
+            KeyEntry::bare("SECRET-RELAY-5"),
+            KeyEntry::of_tenant("SECRET-TENANT-6", "team"),
+        ],
         upstream_api_key: Some("SECRET-UP-4".into()),
         ..c
     };

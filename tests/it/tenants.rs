@@ -10,12 +10,13 @@ use crate::fake_upstream::FakeUpstream;
 use crate::support::*;
 use responses_relay::config::{KeyEntry, StoreKind};
 
-/// Team A has two keys; `kb` is a bare key (a tenant of its own).
+/// Team A has two keys; `kb` is a bare key (a tenant of its own); team B has one.
 fn keys() -> Vec<KeyEntry> {
     vec![
         KeyEntry::of_tenant("team-a-key-1", "team-a"),
         KeyEntry::of_tenant("team-a-key-2", "team-a"),
         KeyEntry::bare("kb"),
+        KeyEntry::of_tenant("team-b-key", "team-b"),
     ]
 }
 
@@ -126,7 +127,7 @@ async fn team_a_run(base: &str) -> (String, String) {
 async fn assert_scoped(base: &str, id: &str, item: &str) {
     let unknown_id = format!("resp_{}", "0".repeat(id.len() - "resp_".len()));
     let unknown_item = format!("msg_{}", "0".repeat(item.len().saturating_sub(4).max(8)));
-    for other in ["kb"] {
+    for other in ["kb", "team-b-key"] {
         let theirs = reach(base, other, id, item).await;
         let unknown = reach(base, other, &unknown_id, &unknown_item).await;
         assert_eq!(
@@ -219,6 +220,17 @@ async fn a_tenants_live_background_run_is_unknown_to_another_on_a_second_relay_o
     assert_eq!(status, 200);
     let tail = tail.as_str().unwrap().to_string();
     assert!(tail.contains("response.completed"), "{tail}");
+    // Finished: every way in, on either relay, is still closed to the other tenants.
+    let (_, items) = call(
+        "GET",
+        &b.url(&format!("/v1/responses/{id}/input_items")),
+        "team-a-key-1",
+        None,
+    )
+    .await;
+    let item = items["data"][0]["id"].as_str().unwrap().to_string();
+    assert_scoped(&b.url(""), &id, &item).await;
+    assert_scoped(&a.url(""), &id, &item).await;
 }
 
 #[tokio::test]
