@@ -4,6 +4,7 @@
 //! Invariant: before a response's first byte every failure is a status with the JSON envelope;
 //! after it, the run's log carries the failure (`response.failed`) and the body ends normally.
 
+pub mod conversations;
 pub mod error;
 pub mod responses;
 pub mod sse;
@@ -48,6 +49,14 @@ pub enum Route<'a> {
     InputItems(&'a str),
     Models,
     Health,
+    ConversationCreate,
+    ConversationGet(&'a str),
+    ConversationUpdate(&'a str),
+    ConversationDelete(&'a str),
+    ConversationItems(&'a str),
+    ConversationAddItems(&'a str),
+    ConversationItem(&'a str, &'a str),
+    ConversationDeleteItem(&'a str, &'a str),
 }
 
 impl<'a> Route<'a> {
@@ -65,6 +74,20 @@ impl<'a> Route<'a> {
             (&Method::DELETE, ["responses", id]) if !id.is_empty() => Some(Route::Delete(id)),
             (&Method::POST, ["responses", id, "cancel"]) => Some(Route::Cancel(id)),
             (&Method::GET, ["responses", id, "input_items"]) => Some(Route::InputItems(id)),
+            (&Method::POST, ["conversations"]) => Some(Route::ConversationCreate),
+            (&Method::GET, ["conversations", id]) => Some(Route::ConversationGet(id)),
+            (&Method::POST, ["conversations", id]) => Some(Route::ConversationUpdate(id)),
+            (&Method::DELETE, ["conversations", id]) => Some(Route::ConversationDelete(id)),
+            (&Method::GET, ["conversations", id, "items"]) => Some(Route::ConversationItems(id)),
+            (&Method::POST, ["conversations", id, "items"]) => {
+                Some(Route::ConversationAddItems(id))
+            }
+            (&Method::GET, ["conversations", id, "items", item]) => {
+                Some(Route::ConversationItem(id, item))
+            }
+            (&Method::DELETE, ["conversations", id, "items", item]) => {
+                Some(Route::ConversationDeleteItem(id, item))
+            }
             _ => None,
         }
     }
@@ -86,6 +109,24 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
                 responses::input_items(&app, &tenant, id, req.uri().query()).await
             }
             Some(Route::Models) => responses::models(&app, &req).await,
+            Some(Route::ConversationCreate) => conversations::create(&app, &tenant, req).await,
+            Some(Route::ConversationGet(id)) => conversations::get(&app, &tenant, id).await,
+            Some(Route::ConversationUpdate(id)) => {
+                conversations::update(&app, &tenant, id, req).await
+            }
+            Some(Route::ConversationDelete(id)) => conversations::delete(&app, &tenant, id).await,
+            Some(Route::ConversationItems(id)) => {
+                conversations::items(&app, &tenant, id, req.uri().query()).await
+            }
+            Some(Route::ConversationAddItems(id)) => {
+                conversations::add_items(&app, &tenant, id, req).await
+            }
+            Some(Route::ConversationItem(id, item)) => {
+                conversations::item(&app, &tenant, id, item).await
+            }
+            Some(Route::ConversationDeleteItem(id, item)) => {
+                conversations::delete_item(&app, &tenant, id, item).await
+            }
             None => Err(ApiError::not_found_route(&method, &path)),
         },
     };

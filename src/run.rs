@@ -52,6 +52,13 @@ pub enum StartError {
     McpDiscovery { label: String, message: String },
     #[error("{0}")]
     Store(String),
+    #[error("Conversation with id '{0}' not found.")]
+    ConversationNotFound(String),
+    /// Another run holds the conversation (its items would interleave with this run's).
+    #[error(
+        "Another response is in progress on conversation '{0}'; send this one when it has ended."
+    )]
+    ConversationBusy(String),
 }
 
 /// A run ready to go: validated, its context resolved and its first model turn open.
@@ -67,6 +74,8 @@ pub struct Prepared {
     pub client_bearer: Option<String>,
     /// Whose run this is: every store lookup it makes is scoped by it.
     pub tenant: Tenant,
+    /// The request's conversation, held from reading its items until this run's are added.
+    pub conversation_lock: Option<crate::store::conversations::ConversationLock>,
     pub mcp: McpSetup,
     /// Where the model-facing names of client tools (namespaced, custom, built-in) lead.
     pub clients: Arc<transcode::ClientMap>,
@@ -84,6 +93,14 @@ pub struct RunHandle {
     pub background: bool,
     /// The Response as `response.created` carries it (`queued` for a background run).
     pub created: Arc<Response>,
+}
+
+/// Items as a store keeps them: each with an id (the client's, or one minted now).
+pub fn with_ids(app: &App, items: Vec<InputItem>) -> Vec<InputItem> {
+    items
+        .into_iter()
+        .map(|i| context::with_id(app, i))
+        .collect()
 }
 
 /// Starts the run's task (holding its place among the relay's concurrent runs); returns its

@@ -11,6 +11,7 @@
 //! terminal event is kept; after a crash, [`Store::open`] finishes every unfinished run with a
 //! terminal event, so no reader waits forever.
 
+pub mod conversations;
 pub mod memory;
 pub mod redis;
 pub mod sqlite;
@@ -145,6 +146,8 @@ pub struct Store {
     ttl: Option<Duration>,
     /// Why the store ended a live run (its events could not be kept), for the agent's ending.
     failures: Arc<Mutex<HashMap<String, String>>>,
+    /// Conversations a run of this relay holds ([`Store::lock_conversation`]).
+    conversation_locks: Arc<Mutex<std::collections::HashSet<(Tenant, String)>>>,
 }
 
 impl Store {
@@ -154,6 +157,7 @@ impl Store {
             backend: Backend::Memory(memory::Memory::default()),
             ttl: None,
             failures: Arc::default(),
+            conversation_locks: Arc::default(),
         }
     }
 
@@ -169,6 +173,7 @@ impl Store {
             backend,
             ttl,
             failures: Arc::default(),
+            conversation_locks: Arc::default(),
         })
     }
 

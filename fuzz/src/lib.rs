@@ -155,6 +155,7 @@ pub fn created_response() -> Response {
         safety_identifier: None,
         prompt_cache_key: None,
         prompt_cache_retention: None,
+        conversation: None,
     }
 }
 

@@ -633,6 +633,8 @@ pub struct CreateRequest {
     pub include: Vec<String>,
     /// Hints accepted and echoed: they change nothing here.
     pub client_metadata: Option<Map<String, Value>>,
+    /// The conversation whose items are the context, and to which the response's are added.
+    pub conversation: Option<String>,
     pub background_options: Option<Map<String, Value>>,
     pub service_tier: Option<String>,
 }
@@ -789,36 +791,7 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
             "top_logprobs is not supported by this relay; omit it or send 0.",
         ));
     }
-    let metadata = raw.metadata.unwrap_or_default();
-    if metadata.len() > 16 {
-        return Err(FieldError::invalid_value(
-            "metadata",
-            "Invalid 'metadata': at most 16 key-value pairs are allowed.",
-        ));
-    }
-    for (k, v) in &metadata {
-        if k.chars().count() > 64 {
-            return Err(FieldError::invalid_value(
-                format!("metadata.{k}"),
-                "Invalid 'metadata': keys are at most 64 characters.",
-            ));
-        }
-        match v {
-            Value::String(s) if s.chars().count() <= 512 => {}
-            Value::String(_) => {
-                return Err(FieldError::invalid_value(
-                    format!("metadata.{k}"),
-                    "Invalid 'metadata': values are at most 512 characters.",
-                ));
-            }
-            _ => {
-                return Err(FieldError::new(
-                    format!("metadata.{k}"),
-                    "Invalid 'metadata': values must be strings.",
-                ));
-            }
-        }
-    }
+    let metadata = parse_metadata(raw.metadata.unwrap_or_default())?;
     let store = raw.store.unwrap_or(true);
     let background = raw.background.unwrap_or(false);
     if background && !store {
@@ -912,11 +885,13 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
             ),
         ));
     }
-    refuse_present(
-        "conversation",
-        &raw.conversation,
-        "Conversations are not supported by this relay yet: chain responses with 'previous_response_id', or send the whole history in 'input'.",
-    )?;
+    let conversation = parse_conversation(raw.conversation)?;
+    if conversation.is_some() && raw.previous_response_id.is_some() {
+        return Err(FieldError::invalid_value(
+            "conversation",
+            "Mutually exclusive parameters: 'conversation' and 'previous_response_id'. Ensure you are only providing one of: 'previous_response_id' or 'conversation'.",
+        ));
+    }
     refuse_present(
         "prompt",
         &raw.prompt,
@@ -965,9 +940,60 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         prompt_cache_options: raw.prompt_cache_options,
         include: raw.include.unwrap_or_default(),
         client_metadata: raw.client_metadata,
+        conversation,
         background_options: raw.background_options,
         service_tier: raw.service_tier,
     })
+}
+
+/// `metadata`: at most 16 string values, keys of at most 64 and values of at most 512 characters.
+pub fn parse_metadata(metadata: Map<String, Value>) -> Result<Map<String, Value>, FieldError> {
+    if metadata.len() > 16 {
+        return Err(FieldError::invalid_value(
+            "metadata",
+            "Invalid 'metadata': at most 16 key-value pairs are allowed.",
+        ));
+    }
+    for (k, v) in &metadata {
+        if k.chars().count() > 64 {
+            return Err(FieldError::invalid_value(
+                format!("metadata.{k}"),
+                "Invalid 'metadata': keys are at most 64 characters.",
+            ));
+        }
+        match v {
+            Value::String(s) if s.chars().count() <= 512 => {}
+            Value::String(_) => {
+                return Err(FieldError::invalid_value(
+                    format!("metadata.{k}"),
+                    "Invalid 'metadata': values are at most 512 characters.",
+                ));
+            }
+            _ => {
+                return Err(FieldError::new(
+                    format!("metadata.{k}"),
+                    "Invalid 'metadata': values must be strings.",
+                ));
+            }
+        }
+    }
+    Ok(metadata)
+}
+
+/// `conversation`: an id, or `{id}`.
+fn parse_conversation(v: Option<Value>) -> Result<Option<String>, FieldError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) if !id.trim().is_empty() => Ok(Some(id)),
+        Some(Value::Object(o)) => match o.get("id") {
+            Some(Value::String(id)) if !id.trim().is_empty() => Ok(Some(id.clone())),
+            _ => Err(FieldError::missing("conversation.id")),
+        },
+        Some(_) => Err(FieldError::new(
+            "conversation",
+            "Invalid 'conversation': expected a conversation id or an object with 'id'.",
+        )),
+    }
 }
 
 const SERVICE_TIERS: &[&str] = &["auto", "default", "flex", "scale", "priority"];

@@ -131,6 +131,9 @@ pub struct Response {
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,
     pub prompt_cache_retention: Option<String>,
+    /// The conversation the response belongs to (`conversation` of the request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conversation: Option<ConversationRef>,
 }
 
 /// A part of a message or reasoning item's `content`.
@@ -333,6 +336,21 @@ fn server() -> String {
 
 fn completed() -> ItemStatus {
     ItemStatus::Completed
+}
+
+/// `{id}` of a conversation, as a Response names it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ConversationRef {
+    pub id: String,
+}
+
+/// A conversation as the Conversations API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Conversation {
+    pub id: String,
+    pub object: String,
+    pub created_at: i64,
+    pub metadata: Map<String, Value>,
 }
 
 /// An item of `response.output`.

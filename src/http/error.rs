@@ -195,6 +195,20 @@ impl From<StartError> for ApiError {
                 Some("previous_response_not_found"),
             ),
             StartError::Upstream(u) => ApiError::upstream(&u),
+            StartError::ConversationNotFound(_) => ApiError::new(
+                StatusCode::NOT_FOUND,
+                "invalid_request_error",
+                e.to_string(),
+                Some("conversation"),
+                None,
+            ),
+            StartError::ConversationBusy(_) => ApiError::new(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                e.to_string(),
+                Some("conversation"),
+                Some("conversation_locked"),
+            ),
             StartError::Store(_) => ApiError::store(&e.to_string()),
             StartError::McpDiscovery { .. } => ApiError::new(
                 StatusCode::FAILED_DEPENDENCY,

@@ -73,7 +73,7 @@ const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(20);
 
 /// The request body, at most `limit` bytes; over it, a 413 answered after the rest of the body
 /// was read (bounded by [`DRAIN_BYTES`] and [`DRAIN_TIME`]).
-async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes::Bytes, ApiError> {
+pub(super) async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes::Bytes, ApiError> {
     let mut buf = bytes::BytesMut::new();
     let mut over = false;
     let mut dropped = 0usize;
@@ -255,6 +255,17 @@ pub async fn input_items(
         .record(tenant, id)
         .await?
         .ok_or_else(|| ApiError::response_not_found(id))?;
+    let page = list_page(&record.input, query, "this response's input")?;
+    Ok(json_response(StatusCode::OK, page.to_string()))
+}
+
+/// One page of `items` in OpenAI's list shape, by the query's `limit` (1-100, default 20),
+/// `order` (`desc` by default) and `after` (an item id of `what`).
+pub(super) fn list_page(
+    items: &[crate::api::request::InputItem],
+    query: Option<&str>,
+    what: &str,
+) -> Result<serde_json::Value, ApiError> {
     let q = Query::parse(query);
     let limit = match q.get("limit") {
         None => 20,
@@ -278,7 +289,7 @@ pub async fn input_items(
             ));
         }
     };
-    let mut items: Vec<_> = record.input.iter().collect();
+    let mut items: Vec<_> = items.iter().collect();
     if desc {
         items.reverse();
     }
@@ -291,7 +302,7 @@ pub async fn input_items(
             .ok_or_else(|| {
                 bad_query(
                     "after",
-                    format!("Item with id '{after}' not found in this response's input."),
+                    format!("Item with id '{after}' not found in {what}."),
                 )
             })?,
     };
@@ -309,7 +320,7 @@ pub async fn input_items(
         "last_id": page.last().and_then(|i| i.id()),
         "has_more": has_more,
     });
-    Ok(json_response(StatusCode::OK, body.to_string()))
+    Ok(body)
 }
 
 /// `GET /v1/models`, passed through from the upstream.
@@ -330,7 +341,7 @@ pub async fn models(app: &App, req: &Request<Incoming>) -> Result<Response<Body>
     ))
 }
 
-fn bad_query(param: &str, message: String) -> ApiError {
+pub(super) fn bad_query(param: &str, message: String) -> ApiError {
     ApiError::new(
         StatusCode::BAD_REQUEST,
         "invalid_request_error",
@@ -341,10 +352,10 @@ fn bad_query(param: &str, message: String) -> ApiError {
 }
 
 /// A parsed query string (percent-decoded).
-struct Query(Vec<(String, String)>);
+pub(super) struct Query(Vec<(String, String)>);
 
 impl Query {
-    fn parse(q: Option<&str>) -> Query {
+    pub(super) fn parse(q: Option<&str>) -> Query {
         Query(
             q.map(|q| {
                 reqwest::Url::parse(&format!("http://x/?{q}"))
@@ -359,7 +370,7 @@ impl Query {
         )
     }
 
-    fn get(&self, key: &str) -> Option<&str> {
+    pub(super) fn get(&self, key: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == key)

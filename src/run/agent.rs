@@ -248,9 +248,49 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             }
         }
     };
+    let ending = keep_in_conversation(&app, p, &mut em, ending).await;
     em.finish(ending, Some(usage));
     let id = em.snapshot().id;
     app.store().finish_live(&id, em.log()).await;
+}
+
+/// A run on a conversation that completed (or ended incomplete) adds its input and output items
+/// to the conversation before its terminal event is shown, then lets the conversation go; a
+/// conversation that cannot keep them fails the run.
+async fn keep_in_conversation(
+    app: &App,
+    p: &mut Prepared,
+    em: &mut Emitter,
+    ending: Ending,
+) -> Ending {
+    let Some(conversation) = p.request.conversation.clone() else {
+        return ending;
+    };
+    if !matches!(ending, Ending::Completed | Ending::Incomplete(_)) {
+        p.conversation_lock.take();
+        return ending;
+    }
+    em.close_open_items();
+    let mut items = p.input.clone();
+    items.extend(em.snapshot().output.iter().filter_map(output_as_input));
+    let kept = app
+        .store()
+        .append_conversation(&p.tenant, &conversation, &items)
+        .await;
+    p.conversation_lock.take();
+    match kept {
+        Ok(true) => ending,
+        Ok(false) => Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: format!(
+                "The conversation '{conversation}' was deleted while this response ran; its items were not added."
+            ),
+        }),
+        Err(e) => Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: format!("The conversation's items could not be kept: {e}"),
+        }),
+    }
 }
 
 /// Runs the approved calls (each an `mcp_call` carrying its `approval_request_id`; at most

@@ -1,5 +1,5 @@
-//! A run's context, resolved before the first byte: the stored chain that
-//! `previous_response_id` names (each ancestor's input and output, walked back) and the stored
+//! A run's context, resolved before the first byte: the items of its `conversation`, or the
+//! stored chain that `previous_response_id` names (each ancestor's input and output, walked back) and the stored
 //! items that `item_reference`s name. Input items get their ids here.
 
 use super::StartError;
@@ -17,6 +17,14 @@ pub(super) async fn resolve(
     request: &CreateRequest,
 ) -> Result<(Vec<InputItem>, Vec<InputItem>), StartError> {
     let mut history = Vec::new();
+    if let Some(conversation) = &request.conversation {
+        history = app
+            .store()
+            .conversation_items(tenant, conversation)
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?
+            .ok_or_else(|| StartError::ConversationNotFound(conversation.clone()))?;
+    }
     if let Some(prev) = &request.previous_response_id {
         match app
             .store()
@@ -77,7 +85,7 @@ fn opened(app: &App, r: &ReasoningItemInput, i: usize) -> Result<ReasoningItemIn
     Ok(r)
 }
 
-fn with_id(app: &App, item: InputItem) -> InputItem {
+pub(super) fn with_id(app: &App, item: InputItem) -> InputItem {
     match item {
         InputItem::Message(mut m) => {
             m.id.get_or_insert_with(|| app.ids().mint("msg"));

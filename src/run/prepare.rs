@@ -61,6 +61,16 @@ pub async fn prepare(
             ),
         )));
     }
+    let conversation_lock = match &request.conversation {
+        Some(c) => Some(
+            app.store()
+                .lock_conversation(&tenant, c)
+                .await
+                .map_err(|e| StartError::Store(e.to_string()))?
+                .ok_or_else(|| StartError::ConversationBusy(c.clone()))?,
+        ),
+        None => None,
+    };
     let (history, input) = context::resolve(app, &tenant, &request).await?;
     // A background run is answered before its servers are listed (a slow server must not hold
     // the `queued` answer back), unless it answers approvals: those are checked against the
@@ -88,6 +98,7 @@ pub async fn prepare(
         first_turn: None,
         client_bearer,
         tenant,
+        conversation_lock,
         mcp,
         clients: std::sync::Arc::new(clients),
         tools_pending,
@@ -172,6 +183,10 @@ fn template(app: &App, r: &CreateRequest) -> Response {
         safety_identifier: r.safety_identifier.clone(),
         prompt_cache_key: r.prompt_cache_key.clone(),
         prompt_cache_retention: r.prompt_cache_retention.clone(),
+        conversation: r
+            .conversation
+            .as_ref()
+            .map(|id| crate::api::response::ConversationRef { id: id.clone() }),
     }
 }
 

@@ -10,6 +10,7 @@ use super::{Record, Tenant};
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
+use crate::api::response::Conversation;
 use crate::eventlog::log::RunLog;
 
 struct Kept {
@@ -25,6 +26,8 @@ struct State {
     runs: HashMap<Key, Kept>,
     /// (tenant, item id) → (its run, the item).
     items: HashMap<Key, (String, InputItem)>,
+    /// (tenant, conversation id) → the conversation and its items in order.
+    conversations: HashMap<Key, (Conversation, Vec<InputItem>)>,
 }
 
 #[derive(Clone, Default)]
@@ -58,7 +61,7 @@ impl Memory {
     /// Keeps `tenant`'s final Response and indexes its output items.
     pub fn finish(&self, tenant: &Tenant, response: &Response) {
         let mut st = self.state.lock().expect("memory store poisoned");
-        let State { runs, items } = &mut *st;
+        let State { runs, items, .. } = &mut *st;
         let Some(kept) = runs.get_mut(&(tenant.clone(), response.id.clone())) else {
             return;
         };
@@ -118,5 +121,75 @@ impl Memory {
                 .collect()
         };
         expired.iter().filter(|(t, id)| self.delete(t, id)).count()
+    }
+}
+
+impl Memory {
+    pub fn create_conversation(&self, tenant: &Tenant, c: &Conversation, items: &[InputItem]) {
+        self.state
+            .lock()
+            .expect("memory store poisoned")
+            .conversations
+            .insert((tenant.clone(), c.id.clone()), (c.clone(), items.to_vec()));
+    }
+
+    pub fn conversation(&self, tenant: &Tenant, id: &str) -> Option<Conversation> {
+        let st = self.state.lock().expect("memory store poisoned");
+        st.conversations
+            .get(&(tenant.clone(), id.to_string()))
+            .map(|(c, _)| c.clone())
+    }
+
+    pub fn conversation_items(&self, tenant: &Tenant, id: &str) -> Option<Vec<InputItem>> {
+        let st = self.state.lock().expect("memory store poisoned");
+        st.conversations
+            .get(&(tenant.clone(), id.to_string()))
+            .map(|(_, items)| items.clone())
+    }
+
+    pub fn update_conversation(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> bool {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        match st.conversations.get_mut(&(tenant.clone(), id.to_string())) {
+            Some((c, _)) => {
+                c.metadata = metadata.clone();
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn delete_conversation(&self, tenant: &Tenant, id: &str) -> bool {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        st.conversations
+            .remove(&(tenant.clone(), id.to_string()))
+            .is_some()
+    }
+
+    pub fn append_conversation(&self, tenant: &Tenant, id: &str, items: &[InputItem]) -> bool {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        match st.conversations.get_mut(&(tenant.clone(), id.to_string())) {
+            Some((_, kept)) => {
+                kept.extend(items.iter().cloned());
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn delete_conversation_item(&self, tenant: &Tenant, id: &str, item_id: &str) -> bool {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        match st.conversations.get_mut(&(tenant.clone(), id.to_string())) {
+            Some((_, kept)) => {
+                let before = kept.len();
+                kept.retain(|i| i.id() != Some(item_id));
+                kept.len() < before
+            }
+            None => false,
+        }
     }
 }

@@ -40,6 +40,7 @@ use super::{Record, StoreError, Tenant, status_of, unfinished};
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
+use crate::api::response::Conversation;
 use crate::api::{Response, Sequenced};
 use crate::config::mask_url;
 use crate::eventlog::emitter::{LogSink, end_as_failed};
@@ -212,6 +213,47 @@ const READ: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
 if (redis.call('HGET', KEYS[1], 'tenant') or 'default') ~= ARGV[1] then return {} end
 return redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+"#;
+
+/// A conversation's items (`nil` if there is no such conversation).
+const CONV_ITEMS: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return redis.call('LRANGE', KEYS[2], 0, -1)
+"#;
+
+const CONV_CREATE: &str = r#"
+redis.call('HSET', KEYS[1], 'created_at', ARGV[1], 'metadata', ARGV[2])
+if #ARGV > 2 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 3)) end
+return 1
+"#;
+
+const CONV_UPDATE: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'metadata', ARGV[1])
+return 1
+"#;
+
+const CONV_APPEND: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if #ARGV > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV)) end
+return 1
+"#;
+
+const CONV_DELETE_ITEM: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+  local ok, item = pcall(cjson.decode, v)
+  if ok and type(item) == 'table' and item.id == ARGV[1] then
+    redis.call('LREM', KEYS[2], 1, v)
+    return 1
+  end
+end
+return 0
+"#;
+
+const UNLOCK: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
 "#;
 
 /// The key prefix of `tenant`'s items (the default tenant's is the one from before tenants).
@@ -726,6 +768,158 @@ impl Redis {
             let _ = tokio::time::timeout(Duration::from_secs(10), log.wait_finished()).await;
         }
         Ok(())
+    }
+
+    fn conv_key(tenant: &Tenant, id: &str) -> String {
+        format!("relay:conv:{}:{id}", tenant.as_str())
+    }
+
+    fn conv_items_key(tenant: &Tenant, id: &str) -> String {
+        format!("relay:conv-items:{}:{id}", tenant.as_str())
+    }
+
+    pub async fn create_conversation(
+        &self,
+        tenant: &Tenant,
+        c: &Conversation,
+        items: &[InputItem],
+    ) -> Result<(), StoreError> {
+        let mut cmd = script(
+            CONV_CREATE,
+            &[
+                Self::conv_key(tenant, &c.id),
+                Self::conv_items_key(tenant, &c.id),
+            ],
+        );
+        cmd.arg(c.created_at)
+            .arg(serde_json::to_string(&c.metadata).expect("serializes"));
+        for i in items {
+            cmd.arg(serde_json::to_string(i).expect("serializes"));
+        }
+        let _: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(())
+    }
+
+    pub async fn conversation(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<Conversation>, StoreError> {
+        let mut cmd = ::redis::cmd("HMGET");
+        cmd.arg(Self::conv_key(tenant, id))
+            .arg("created_at")
+            .arg("metadata");
+        let f: Vec<Option<String>> = self.inner.conn.query(&cmd).await?;
+        let (Some(created_at), Some(metadata)) = (f[0].clone(), f[1].clone()) else {
+            return Ok(None);
+        };
+        Ok(Some(Conversation {
+            id: id.to_string(),
+            object: "conversation".into(),
+            created_at: created_at.parse().unwrap_or(0),
+            metadata: serde_json::from_str(&metadata).map_err(|e| StoreError(e.to_string()))?,
+        }))
+    }
+
+    pub async fn conversation_items(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<Vec<InputItem>>, StoreError> {
+        let mut cmd = script(
+            CONV_ITEMS,
+            &[Self::conv_key(tenant, id), Self::conv_items_key(tenant, id)],
+        );
+        cmd.arg(0);
+        let rows: Option<Vec<String>> = self.inner.conn.query(&cmd).await?;
+        rows.map(|rows| {
+            rows.iter()
+                .map(|s| serde_json::from_str(s).map_err(|e| StoreError(e.to_string())))
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .transpose()
+    }
+
+    pub async fn update_conversation(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<bool, StoreError> {
+        let mut cmd = script(CONV_UPDATE, &[Self::conv_key(tenant, id)]);
+        cmd.arg(serde_json::to_string(metadata).expect("serializes"));
+        let n: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(n == 1)
+    }
+
+    pub async fn delete_conversation(&self, tenant: &Tenant, id: &str) -> Result<bool, StoreError> {
+        let mut cmd = ::redis::cmd("DEL");
+        cmd.arg(Self::conv_key(tenant, id))
+            .arg(Self::conv_items_key(tenant, id));
+        let n: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(n > 0)
+    }
+
+    pub async fn append_conversation(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        items: &[InputItem],
+    ) -> Result<bool, StoreError> {
+        let mut cmd = script(
+            CONV_APPEND,
+            &[Self::conv_key(tenant, id), Self::conv_items_key(tenant, id)],
+        );
+        for i in items {
+            cmd.arg(serde_json::to_string(i).expect("serializes"));
+        }
+        let n: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(n == 1)
+    }
+
+    pub async fn delete_conversation_item(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        item_id: &str,
+    ) -> Result<bool, StoreError> {
+        let mut cmd = script(
+            CONV_DELETE_ITEM,
+            &[Self::conv_key(tenant, id), Self::conv_items_key(tenant, id)],
+        );
+        cmd.arg(item_id);
+        let n: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(n == 1)
+    }
+
+    /// Takes a conversation for one run of any relay sharing this Redis: the lock's token, or
+    /// `None` while another run holds it. The lock lapses on its own after an hour (a relay that
+    /// died holding it).
+    pub async fn lock_conversation(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let token = format!("{}-{:016x}", self.inner.instance, rand::random::<u64>());
+        let mut cmd = ::redis::cmd("SET");
+        cmd.arg(format!("relay:conv-lock:{}:{id}", tenant.as_str()))
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(3_600_000);
+        let set: Option<String> = self.inner.conn.query(&cmd).await?;
+        Ok(set.map(|_| token))
+    }
+
+    pub async fn unlock_conversation(&self, tenant: &Tenant, id: &str, token: &str) {
+        let mut cmd = script(
+            UNLOCK,
+            &[format!("relay:conv-lock:{}:{id}", tenant.as_str())],
+        );
+        cmd.arg(token);
+        if let Err(e) = self.inner.conn.query::<i64>(&cmd).await {
+            tracing::warn!(error = %e, "could not release a conversation's lock (it lapses on its own)");
+        }
     }
 
     /// Whether Redis answers now (for new stored requests while it is away).

@@ -3,6 +3,7 @@
 
 mod approvals;
 mod cli;
+mod conversations;
 mod core;
 mod errors;
 // The test servers, compiled once for every module that starts one (they are also binaries).

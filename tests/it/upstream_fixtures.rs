@@ -322,6 +322,7 @@ fn created_response() -> Response {
         safety_identifier: None,
         prompt_cache_key: None,
         prompt_cache_retention: None,
+        conversation: None,
     }
 }
 

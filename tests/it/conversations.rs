@@ -1,0 +1,349 @@
+//! Conversations (SPEC §11): the Conversations API on every store, responses on a conversation
+//! (its items the context, the response's items added), one run at a time per conversation, and
+//! conversations shared by relays over Redis and scoped by tenant.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::fake_upstream::FakeUpstream;
+use crate::support::*;
+use responses_relay::config::{KeyEntry, StoreKind};
+
+async fn relay_on(up: &FakeUpstream, store: &StoreKind) -> Relay {
+    let mut c = config(&up.base_url());
+    c.deterministic = false;
+    c.store = store.clone();
+    relay(c).await
+}
+
+async fn send(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
+    let c = client();
+    let mut req = match method {
+        "GET" => c.get(url),
+        "DELETE" => c.delete(url),
+        _ => c.post(url),
+    };
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+fn texts(list: &Value) -> Vec<String> {
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["content"][0]["text"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
+    for (name, store) in stores() {
+        let up = upstream().await;
+        let relay = relay_on(&up, &store).await;
+        let base = relay.url("/v1/conversations");
+        let (status, conv) = send(
+            "POST",
+            &base,
+            Some(json!({"metadata": {"topic": "plans"}, "items": [
+                {"type": "message", "role": "user", "content": "one"},
+                {"type": "message", "role": "assistant", "content": "two", "id": "msg_client_2"}
+            ]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{name}: {conv}");
+        let id = conv["id"].as_str().unwrap().to_string();
+        assert!(id.starts_with("conv_"), "{conv}");
+        assert_eq!(conv["object"], "conversation");
+        assert_eq!(conv["metadata"], json!({"topic": "plans"}));
+        assert!(conv["created_at"].is_i64());
+        let one = |p: &str| format!("{base}/{id}{p}");
+        assert_eq!(send("GET", &one(""), None).await.1, conv, "{name}");
+        let (_, updated) = send(
+            "POST",
+            &one(""),
+            Some(json!({"metadata": {"topic": "done"}})),
+        )
+        .await;
+        assert_eq!(updated["metadata"], json!({"topic": "done"}), "{name}");
+        let (_, added) = send(
+            "POST",
+            &one("/items"),
+            Some(json!({"items": [{"type": "message", "role": "user", "content": "three"}]})),
+        )
+        .await;
+        assert_eq!(added["object"], "list", "{name}: {added}");
+        assert_eq!(texts(&added), ["three"]);
+        let (_, asc) = send("GET", &one("/items?order=asc"), None).await;
+        assert_eq!(texts(&asc), ["one", "two", "three"], "{name}");
+        let (_, desc) = send("GET", &one("/items?limit=2"), None).await;
+        assert_eq!(texts(&desc), ["three", "two"], "{name}: newest first");
+        assert_eq!(desc["has_more"], true);
+        let (_, rest) = send(
+            "GET",
+            &one(&format!(
+                "/items?limit=2&after={}",
+                desc["last_id"].as_str().unwrap()
+            )),
+            None,
+        )
+        .await;
+        assert_eq!(texts(&rest), ["one"], "{name}");
+        let (status, item) = send("GET", &one("/items/msg_client_2"), None).await;
+        assert_eq!(
+            (status, item["content"][0]["text"].as_str()),
+            (200, Some("two")),
+            "{name}: the item keeps its id"
+        );
+        let (status, after_delete) = send("DELETE", &one("/items/msg_client_2"), None).await;
+        assert_eq!(
+            (status, after_delete["id"].as_str()),
+            (200, Some(id.as_str())),
+            "{name}"
+        );
+        assert_eq!(
+            texts(&send("GET", &one("/items?order=asc"), None).await.1),
+            ["one", "three"]
+        );
+        assert_eq!(
+            send("GET", &one("/items/msg_client_2"), None).await.0,
+            404,
+            "{name}"
+        );
+        if let StoreKind::Sqlite(_) = store {
+            relay.shutdown().await;
+            let relay = relay_on(&up, &store).await;
+            let (_, kept) = send(
+                "GET",
+                &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
+                None,
+            )
+            .await;
+            assert_eq!(texts(&kept), ["one", "three"], "kept across a restart");
+            continue;
+        }
+        let (status, deleted) = send("DELETE", &one(""), None).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            deleted,
+            json!({"id": id, "object": "conversation.deleted", "deleted": true})
+        );
+        let (status, err) = send("GET", &one(""), None).await;
+        assert_eq!(status, 404, "{name}");
+        assert_eq!(
+            err["error"]["message"],
+            format!("Conversation with id '{id}' not found.")
+        );
+        assert_eq!(send("GET", &one("/items"), None).await.0, 404, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
+    for (name, store) in stores() {
+        let up = upstream().await;
+        let relay = relay_on(&up, &store).await;
+        let (_, conv) = send(
+            "POST",
+            &relay.url("/v1/conversations"),
+            Some(json!({"items": [{"type": "message", "role": "user", "content": "earlier"}]})),
+        )
+        .await;
+        let id = conv["id"].as_str().unwrap().to_string();
+        let create = relay.url("/v1/responses");
+        for (turn, text) in ["first turn", "second turn"].iter().enumerate() {
+            let body = if turn == 0 {
+                json!({"model": "fake-model", "input": text, "conversation": id})
+            } else {
+                json!({"model": "fake-model", "input": text, "conversation": {"id": id}, "stream": true})
+            };
+            let r = if turn == 0 {
+                let (status, r) = post(&create, &body).await;
+                assert_eq!(status, 200, "{name}: {r}");
+                r
+            } else {
+                let sse = stream(&create, &body).await;
+                check_events(&sse.events)
+            };
+            assert_eq!(r["conversation"], json!({"id": id}), "{name}: {r}");
+            assert_eq!(r["status"], "completed");
+        }
+        // The second turn's model saw everything before it.
+        let sent = up.requests().last().unwrap().body.to_string();
+        for seen in [
+            "earlier",
+            "first turn",
+            "Hello! You said: first turn",
+            "second turn",
+        ] {
+            assert!(sent.contains(seen), "{name}: {seen} in {sent}");
+        }
+        let (_, items) = send(
+            "GET",
+            &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
+            None,
+        )
+        .await;
+        assert_eq!(
+            texts(&items),
+            [
+                "earlier",
+                "first turn",
+                "Hello! You said: first turn",
+                "second turn",
+                "Hello! You said: second turn"
+            ],
+            "{name}"
+        );
+        let (status, err) = post(
+            &create,
+            &json!({"model": "fake-model", "input": "x", "conversation": id, "previous_response_id": "resp_1"}),
+        )
+        .await;
+        assert_eq!(
+            (status, err["error"]["param"].as_str()),
+            (400, Some("conversation")),
+            "{name}"
+        );
+        let (status, err) = post(
+            &create,
+            &json!({"model": "fake-model", "input": "x", "conversation": "conv_nope"}),
+        )
+        .await;
+        assert_eq!(
+            (status, err["error"]["param"].as_str()),
+            (404, Some("conversation")),
+            "{name}: {err}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_ends() {
+    let up = upstream().await;
+    let redis = StoreKind::Redis(redis_db());
+    let a = relay_on(&up, &redis).await;
+    let b = relay_on(&up, &redis).await;
+    let (_, conv) = send("POST", &a.url("/v1/conversations"), Some(json!({}))).await;
+    let id = conv["id"].as_str().unwrap().to_string();
+    let slow = {
+        let url = a.url("/v1/responses");
+        let id = id.clone();
+        tokio::spawn(async move {
+            post(&url, &json!({"model": "fake-model?deltas=20&delay_ms=50", "input": "slow", "conversation": id})).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Refused on the same relay and on the other one (the lock is in Redis).
+    for relay in [&a, &b] {
+        let (status, err) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "fast", "conversation": id}),
+        )
+        .await;
+        assert_eq!(status, 409, "{err}");
+        assert_eq!(err["error"]["code"], "conversation_locked");
+    }
+    let (status, first) = slow.await.unwrap();
+    assert_eq!(
+        (status, first["status"].as_str()),
+        (200, Some("completed")),
+        "{first}"
+    );
+    // Continued on the other relay, which sees every item.
+    let (status, second) = post(
+        &b.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "fast", "conversation": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "{second}");
+    let (_, items) = send(
+        "GET",
+        &a.url(&format!("/v1/conversations/{id}/items?order=asc")),
+        None,
+    )
+    .await;
+    assert_eq!(texts(&items).len(), 4, "{items}");
+    assert_eq!(texts(&items)[2], "fast");
+}
+
+#[tokio::test]
+async fn another_tenants_conversation_is_an_unknown_one() {
+    for (name, store) in stores() {
+        let up = upstream().await;
+        let mut c = config(&up.base_url());
+        c.deterministic = false;
+        c.store = store.clone();
+        c.keys = vec![KeyEntry::bare("key-a"), KeyEntry::bare("key-b")];
+        let relay = relay(c).await;
+        let with = |key: &str, method: &str, path: &str, body: Option<Value>| {
+            let (url, key, method) = (relay.url(path), key.to_string(), method.to_string());
+            async move {
+                let c = client();
+                let req = match method.as_str() {
+                    "GET" => c.get(&url),
+                    "DELETE" => c.delete(&url),
+                    _ => c.post(&url),
+                }
+                .bearer_auth(key);
+                let req = match body {
+                    Some(b) => req.json(&b),
+                    None => req,
+                };
+                let r = req.send().await.unwrap();
+                (
+                    r.status().as_u16(),
+                    r.json::<Value>().await.unwrap_or(Value::Null),
+                )
+            }
+        };
+        let (_, conv) = with(
+            "key-a",
+            "POST",
+            "/v1/conversations",
+            Some(json!({"items": [{"role": "user", "content": "a's secret"}]})),
+        )
+        .await;
+        let id = conv["id"].as_str().unwrap().to_string();
+        for (method, path, body) in [
+            ("GET", format!("/v1/conversations/{id}"), None),
+            ("GET", format!("/v1/conversations/{id}/items"), None),
+            (
+                "POST",
+                format!("/v1/conversations/{id}"),
+                Some(json!({"metadata": {}})),
+            ),
+            (
+                "POST",
+                format!("/v1/conversations/{id}/items"),
+                Some(json!({"items": []})),
+            ),
+            ("DELETE", format!("/v1/conversations/{id}"), None),
+            (
+                "POST",
+                "/v1/responses".to_string(),
+                Some(json!({"model": "fake-model", "input": "x", "conversation": id})),
+            ),
+        ] {
+            let (status, body) = with("key-b", method, &path, body).await;
+            assert_eq!(status, 404, "{name}: {method} {path}: {body}");
+            assert!(!body.to_string().contains("a's secret"));
+        }
+        let (status, items) = with(
+            "key-a",
+            "GET",
+            &format!("/v1/conversations/{id}/items"),
+            None,
+        )
+        .await;
+        assert_eq!(
+            (status, texts(&items)),
+            (200, vec!["a's secret".to_string()]),
+            "{name}"
+        );
+    }
+}
