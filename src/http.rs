@@ -43,6 +43,7 @@ pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Bod
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route<'a> {
     Create,
+    InputTokens,
     Get(&'a str),
     Delete(&'a str),
     Cancel(&'a str),
@@ -69,6 +70,7 @@ impl<'a> Route<'a> {
         let parts: Vec<&str> = rest.split('/').collect();
         match (method, parts.as_slice()) {
             (&Method::POST, ["responses"]) => Some(Route::Create),
+            (&Method::POST, ["responses", "input_tokens"]) => Some(Route::InputTokens),
             (&Method::GET, ["models"]) => Some(Route::Models),
             (&Method::GET, ["responses", id]) if !id.is_empty() => Some(Route::Get(id)),
             (&Method::DELETE, ["responses", id]) if !id.is_empty() => Some(Route::Delete(id)),
@@ -102,6 +104,7 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
         Ok(tenant) => match Route::parse(&method, &path) {
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
             Some(Route::Create) => responses::create(&app, req, tenant).await,
+            Some(Route::InputTokens) => responses::input_tokens(&app, req, tenant).await,
             Some(Route::Get(id)) => responses::get(&app, &tenant, id, req.uri().query()).await,
             Some(Route::Delete(id)) => responses::delete(&app, &tenant, id).await,
             Some(Route::Cancel(id)) => responses::cancel(&app, &tenant, id).await,

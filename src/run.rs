@@ -7,6 +7,7 @@
 //!   Response and the first model turn, built by `turn`.
 //! - [`agent`]: the loop: model turn → tool calls (MCP, tool search, approved calls) → next turn.
 //! - [`transcode`]: one model turn's events → Responses events. [`search`]: ranks deferred tools.
+//! - `tokens`: a request's input tokens, counted by the model server on a one-token turn.
 //!
 //! The log a run writes, and the emitter that writes it, are [`crate::eventlog`]'s; the store
 //! keeps a started run as a [`LiveRun`] the run side hands it.
@@ -19,6 +20,7 @@ mod approvals;
 mod context;
 mod prepare;
 pub mod search;
+mod tokens;
 mod tools;
 pub mod transcode;
 mod turn;
@@ -29,6 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use approvals::ApprovalAnswer;
 pub use prepare::prepare;
+pub use tokens::count_input_tokens;
 pub use tools::McpSetup;
 
 use crate::api::request::{CreateRequest, InputItem};

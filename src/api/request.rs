@@ -996,7 +996,7 @@ fn parse_conversation(v: Option<Value>) -> Result<Option<String>, FieldError> {
     }
 }
 
-const SERVICE_TIERS: &[&str] = &["auto", "default", "flex", "scale", "priority"];
+const SERVICE_TIERS: &[&str] = &["auto", "default", "flex", "scale", "priority", "fast"];
 
 /// A 400 naming `name` when the field is present (not null): it cannot be honoured here.
 fn refuse_present(name: &str, value: &Option<Value>, why: &str) -> Result<(), FieldError> {

@@ -65,6 +65,37 @@ pub async fn create(
     ))
 }
 
+/// `POST /v1/responses/input_tokens`: a create body's input tokens, as the model server counts
+/// them (`run::count_input_tokens`). `personality` is accepted and changes nothing here.
+pub async fn input_tokens(
+    app: &App,
+    req: Request<Incoming>,
+    tenant: Tenant,
+) -> Result<Response<Body>, ApiError> {
+    let client_bearer = if app.config().keys.is_empty() {
+        super::bearer(&req)
+    } else {
+        None
+    };
+    let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
+    let mut value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::from(crate::api::FieldError::new(
+            "",
+            format!("We could not parse the JSON body of your request. Parser error: {e}"),
+        ))
+    })?;
+    if let Some(o) = value.as_object_mut() {
+        o.remove("personality");
+        o.remove("stream");
+    }
+    let request = parse_create(&serde_json::to_vec(&value).expect("serializes"))?;
+    let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
+    Ok(json_response(
+        StatusCode::OK,
+        json!({"object": "response.input_tokens", "input_tokens": input_tokens}).to_string(),
+    ))
+}
+
 /// How much of a body over the limit is still read (and dropped) so the client, which may send
 /// it all before it reads an answer (Python's urllib and httpx do), gets its 413 and not a broken
 /// pipe; and for how long.

@@ -516,3 +516,30 @@ async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() 
         "the request's own setting is echoed"
     );
 }
+
+#[tokio::test]
+async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
+    let up = upstream().await;
+    for api in APIS {
+        let relay = relay_on(&up, api).await;
+        let body = json!({"model": "fake-model", "instructions": "be brief",
+            "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}],
+            "input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]});
+        let (status, count) = post(&relay.url("/v1/responses/input_tokens"), &body).await;
+        assert_eq!(status, 200, "{count}");
+        assert_eq!(count["object"], "response.input_tokens");
+        // The model server was asked for one token of that very request, its tools included.
+        let sent = up.requests().last().unwrap().body.clone();
+        match api {
+            UpstreamApi::Chat => assert_eq!(sent["max_tokens"], 1, "{sent}"),
+            UpstreamApi::Responses => assert_eq!(sent["max_output_tokens"], 16, "{sent}"),
+        }
+        assert_eq!(offered(&up)[0].0, "lookup");
+        let (_, run) = post(&relay.url("/v1/responses"), &body).await;
+        assert_eq!(
+            count["input_tokens"], run["usage"]["input_tokens"],
+            "{api:?}: the count is the run's own prompt tokens"
+        );
+        assert!(count["input_tokens"].as_u64().unwrap() > 0);
+    }
+}

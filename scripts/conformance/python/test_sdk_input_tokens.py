@@ -1,0 +1,23 @@
+"""`responses.input_tokens.count` (issue 21) through the official OpenAI Python SDK, on both
+upstream kinds: the count is the prompt tokens the model server reports for the same request."""
+
+from __future__ import annotations
+
+from conftest import MODEL
+
+
+def test_input_tokens_count_is_the_runs_own_prompt_tokens(client):
+    params = dict(
+        model=MODEL,
+        instructions="Answer briefly.",
+        input=[
+            {"role": "user", "content": "first"},
+            {"role": "assistant", "content": "ok"},
+            {"role": "user", "content": "second"},
+        ],
+    )
+    count = client.responses.input_tokens.count(**params)
+    assert count.object == "response.input_tokens"
+    assert count.input_tokens > 0
+    run = client.responses.create(**params)
+    assert count.input_tokens == run.usage.input_tokens, (count, run.usage)

@@ -1,0 +1,43 @@
+//! Counting a request's input tokens (`POST /v1/responses/input_tokens`): the request is
+//! prepared as its run would be (context, function and MCP tools, listed), then one model turn is
+//! asked for a single output token, and the prompt tokens the model server reports for it are the
+//! count: exactly what that server counts for this request, tool definitions included, for chat
+//! and Responses upstreams alike.
+
+use futures::StreamExt;
+
+use super::{StartError, prepare, turn};
+use crate::api::request::CreateRequest;
+use crate::app::App;
+use crate::store::Tenant;
+use crate::upstream::{ModelEvent, UpstreamError};
+
+/// The prompt tokens of `request`'s first model turn.
+pub async fn count_input_tokens(
+    app: &App,
+    mut request: CreateRequest,
+    client_bearer: Option<String>,
+    tenant: Tenant,
+) -> Result<u64, StartError> {
+    request.store = false;
+    request.background = false;
+    request.stream = false;
+    request.max_output_tokens = Some(1);
+    let mut p = prepare(app, request, client_bearer, tenant).await?;
+    let mut stream = match p.first_turn.take() {
+        Some(s) => s,
+        None => {
+            app.upstream()
+                .open(&turn::turn_request(&p, &p.history))
+                .await?
+        }
+    };
+    while let Some(event) = stream.next().await {
+        if let ModelEvent::Usage(u) = event? {
+            return Ok(u.input_tokens);
+        }
+    }
+    Err(StartError::Upstream(UpstreamError::Protocol(
+        "the model server reported no usage, so the input tokens cannot be counted".into(),
+    )))
+}
