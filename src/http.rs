@@ -44,6 +44,7 @@ pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Bod
 pub enum Route<'a> {
     Create,
     InputTokens,
+    Compact,
     Get(&'a str),
     Delete(&'a str),
     Cancel(&'a str),
@@ -71,6 +72,7 @@ impl<'a> Route<'a> {
         match (method, parts.as_slice()) {
             (&Method::POST, ["responses"]) => Some(Route::Create),
             (&Method::POST, ["responses", "input_tokens"]) => Some(Route::InputTokens),
+            (&Method::POST, ["responses", "compact"]) => Some(Route::Compact),
             (&Method::GET, ["models"]) => Some(Route::Models),
             (&Method::GET, ["responses", id]) if !id.is_empty() => Some(Route::Get(id)),
             (&Method::DELETE, ["responses", id]) if !id.is_empty() => Some(Route::Delete(id)),
@@ -105,6 +107,7 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
             Some(Route::Create) => responses::create(&app, req, tenant).await,
             Some(Route::InputTokens) => responses::input_tokens(&app, req, tenant).await,
+            Some(Route::Compact) => responses::compact(&app, req, tenant).await,
             Some(Route::Get(id)) => responses::get(&app, &tenant, id, req.uri().query()).await,
             Some(Route::Delete(id)) => responses::delete(&app, &tenant, id).await,
             Some(Route::Cancel(id)) => responses::cancel(&app, &tenant, id).await,

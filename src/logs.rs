@@ -226,6 +226,7 @@ fn describe(item: &OutputItem) -> String {
         OutputItem::ToolSearchCall(t) => {
             format!("tool_search_call {}", clip(&t.arguments.to_string(), 120))
         }
+        OutputItem::Compaction(c) => format!("compaction {} (sealed summary)", c.id),
         OutputItem::CustomToolCall(c) => format!(
             "custom_tool_call {}({}) call_id={}",
             c.name,

@@ -7,6 +7,7 @@
 //!   Response and the first model turn, built by `turn`.
 //! - [`agent`]: the loop: model turn → tool calls (MCP, tool search, approved calls) → next turn.
 //! - [`transcode`]: one model turn's events → Responses events. [`search`]: ranks deferred tools.
+//! - `compact`: the conversation summarized by the model and sealed (compaction).
 //! - `tokens`: a request's input tokens, counted by the model server on a one-token turn.
 //!
 //! The log a run writes, and the emitter that writes it, are [`crate::eventlog`]'s; the store
@@ -17,6 +18,7 @@
 
 pub mod agent;
 mod approvals;
+mod compact;
 mod context;
 mod prepare;
 pub mod search;
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 pub use approvals::ApprovalAnswer;
+pub use compact::compact;
 pub use prepare::prepare;
 pub use tokens::count_input_tokens;
 pub use tools::McpSetup;
@@ -85,6 +88,14 @@ pub struct Prepared {
     /// A background run answers `queued` at once: it lists its MCP servers itself, first thing
     /// ([`resolve_tools`]); `mcp` is empty and `tools` has only the function tools until then.
     pub tools_pending: bool,
+}
+
+impl Prepared {
+    /// Whether the run compacts the conversation instead of answering (its last input item is a
+    /// `compaction_trigger`).
+    pub fn compacts(&self) -> bool {
+        matches!(self.input.last(), Some(InputItem::CompactionTrigger(_)))
+    }
 }
 
 /// A started run: its log and how to stop it.

@@ -148,6 +148,11 @@ pub enum Event {
         output_index: usize,
         arguments: String,
     },
+    #[serde(rename = "response.compaction.compacting")]
+    CompactionCompacting {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.custom_tool_call_input.delta")]
     CustomToolCallInputDelta {
         item_id: String,
@@ -185,6 +190,7 @@ impl Event {
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
+            Event::CompactionCompacting { .. } => "response.compaction.compacting",
             Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
             Event::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
@@ -275,6 +281,10 @@ impl Event {
                 item_id,
                 output_index,
                 ..
+            }
+            | Event::CompactionCompacting {
+                item_id,
+                output_index,
             }
             | Event::CustomToolCallInputDone {
                 item_id,

@@ -85,6 +85,11 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
         OutputItem::ShellCall(c) => InputItem::ShellCall(client_call(c)),
         OutputItem::ApplyPatchCall(c) => InputItem::ApplyPatchCall(client_call(c)),
         OutputItem::ComputerCall(c) => InputItem::ComputerCall(client_call(c)),
+        OutputItem::Compaction(c) => InputItem::Compaction(super::request::CompactionInput {
+            id: Some(c.id.clone()),
+            encrypted_content: c.encrypted_content.clone(),
+            created_by: c.created_by.clone(),
+        }),
     })
 }
 

@@ -404,6 +404,20 @@ pub enum InputItem {
     AdditionalTools(ToolItem),
     /// A change of `reasoning` or `text` mid-conversation.
     ConfigurationUpdate(ToolItem),
+    /// A conversation compacted by the relay: opened (and checked) when a request carries it.
+    Compaction(CompactionInput),
+    /// As the last input item: the response compacts the conversation instead of answering.
+    CompactionTrigger(ToolItem),
+}
+
+/// A `compaction` item sent back: its sealed summary.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
+pub struct CompactionInput {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub encrypted_content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
 }
 
 /// An item of a client-executed or hosted tool as sent back in `input`: the fields the relay
@@ -442,7 +456,8 @@ impl InputItem {
             | InputItem::Program(t)
             | InputItem::ProgramOutput(t)
             | InputItem::AdditionalTools(t)
-            | InputItem::ConfigurationUpdate(t) => Some(t),
+            | InputItem::ConfigurationUpdate(t)
+            | InputItem::CompactionTrigger(t) => Some(t),
             _ => None,
         }
     }
@@ -592,7 +607,9 @@ impl InputItem {
             | InputItem::Program(t)
             | InputItem::ProgramOutput(t)
             | InputItem::AdditionalTools(t)
-            | InputItem::ConfigurationUpdate(t) => t.id.as_deref(),
+            | InputItem::ConfigurationUpdate(t)
+            | InputItem::CompactionTrigger(t) => t.id.as_deref(),
+            InputItem::Compaction(c) => c.id.as_deref(),
         }
     }
 }
@@ -1097,18 +1114,8 @@ const ITEM_TYPES: &[&str] = &[
     "program_output",
     "additional_tools",
     "configuration_update",
-];
-
-/// Input item types OpenAI has that this relay cannot take yet, with the reason.
-const ITEM_TYPES_NOT_YET: &[(&str, &str)] = &[
-    (
-        "compaction",
-        "Compaction items are not supported by this relay yet: send the conversation's items instead of a compacted summary.",
-    ),
-    (
-        "compaction_trigger",
-        "Compaction is not supported by this relay yet: leave out the 'compaction_trigger' item.",
-    ),
+    "compaction",
+    "compaction_trigger",
 ];
 
 const ROLES: &[&str] = &["user", "system", "developer", "assistant"];
@@ -1116,9 +1123,6 @@ const ROLES: &[&str] = &["user", "system", "developer", "assistant"];
 /// Checks an item's `type` (and a message's `role`) before parsing, so the error names them.
 fn check_item_kind(item: &Value, param: &str) -> Result<(), FieldError> {
     let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
-    if let Some((_, why)) = ITEM_TYPES_NOT_YET.iter().find(|(k, _)| *k == kind) {
-        return Err(FieldError::unsupported(param, *why));
-    }
     if !ITEM_TYPES.contains(&kind) {
         return Err(FieldError::invalid_value(
             format!("{param}.type"),

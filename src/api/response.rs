@@ -338,6 +338,16 @@ fn completed() -> ItemStatus {
     ItemStatus::Completed
 }
 
+/// A `compaction` item: the conversation before it, summarized by the model and sealed by the
+/// relay (`encrypted_content`); a later request carrying it gives the model the summary.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct CompactionItem {
+    pub id: String,
+    pub encrypted_content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+}
+
 /// `{id}` of a conversation, as a Response names it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConversationRef {
@@ -370,6 +380,7 @@ pub enum OutputItem {
     ShellCall(ClientCallItem),
     ApplyPatchCall(ClientCallItem),
     ComputerCall(ClientCallItem),
+    Compaction(CompactionItem),
 }
 
 impl OutputItem {
@@ -388,6 +399,7 @@ impl OutputItem {
             | OutputItem::ShellCall(c)
             | OutputItem::ApplyPatchCall(c)
             | OutputItem::ComputerCall(c) => &c.id,
+            OutputItem::Compaction(c) => &c.id,
         }
     }
 
@@ -406,6 +418,7 @@ impl OutputItem {
             OutputItem::ShellCall(_) => "shell_call",
             OutputItem::ApplyPatchCall(_) => "apply_patch_call",
             OutputItem::ComputerCall(_) => "computer_call",
+            OutputItem::Compaction(_) => "compaction",
         }
     }
 

@@ -156,7 +156,9 @@ impl Emitter {
                 | OutputItem::ShellCall(c)
                 | OutputItem::ApplyPatchCall(c)
                 | OutputItem::ComputerCall(c) => c.status = ItemStatus::Incomplete,
-                OutputItem::McpListTools(_) | OutputItem::McpApprovalRequest(_) => {}
+                OutputItem::McpListTools(_)
+                | OutputItem::McpApprovalRequest(_)
+                | OutputItem::Compaction(_) => {}
             }
             self.emit(Event::OutputItemDone {
                 output_index: index,

@@ -65,13 +65,12 @@ pub async fn create(
     ))
 }
 
-/// `POST /v1/responses/input_tokens`: a create body's input tokens, as the model server counts
-/// them (`run::count_input_tokens`). `personality` is accepted and changes nothing here.
-pub async fn input_tokens(
+/// A create-shaped body for the endpoints that take one beside `POST /v1/responses`: parsed as a
+/// create, the fields they add (`personality`) and `stream` set aside; `input` defaults to none.
+async fn create_like(
     app: &App,
     req: Request<Incoming>,
-    tenant: Tenant,
-) -> Result<Response<Body>, ApiError> {
+) -> Result<(crate::api::request::CreateRequest, Option<String>), ApiError> {
     let client_bearer = if app.config().keys.is_empty() {
         super::bearer(&req)
     } else {
@@ -87,13 +86,39 @@ pub async fn input_tokens(
     if let Some(o) = value.as_object_mut() {
         o.remove("personality");
         o.remove("stream");
+        if !o.contains_key("input") && o.contains_key("conversation") {
+            o.insert("input".into(), json!([]));
+        }
     }
     let request = parse_create(&serde_json::to_vec(&value).expect("serializes"))?;
+    Ok((request, client_bearer))
+}
+
+/// `POST /v1/responses/input_tokens`: a create body's input tokens, as the model server counts
+/// them (`run::count_input_tokens`). `personality` is accepted and changes nothing here.
+pub async fn input_tokens(
+    app: &App,
+    req: Request<Incoming>,
+    tenant: Tenant,
+) -> Result<Response<Body>, ApiError> {
+    let (request, client_bearer) = create_like(app, req).await?;
     let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
         json!({"object": "response.input_tokens", "input_tokens": input_tokens}).to_string(),
     ))
+}
+
+/// `POST /v1/responses/compact`: the conversation (`input`, or the `previous_response_id`
+/// chain) compacted into its user messages and one sealed `compaction` item.
+pub async fn compact(
+    app: &App,
+    req: Request<Incoming>,
+    tenant: Tenant,
+) -> Result<Response<Body>, ApiError> {
+    let (request, client_bearer) = create_like(app, req).await?;
+    let compacted = run::compact(app, request, client_bearer, tenant).await?;
+    Ok(json_response(StatusCode::OK, compacted.to_string()))
 }
 
 /// How much of a body over the limit is still read (and dropped) so the client, which may send

@@ -125,6 +125,10 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
         if let Some(ending) = unresolved {
             break 'run ending;
         }
+        if p.compacts() {
+            let turn = super::compact::summary_turn(p);
+            break 'run compaction(&app, turn, &mut em, &mut usage, signal).await;
+        }
         if !p.mcp.answers.is_empty() {
             match answer_approvals(&app, &p.mcp, &mut em, p.request.max_tool_calls, signal).await {
                 Ok((_, _, true)) => break 'run Ending::Incomplete("max_tool_calls".into()),
@@ -252,6 +256,51 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     em.finish(ending, Some(usage));
     let id = em.snapshot().id;
     app.store().finish_live(&id, em.log()).await;
+}
+
+/// A run whose last input item is a `compaction_trigger`: its output is the conversation's
+/// compaction item (added, `response.compaction.compacting`, then done with the sealed summary).
+async fn compaction(
+    app: &App,
+    turn: crate::upstream::TurnRequest,
+    em: &mut Emitter,
+    usage: &mut Usage,
+    signal: &StopSignal,
+) -> Ending {
+    use crate::api::response::CompactionItem;
+    let output_index = em.next_output_index();
+    let id = em.mint("cmp");
+    em.emit(Event::OutputItemAdded {
+        output_index,
+        item: OutputItem::Compaction(CompactionItem {
+            id: id.clone(),
+            encrypted_content: String::new(),
+            created_by: None,
+        }),
+    });
+    em.emit(Event::CompactionCompacting {
+        item_id: id.clone(),
+        output_index,
+    });
+    let summarized = tokio::select! {
+        biased;
+        stop = stopped(app, signal) => return ending_for(stop),
+        s = super::compact::summarize(app, turn) => s,
+    };
+    match summarized {
+        Ok((item, used)) => {
+            *usage = used;
+            em.emit(Event::OutputItemDone {
+                output_index,
+                item: OutputItem::Compaction(CompactionItem { id, ..item }),
+            });
+            Ending::Completed
+        }
+        Err(e) => Ending::Failed(ResponseError {
+            code: "server_error".into(),
+            message: format!("The conversation could not be compacted: {e}"),
+        }),
+    }
 }
 
 /// A run on a conversation that completed (or ended incomplete) adds its input and output items

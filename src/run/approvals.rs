@@ -146,6 +146,8 @@ fn model_spoke_after(input: &[InputItem], i: usize) -> bool {
         | InputItem::ComputerCallOutput(_)
         | InputItem::ProgramOutput(_)
         | InputItem::AdditionalTools(_)
-        | InputItem::ConfigurationUpdate(_) => false,
+        | InputItem::ConfigurationUpdate(_)
+        | InputItem::CompactionTrigger(_) => false,
+        InputItem::Compaction(_) => true,
     })
 }

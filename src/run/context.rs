@@ -59,8 +59,55 @@ pub(super) async fn resolve(
             other => input.push(with_id(app, other.clone())),
         }
     }
+    let earlier = history.len();
     history.extend(input.iter().cloned());
+    // A compaction item stands for the conversation it summarized: the model gets the summary.
+    for (i, item) in history.iter_mut().enumerate() {
+        if let InputItem::Compaction(c) = item {
+            let param = match i.checked_sub(earlier) {
+                Some(j) => format!("input[{j}].encrypted_content"),
+                None => "previous_response_id".to_string(),
+            };
+            *item = summary_message(&open_summary(app, &c.encrypted_content, &param)?);
+        }
+    }
     Ok((history, input))
+}
+
+/// A seal that does not open (OpenAI's code for encrypted content it cannot read).
+fn seal_error(param: impl Into<String>, message: impl Into<String>) -> FieldError {
+    FieldError {
+        code: Some("invalid_encrypted_content"),
+        ..FieldError::new(param, message)
+    }
+}
+
+/// The summary a compaction item's seal holds; a seal that does not open is a 400 naming it.
+pub(super) fn open_summary(app: &App, sealed: &str, param: &str) -> Result<String, StartError> {
+    let plain = app.sealer().open(sealed).map_err(|e| {
+        seal_error(
+            param,
+            format!("The compaction item's encrypted_content cannot be opened: {e}."),
+        )
+    })?;
+    serde_json::from_slice::<serde_json::Value>(&plain)
+        .ok()
+        .and_then(|v| v.get("summary")?.as_str().map(str::to_string))
+        .ok_or_else(|| seal_error(param, "The sealed compaction is not readable.").into())
+}
+
+/// The summary as the model sees it: a user message that says what it is.
+fn summary_message(summary: &str) -> InputItem {
+    use crate::api::request::{InputMessage, MessageContent, Role};
+    InputItem::Message(InputMessage {
+        id: None,
+        role: Role::User,
+        content: MessageContent::Text(format!(
+            "[A summary of the conversation so far, which was compacted]\n{summary}"
+        )),
+        status: None,
+        internal_chat_message_metadata_passthrough: None,
+    })
 }
 
 /// A reasoning item sent back with the `encrypted_content` the relay sealed: its reasoning
@@ -69,7 +116,7 @@ fn opened(app: &App, r: &ReasoningItemInput, i: usize) -> Result<ReasoningItemIn
     let param = format!("input[{i}].encrypted_content");
     let sealed = r.encrypted_content.as_deref().unwrap_or_default();
     let plain = app.sealer().open(sealed).map_err(|e| {
-        FieldError::invalid_value(
+        seal_error(
             param.clone(),
             format!("The reasoning item's encrypted_content cannot be opened: {e}."),
         )
@@ -77,7 +124,7 @@ fn opened(app: &App, r: &ReasoningItemInput, i: usize) -> Result<ReasoningItemIn
     let content: Vec<ContentPart> = serde_json::from_slice::<serde_json::Value>(&plain)
         .ok()
         .and_then(|v| serde_json::from_value(v.get("content")?.clone()).ok())
-        .ok_or_else(|| FieldError::invalid_value(param, "The sealed reasoning is not readable."))?;
+        .ok_or_else(|| seal_error(param, "The sealed reasoning is not readable."))?;
     let mut r = r.clone();
     if r.content.as_ref().is_none_or(|c| c.is_empty()) {
         r.content = Some(content);

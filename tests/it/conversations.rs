@@ -347,3 +347,122 @@ async fn another_tenants_conversation_is_an_unknown_one() {
         );
     }
 }
+
+#[tokio::test]
+async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it() {
+    let up = upstream().await;
+    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let history = json!([
+        {"role": "user", "content": "the long plan: details of part A"},
+        {"role": "assistant", "content": "noted"},
+        {"role": "user", "content": "and part B"}
+    ]);
+    let (status, compacted) = post(
+        &relay.url("/v1/responses/compact"),
+        &json!({"model": "fake-model", "input": history, "instructions": "You plan projects."}),
+    )
+    .await;
+    assert_eq!(status, 200, "{compacted}");
+    assert_eq!(compacted["object"], "response.compaction");
+    let out = compacted["output"].as_array().unwrap();
+    let kinds: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        ["message", "message", "compaction"],
+        "the user messages kept, then the summary"
+    );
+    assert_eq!(out[0]["role"], "user");
+    let sealed = out[2]["encrypted_content"].as_str().unwrap().to_string();
+    assert!(
+        sealed.starts_with("rr1.") && !sealed.contains("part A"),
+        "{sealed}"
+    );
+    let asked = up.requests().last().unwrap().body.to_string();
+    assert!(
+        asked.contains("compacting a conversation") && asked.contains("You plan projects."),
+        "{asked}"
+    );
+    assert!(compacted["usage"]["input_tokens"].as_u64().unwrap() > 0);
+    // A later request with the compaction item: the model gets the summary, not what it replaced.
+    let (status, next) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": [out[2], {"role": "user", "content": "go on"}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{next}");
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("A summary of the conversation so far"),
+        "{sent}"
+    );
+    assert!(
+        sent.contains("Hello! You said: Write the summary"),
+        "the model's summary: {sent}"
+    );
+    assert!(
+        !sent.contains("details of part A"),
+        "the compacted text is no longer sent: {sent}"
+    );
+    // A changed seal is refused, naming the item.
+    let mut changed = out[2].clone();
+    changed["encrypted_content"] = json!(format!("{}x", &sealed[..sealed.len() - 1]));
+    let (status, err) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": [changed, {"role": "user", "content": "go on"}]}),
+    )
+    .await;
+    assert_eq!(status, 400, "{err}");
+    assert_eq!(err["error"]["param"], "input[0].encrypted_content");
+    assert_eq!(err["error"]["code"], "invalid_encrypted_content");
+    // From a stored chain, too.
+    let (_, first) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "remember the chain"}),
+    )
+    .await;
+    let (status, from_chain) = post(
+        &relay.url("/v1/responses/compact"),
+        &json!({"model": "fake-model", "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{from_chain}");
+    assert_eq!(
+        from_chain["output"][0]["content"][0]["text"],
+        "remember the chain"
+    );
+}
+
+#[tokio::test]
+async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.store = StoreKind::Memory;
+    let relay = relay(c).await;
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "stream": true, "store": false, "input": [
+            {"role": "user", "content": "a long task"},
+            {"role": "assistant", "content": "working on it"},
+            {"type": "compaction_trigger"}
+        ]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    assert_eq!(
+        kinds(&body.events),
+        [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.compaction.compacting",
+            "response.output_item.done",
+            "response.completed"
+        ]
+    );
+    let item = &folded["output"][0];
+    assert_eq!(item["type"], "compaction", "{folded}");
+    let sealed = item["encrypted_content"].as_str().unwrap().to_string();
+    assert!(sealed.starts_with("rr1."));
+    assert_eq!(up.requests().len(), 1, "one model turn: the summary");
+    golden_at("compaction_trigger", &body, &[(sealed.as_str(), "SEALED")]);
+}

@@ -75,7 +75,6 @@ async fn fields_openai_accepts_are_taken_or_refused_by_name() {
         json!({"mode": "implicit", "ttl": "30m"})
     );
     for (extra, param) in [
-        (json!({"conversation": "conv_1"}), "conversation"),
         (json!({"prompt": {"id": "pmpt_1"}}), "prompt"),
         (
             json!({"moderation": {"model": "omni-moderation-latest"}}),
@@ -84,10 +83,6 @@ async fn fields_openai_accepts_are_taken_or_refused_by_name() {
         (
             json!({"context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
             "context_management",
-        ),
-        (
-            json!({"input": [{"type": "compaction", "encrypted_content": "x"}]}),
-            "input[0]",
         ),
         (
             json!({"tool_choice": {"type": "web_search_preview"}, "tools": [{"type": "web_search_preview"}]}),

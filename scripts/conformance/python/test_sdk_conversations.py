@@ -109,3 +109,23 @@ def test_an_agents_sdk_conversation_session_remembers_the_first_turn(relay):
     texts = json.dumps([i if isinstance(i, dict) else i.model_dump() for i in items])
     for said in ["my name is Ada", "what is my name", "Hello! You said: what is my name"]:
         assert said in texts, texts
+
+
+def test_compaction_through_the_sdk(client):
+    compacted = client.responses.compact(
+        model=MODEL,
+        input=[
+            {"role": "user", "content": "the plan in detail"},
+            {"role": "assistant", "content": "understood"},
+        ],
+    )
+    assert compacted.object == "response.compaction"
+    kinds = [i.type for i in compacted.output]
+    assert kinds == ["message", "compaction"], kinds
+    item = compacted.output[-1]
+    assert item.encrypted_content.startswith("rr1.")
+    nxt = client.responses.create(
+        model=MODEL,
+        input=[item.model_dump(exclude_none=True), {"role": "user", "content": "continue"}],
+    )
+    assert nxt.output_text == "Hello! You said: continue"

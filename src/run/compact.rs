@@ -1,0 +1,113 @@
+//! Compaction: the conversation so far summarized by the model and sealed by the relay (the
+//! secret that seals reasoning), for `POST /v1/responses/compact` and for a run whose last input
+//! item is a `compaction_trigger`. A later request carrying the `compaction` item gives the model
+//! the summary in its place (`context::resolve`).
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use super::{Prepared, StartError, prepare, turn};
+use crate::api::Usage;
+use crate::api::request::{CreateRequest, InputItem, InputMessage, MessageContent, Role};
+use crate::api::response::CompactionItem;
+use crate::app::App;
+use crate::store::Tenant;
+use crate::upstream::{ModelEvent, TurnRequest, TurnToolChoice, UpstreamError};
+
+/// What the model is asked when it compacts.
+const INSTRUCTIONS: &str = "You are compacting a conversation so that it can go on in a smaller context. Write a summary of the conversation so far that keeps everything needed to continue it: the user's goals and constraints, decisions made, facts and results learned (tool results included), files and identifiers involved, and what remains to be done. Write only the summary.";
+
+/// The model turn that summarizes the conversation of `p` (its history).
+pub(super) fn summary_turn(p: &Prepared) -> TurnRequest {
+    let history: Vec<InputItem> = p
+        .history
+        .iter()
+        .filter(|i| !matches!(i, InputItem::CompactionTrigger(_)))
+        .cloned()
+        .collect();
+    let mut t = turn::turn_request(p, &history);
+    t.tools.clear();
+    t.tool_choice = TurnToolChoice::None;
+    t.text_format = None;
+    t.instructions = Some(match &p.request.instructions {
+        Some(i) => format!("{INSTRUCTIONS}\n\nThe conversation's own instructions were:\n{i}"),
+        None => INSTRUCTIONS.to_string(),
+    });
+    t.items.push(InputItem::Message(InputMessage {
+        id: None,
+        role: Role::User,
+        content: MessageContent::Text("Write the summary of the conversation above now.".into()),
+        status: None,
+        internal_chat_message_metadata_passthrough: None,
+    }));
+    t
+}
+
+/// The conversation summarized by the model (`summary_turn`): the compaction item (sealed) and
+/// the turn's usage.
+pub(super) async fn summarize(
+    app: &App,
+    t: TurnRequest,
+) -> Result<(CompactionItem, Usage), StartError> {
+    let mut stream = app.upstream().open(&t).await?;
+    let (mut summary, mut usage) = (String::new(), Usage::default());
+    while let Some(event) = stream.next().await {
+        match event? {
+            ModelEvent::Text(t) => summary.push_str(&t),
+            ModelEvent::Usage(u) => usage = u,
+            _ => {}
+        }
+    }
+    if summary.trim().is_empty() {
+        return Err(StartError::Upstream(UpstreamError::Protocol(
+            "the model wrote no summary".into(),
+        )));
+    }
+    let sealed = app
+        .sealer()
+        .seal(&serde_json::to_vec(&json!({ "summary": summary })).expect("serializes"));
+    Ok((
+        CompactionItem {
+            id: app.ids().mint("cmp"),
+            encrypted_content: sealed,
+            created_by: None,
+        },
+        usage,
+    ))
+}
+
+/// `POST /v1/responses/compact`: the user messages of the conversation kept, then one
+/// compaction item, as a `response.compaction`.
+pub async fn compact(
+    app: &App,
+    mut request: CreateRequest,
+    client_bearer: Option<String>,
+    tenant: Tenant,
+) -> Result<Value, StartError> {
+    // Prepared without opening a model turn or listing MCP servers (as a background run is).
+    request.background = true;
+    request.store = false;
+    request.stream = false;
+    let p = prepare(app, request, client_bearer, tenant).await?;
+    let (item, usage) = summarize(app, summary_turn(&p)).await?;
+    let mut output: Vec<Value> = p
+        .history
+        .iter()
+        .filter(|i| matches!(i, InputItem::Message(m) if m.role == Role::User))
+        .map(|i| {
+            let mut v = serde_json::to_value(i.listed()).expect("serializes");
+            v["status"] = json!("completed");
+            v
+        })
+        .collect();
+    let mut compaction = serde_json::to_value(&item).expect("serializes");
+    compaction["type"] = json!("compaction");
+    output.push(compaction);
+    Ok(json!({
+        "id": app.ids().mint("resp"),
+        "object": "response.compaction",
+        "created_at": app.clock().now_unix(),
+        "output": output,
+        "usage": usage,
+    }))
+}
