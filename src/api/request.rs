@@ -652,6 +652,9 @@ pub struct CreateRequest {
     pub client_metadata: Option<Map<String, Value>>,
     /// The conversation whose items are the context, and to which the response's are added.
     pub conversation: Option<String>,
+    /// `context_management` compaction: compact before a model turn whose context passes this
+    /// many tokens.
+    pub compact_threshold: Option<u64>,
     pub background_options: Option<Map<String, Value>>,
     pub service_tier: Option<String>,
 }
@@ -919,14 +922,7 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         &raw.moderation,
         "This relay has no moderation model to score or block input and output with: leave 'moderation' out.",
     )?;
-    if let Some(Value::Array(cm)) = &raw.context_management
-        && !cm.is_empty()
-    {
-        return Err(FieldError::unsupported(
-            "context_management",
-            "Server-side compaction ('context_management') is not supported by this relay yet: leave it out; long conversations are sent to the model whole.",
-        ));
-    }
+    let compact_threshold = parse_context_management(raw.context_management)?;
     Ok(CreateRequest {
         model,
         input,
@@ -958,6 +954,7 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         include: raw.include.unwrap_or_default(),
         client_metadata: raw.client_metadata,
         conversation,
+        compact_threshold,
         background_options: raw.background_options,
         service_tier: raw.service_tier,
     })
@@ -995,6 +992,55 @@ pub fn parse_metadata(metadata: Map<String, Value>) -> Result<Map<String, Value>
         }
     }
     Ok(metadata)
+}
+
+/// `context_management`: at most one `{type: "compaction", compact_threshold}`; the threshold.
+fn parse_context_management(v: Option<Value>) -> Result<Option<u64>, FieldError> {
+    let entries = match v {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(FieldError::new(
+                "context_management",
+                "Invalid 'context_management': expected an array.",
+            ));
+        }
+    };
+    let mut threshold = None;
+    for (i, e) in entries.iter().enumerate() {
+        let at = format!("context_management[{i}]");
+        match e.get("type").and_then(Value::as_str) {
+            Some("compaction") => {}
+            Some(other) => {
+                return Err(FieldError::invalid_value(
+                    format!("{at}.type"),
+                    format!("Invalid value: '{other}'. Supported values are: 'compaction'."),
+                ));
+            }
+            None => return Err(FieldError::missing(format!("{at}.type"))),
+        }
+        match e.get("compact_threshold") {
+            Some(Value::Number(n)) if n.as_u64().is_some_and(|n| n > 0) => {
+                threshold = n.as_u64();
+            }
+            None | Some(Value::Null) => {
+                return Err(FieldError {
+                    code: Some("missing_required_parameter"),
+                    ..FieldError::new(
+                        format!("{at}.compact_threshold"),
+                        "This relay cannot know the model's context window: give 'compact_threshold', the number of input tokens past which the conversation is compacted.",
+                    )
+                });
+            }
+            Some(_) => {
+                return Err(FieldError::new(
+                    format!("{at}.compact_threshold"),
+                    "Invalid 'compact_threshold': expected a positive integer.",
+                ));
+            }
+        }
+    }
+    Ok(threshold)
 }
 
 /// `conversation`: an id, or `{id}`.

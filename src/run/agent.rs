@@ -144,6 +144,25 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             let stream = match first.take() {
                 Some(s) => Ok(s),
                 None => {
+                    if let Some(threshold) = p.request.compact_threshold {
+                        let turns = (
+                            turn_request_at(p, &conversation, step, &found),
+                            super::compact::summary_turn_of(p, &conversation),
+                        );
+                        if let Err(ending) = compact_if_over(
+                            &app,
+                            turns,
+                            threshold,
+                            &mut em,
+                            &mut usage,
+                            signal,
+                            &mut conversation,
+                        )
+                        .await
+                        {
+                            break ending;
+                        }
+                    }
                     let mut turn = turn_request_at(p, &conversation, step, &found);
                     // `max_output_tokens` bounds the whole response: a later turn gets what the
                     // earlier ones left (as the upstream counted them), none when it is spent.
@@ -267,6 +286,22 @@ async fn compaction(
     usage: &mut Usage,
     signal: &StopSignal,
 ) -> Ending {
+    match compact_into(app, turn, em, usage, signal).await {
+        Ok(_) => Ending::Completed,
+        Err(ending) => ending,
+    }
+}
+
+/// Emits a compaction item for the conversation `turn` summarizes: added,
+/// `response.compaction.compacting`, done with the sealed summary. Answers the summary, or how
+/// the run ends when it cannot be made.
+async fn compact_into(
+    app: &App,
+    turn: crate::upstream::TurnRequest,
+    em: &mut Emitter,
+    usage: &mut Usage,
+    signal: &StopSignal,
+) -> Result<String, Ending> {
     use crate::api::response::CompactionItem;
     let output_index = em.next_output_index();
     let id = em.mint("cmp");
@@ -284,22 +319,56 @@ async fn compaction(
     });
     let summarized = tokio::select! {
         biased;
-        stop = stopped(app, signal) => return ending_for(stop),
+        stop = stopped(app, signal) => return Err(ending_for(stop)),
         s = super::compact::summarize(app, turn) => s,
     };
     match summarized {
-        Ok((item, used)) => {
-            *usage = used;
+        Ok((item, summary, used)) => {
+            usage.add(&used);
             em.emit(Event::OutputItemDone {
                 output_index,
                 item: OutputItem::Compaction(CompactionItem { id, ..item }),
             });
-            Ending::Completed
+            Ok(summary)
         }
-        Err(e) => Ending::Failed(ResponseError {
+        Err(e) => Err(Ending::Failed(ResponseError {
             code: "server_error".into(),
             message: format!("The conversation could not be compacted: {e}"),
-        }),
+        })),
+    }
+}
+
+/// `context_management` compaction: when the next turn's context passes the threshold (as the
+/// model server counts it), the conversation so far is compacted (a compaction item in the
+/// output) and the model goes on from its user messages and the summary.
+async fn compact_if_over(
+    app: &App,
+    (probe, summary_turn): (crate::upstream::TurnRequest, crate::upstream::TurnRequest),
+    threshold: u64,
+    em: &mut Emitter,
+    usage: &mut Usage,
+    signal: &StopSignal,
+    conversation: &mut Vec<InputItem>,
+) -> Result<(), Ending> {
+    let counted = tokio::select! {
+        biased;
+        stop = stopped(app, signal) => return Err(ending_for(stop)),
+        c = super::tokens::prompt_tokens(app, probe) => c,
+    };
+    match counted {
+        Ok(n) if n > threshold => {
+            let summary = compact_into(app, summary_turn, em, usage, signal).await?;
+            let mut kept: Vec<InputItem> = conversation
+                .iter()
+                .filter(|i| matches!(i, InputItem::Message(m) if m.role == crate::api::request::Role::User))
+                .cloned()
+                .collect();
+            kept.push(super::context::summary_message(&summary));
+            *conversation = kept;
+            Ok(())
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err(ending_for(Stop::Upstream(e))),
     }
 }
 

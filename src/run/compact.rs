@@ -19,8 +19,12 @@ const INSTRUCTIONS: &str = "You are compacting a conversation so that it can go 
 
 /// The model turn that summarizes the conversation of `p` (its history).
 pub(super) fn summary_turn(p: &Prepared) -> TurnRequest {
-    let history: Vec<InputItem> = p
-        .history
+    summary_turn_of(p, &p.history)
+}
+
+/// The model turn that summarizes `items`, with `p`'s model and options.
+pub(super) fn summary_turn_of(p: &Prepared, items: &[InputItem]) -> TurnRequest {
+    let history: Vec<InputItem> = items
         .iter()
         .filter(|i| !matches!(i, InputItem::CompactionTrigger(_)))
         .cloned()
@@ -43,12 +47,12 @@ pub(super) fn summary_turn(p: &Prepared) -> TurnRequest {
     t
 }
 
-/// The conversation summarized by the model (`summary_turn`): the compaction item (sealed) and
-/// the turn's usage.
+/// The conversation summarized by the model (`summary_turn`): the compaction item (sealed), the
+/// summary, and the turn's usage.
 pub(super) async fn summarize(
     app: &App,
     t: TurnRequest,
-) -> Result<(CompactionItem, Usage), StartError> {
+) -> Result<(CompactionItem, String, Usage), StartError> {
     let mut stream = app.upstream().open(&t).await?;
     let (mut summary, mut usage) = (String::new(), Usage::default());
     while let Some(event) = stream.next().await {
@@ -72,6 +76,7 @@ pub(super) async fn summarize(
             encrypted_content: sealed,
             created_by: None,
         },
+        summary,
         usage,
     ))
 }
@@ -89,7 +94,7 @@ pub async fn compact(
     request.store = false;
     request.stream = false;
     let p = prepare(app, request, client_bearer, tenant).await?;
-    let (item, usage) = summarize(app, summary_turn(&p)).await?;
+    let (item, _, usage) = summarize(app, summary_turn(&p)).await?;
     let mut output: Vec<Value> = p
         .history
         .iter()

@@ -97,7 +97,7 @@ pub(super) fn open_summary(app: &App, sealed: &str, param: &str) -> Result<Strin
 }
 
 /// The summary as the model sees it: a user message that says what it is.
-fn summary_message(summary: &str) -> InputItem {
+pub(super) fn summary_message(summary: &str) -> InputItem {
     use crate::api::request::{InputMessage, MessageContent, Role};
     InputItem::Message(InputMessage {
         id: None,

@@ -104,7 +104,12 @@ pub async fn prepare(
         tools_pending,
     };
     // Approved calls run before the model samples again, so the first turn cannot open early.
-    if !prepared.request.background && !answered && !prepared.compacts() {
+    // A run that may compact first counts its context before its first turn.
+    if !prepared.request.background
+        && !answered
+        && !prepared.compacts()
+        && prepared.request.compact_threshold.is_none()
+    {
         // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
         let first = turn::turn_request(&prepared, &prepared.history);
         prepared.first_turn = Some(app.upstream().open(&first).await?);

@@ -10,7 +10,7 @@ use super::{StartError, prepare, turn};
 use crate::api::request::CreateRequest;
 use crate::app::App;
 use crate::store::Tenant;
-use crate::upstream::{ModelEvent, UpstreamError};
+use crate::upstream::{ModelEvent, ModelStream, TurnRequest, UpstreamError};
 
 /// The prompt tokens of `request`'s first model turn.
 pub async fn count_input_tokens(
@@ -24,7 +24,7 @@ pub async fn count_input_tokens(
     request.stream = false;
     request.max_output_tokens = Some(1);
     let mut p = prepare(app, request, client_bearer, tenant).await?;
-    let mut stream = match p.first_turn.take() {
+    let stream = match p.first_turn.take() {
         Some(s) => s,
         None => {
             app.upstream()
@@ -32,12 +32,22 @@ pub async fn count_input_tokens(
                 .await?
         }
     };
+    Ok(read_prompt_tokens(stream).await?)
+}
+
+/// The prompt tokens of `turn` as the model server counts them, asked for one output token.
+pub(super) async fn prompt_tokens(app: &App, mut turn: TurnRequest) -> Result<u64, UpstreamError> {
+    turn.max_output_tokens = Some(1);
+    read_prompt_tokens(app.upstream().open(&turn).await?).await
+}
+
+async fn read_prompt_tokens(mut stream: ModelStream) -> Result<u64, UpstreamError> {
     while let Some(event) = stream.next().await {
         if let ModelEvent::Usage(u) = event? {
             return Ok(u.input_tokens);
         }
     }
-    Err(StartError::Upstream(UpstreamError::Protocol(
+    Err(UpstreamError::Protocol(
         "the model server reported no usage, so the input tokens cannot be counted".into(),
-    )))
+    ))
 }

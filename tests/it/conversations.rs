@@ -466,3 +466,79 @@ async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events(
     assert_eq!(up.requests().len(), 1, "one model turn: the summary");
     golden_at("compaction_trigger", &body, &[(sealed.as_str(), "SEALED")]);
 }
+
+#[tokio::test]
+async fn context_management_compacts_before_a_turn_whose_context_passes_the_threshold() {
+    let up = upstream().await;
+    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let input = json!([
+        {"role": "user", "content": "alpha"},
+        {"role": "assistant", "content": "beta-answer"},
+        {"role": "user", "content": "gamma"}
+    ]);
+    // The fake model server counts 10 prompt tokens per message: 30 here.
+    let before = up.requests().len();
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 25}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let kinds: Vec<&str> = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["compaction", "message"], "{r}");
+    assert!(
+        r["output"][0]["encrypted_content"]
+            .as_str()
+            .unwrap()
+            .starts_with("rr1.")
+    );
+    assert_eq!(
+        up.requests().len() - before,
+        3,
+        "counted, summarized, then answered"
+    );
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("A summary of the conversation so far") && sent.contains("gamma"),
+        "{sent}"
+    );
+    assert!(!sent.contains("beta-answer"), "compacted away: {sent}");
+    // Under the threshold: counted, then answered as it is.
+    let before = up.requests().len();
+    let (_, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
+    )
+    .await;
+    let kinds: Vec<&str> = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["message"], "{r}");
+    assert_eq!(up.requests().len() - before, 2);
+    assert!(
+        up.requests()
+            .last()
+            .unwrap()
+            .body
+            .to_string()
+            .contains("beta-answer")
+    );
+    let (status, err) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "x", "context_management": [{"type": "compaction"}]}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    assert_eq!(
+        err["error"]["param"],
+        "context_management[0].compact_threshold"
+    );
+}
