@@ -542,3 +542,65 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
         "context_management[0].compact_threshold"
     );
 }
+
+#[tokio::test]
+async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_does_not() {
+    let up = upstream().await;
+    let store = StoreKind::Sqlite(scratch("conv-background").join("relay.sqlite3"));
+    let relay = relay_on(&up, &store).await;
+    let (_, conv) = send("POST", &relay.url("/v1/conversations"), Some(json!({}))).await;
+    let id = conv["id"].as_str().unwrap().to_string();
+    let create = relay.url("/v1/responses");
+    let (_, r) = post(&create, &json!({"model": "fake-model", "input": "in the background", "background": true, "conversation": id})).await;
+    assert_eq!(r["status"], "queued", "{r}");
+    let rid = r["id"].as_str().unwrap().to_string();
+    let url = relay.url(&format!("/v1/responses/{rid}"));
+    let mut done = false;
+    for _ in 0..400 {
+        if get(&url).await.1["status"] == "completed" {
+            done = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert!(done, "the background run completed");
+    let (_, items) = send(
+        "GET",
+        &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
+        None,
+    )
+    .await;
+    assert_eq!(
+        texts(&items),
+        ["in the background", "Hello! You said: in the background"]
+    );
+    // Its log replays; a cancelled run adds nothing and lets the conversation go.
+    let (status, _) = get(&relay.url(&format!("/v1/responses/{rid}?stream=true"))).await;
+    assert_eq!(status, 200);
+    let (_, slow) = post(&create, &json!({"model": "fake-model?deltas=40&delay_ms=50", "input": "to be cancelled", "background": true, "conversation": id})).await;
+    let sid = slow["id"].as_str().unwrap().to_string();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, cancelled) = post(
+        &relay.url(&format!("/v1/responses/{sid}/cancel")),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, cancelled["status"].as_str()),
+        (200, Some("cancelled")),
+        "{cancelled}"
+    );
+    let (_, items) = send(
+        "GET",
+        &relay.url(&format!("/v1/conversations/{id}/items")),
+        None,
+    )
+    .await;
+    assert_eq!(texts(&items).len(), 2, "{items}");
+    let (status, after) = post(
+        &create,
+        &json!({"model": "fake-model", "input": "next", "conversation": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "the lock was let go: {after}");
+}

@@ -1,5 +1,6 @@
-// Conversations (issue 21) through the official OpenAI Node SDK, over both upstream kinds: the
-// Conversations API calls, and responses on a conversation seeing the earlier turns.
+// Conversations, compaction and token counts (issue 21) through the official OpenAI Node SDK,
+// over both upstream kinds: the Conversations API calls, responses on a conversation seeing the
+// earlier turns, responses.compact and responses.inputTokens.count.
 // RELAY_URL_CHAT and RELAY_URL_RESPONSES give the relays' base URLs (http://ADDR).
 
 import { describe, test } from 'node:test';
@@ -56,6 +57,30 @@ for (const kind of ['chat', 'responses']) {
         texts.push(item.content[0].text);
       }
       assert.deepEqual(texts, ['one', 'Hello! You said: one', 'two', 'Hello! You said: two']);
+    });
+
+    test('responses.compact and a later request carrying the compaction', async () => {
+      const compacted = await client.responses.compact({
+        model: MODEL,
+        input: [
+          { role: 'user', content: 'the details' },
+          { role: 'assistant', content: 'noted' },
+        ],
+      });
+      assert.equal(compacted.object, 'response.compaction');
+      assert.deepEqual(compacted.output.map((i) => i.type), ['message', 'compaction']);
+      const item = compacted.output[1];
+      assert.match(item.encrypted_content, /^rr1\./);
+      const next = await client.responses.create({ model: MODEL, input: [item, { role: 'user', content: 'go on' }] });
+      assert.equal(next.output_text, 'Hello! You said: go on');
+    });
+
+    test('responses.inputTokens.count is the run\'s own prompt tokens', async () => {
+      const params = { model: MODEL, input: [{ role: 'user', content: 'a' }, { role: 'assistant', content: 'b' }, { role: 'user', content: 'c' }] };
+      const count = await client.responses.inputTokens.count(params);
+      assert.equal(count.object, 'response.input_tokens');
+      const run = await client.responses.create(params);
+      assert.equal(count.input_tokens, run.usage.input_tokens);
     });
   });
 }
