@@ -368,6 +368,31 @@ impl ToolOutput {
     }
 }
 
+/// The input items that carry a [`ToolItem`] (client and hosted tools' items), as one pattern.
+macro_rules! tool_items {
+    ($t:ident) => {
+        InputItem::CustomToolCall($t)
+            | InputItem::CustomToolCallOutput($t)
+            | InputItem::LocalShellCall($t)
+            | InputItem::LocalShellCallOutput($t)
+            | InputItem::ShellCall($t)
+            | InputItem::ShellCallOutput($t)
+            | InputItem::ApplyPatchCall($t)
+            | InputItem::ApplyPatchCallOutput($t)
+            | InputItem::ComputerCall($t)
+            | InputItem::ComputerCallOutput($t)
+            | InputItem::FileSearchCall($t)
+            | InputItem::WebSearchCall($t)
+            | InputItem::ImageGenerationCall($t)
+            | InputItem::CodeInterpreterCall($t)
+            | InputItem::Program($t)
+            | InputItem::ProgramOutput($t)
+            | InputItem::AdditionalTools($t)
+            | InputItem::ConfigurationUpdate($t)
+            | InputItem::CompactionTrigger($t)
+    };
+}
+
 /// One item of `input` (and, with server-assigned ids, of a stored conversation).
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -439,25 +464,7 @@ impl InputItem {
     /// The item's [`ToolItem`], for the client and hosted tools' items.
     pub fn tool_item_mut(&mut self) -> Option<&mut ToolItem> {
         match self {
-            InputItem::CustomToolCall(t)
-            | InputItem::CustomToolCallOutput(t)
-            | InputItem::LocalShellCall(t)
-            | InputItem::LocalShellCallOutput(t)
-            | InputItem::ShellCall(t)
-            | InputItem::ShellCallOutput(t)
-            | InputItem::ApplyPatchCall(t)
-            | InputItem::ApplyPatchCallOutput(t)
-            | InputItem::ComputerCall(t)
-            | InputItem::ComputerCallOutput(t)
-            | InputItem::FileSearchCall(t)
-            | InputItem::WebSearchCall(t)
-            | InputItem::ImageGenerationCall(t)
-            | InputItem::CodeInterpreterCall(t)
-            | InputItem::Program(t)
-            | InputItem::ProgramOutput(t)
-            | InputItem::AdditionalTools(t)
-            | InputItem::ConfigurationUpdate(t)
-            | InputItem::CompactionTrigger(t) => Some(t),
+            tool_items!(t) => Some(t),
             _ => None,
         }
     }
@@ -590,25 +597,7 @@ impl InputItem {
             InputItem::McpApprovalResponse(a) => a.id.as_deref(),
             InputItem::ToolSearchCall(t) => Some(&t.id),
             InputItem::ToolSearchOutput(t) => Some(&t.id),
-            InputItem::CustomToolCall(t)
-            | InputItem::CustomToolCallOutput(t)
-            | InputItem::LocalShellCall(t)
-            | InputItem::LocalShellCallOutput(t)
-            | InputItem::ShellCall(t)
-            | InputItem::ShellCallOutput(t)
-            | InputItem::ApplyPatchCall(t)
-            | InputItem::ApplyPatchCallOutput(t)
-            | InputItem::ComputerCall(t)
-            | InputItem::ComputerCallOutput(t)
-            | InputItem::FileSearchCall(t)
-            | InputItem::WebSearchCall(t)
-            | InputItem::ImageGenerationCall(t)
-            | InputItem::CodeInterpreterCall(t)
-            | InputItem::Program(t)
-            | InputItem::ProgramOutput(t)
-            | InputItem::AdditionalTools(t)
-            | InputItem::ConfigurationUpdate(t)
-            | InputItem::CompactionTrigger(t) => t.id.as_deref(),
+            tool_items!(t) => t.id.as_deref(),
             InputItem::Compaction(c) => c.id.as_deref(),
         }
     }

@@ -6,6 +6,18 @@ use std::process::{Command, Stdio};
 
 const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 
+/// The address a started `serve` prints on its first stdout line.
+fn listening_address(child: &mut std::process::Child) -> String {
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim()
+        .strip_prefix("listening on http://")
+        .expect("listening line")
+        .to_string()
+}
+
 #[test]
 fn help_lists_the_serve_flags() {
     let out = Command::new(BIN)
@@ -103,15 +115,7 @@ fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .expect("listening line")
-        .to_string();
+    let addr = listening_address(&mut child);
     let health = std::net::TcpStream::connect(&addr);
     assert!(health.is_ok());
     let pid = child.id().to_string();
@@ -154,15 +158,7 @@ fn loopback_mcp_request(args: &[&str], env: &[(&str, &str)]) -> (u16, String) {
         cmd.env(k, v);
     }
     let mut child = cmd.spawn().unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .expect("listening line")
-        .to_string();
+    let addr = listening_address(&mut child);
     let body = r#"{"model":"m","input":"hi","tools":[{"type":"mcp","server_label":"local","server_url":"http://127.0.0.1:9/mcp","require_approval":"never"}]}"#;
     let mut conn = std::net::TcpStream::connect(&addr).unwrap();
     write!(
@@ -328,15 +324,7 @@ fn keys_from_the_config_file_admit_their_holders_only() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on http://")
-        .expect("listening line")
-        .to_string();
+    let addr = listening_address(&mut child);
     let status_for = |key: &str| -> u16 {
         let mut conn = std::net::TcpStream::connect(&addr).unwrap();
         write!(
