@@ -52,15 +52,6 @@ impl World {
     }
 }
 
-fn types(r: &Value) -> Vec<String> {
-    r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn approve(id: &Value, yes: bool) -> Value {
     json!({"type": "mcp_approval_response", "approval_request_id": id, "approve": yes, "reason": if yes { Value::Null } else { json!("not today") }})
 }
@@ -69,7 +60,7 @@ fn approve(id: &Value, yes: bool) -> Value {
 async fn an_approved_call_runs_first_and_carries_the_approval_request_id() {
     let w = world().await;
     let (_, a) = w.create(json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "tools": w.tools(json!("always"))})).await;
-    assert_eq!(types(&a), ["mcp_list_tools", "mcp_approval_request"]);
+    assert_eq!(output_types(&a), ["mcp_list_tools", "mcp_approval_request"]);
     assert_eq!(a["status"], "completed");
     let req_id = a["output"][1]["id"].clone();
     let b = w
@@ -78,7 +69,7 @@ async fn an_approved_call_runs_first_and_carries_the_approval_request_id() {
         .await;
     let folded = check_events(&b.events);
     assert_eq!(
-        types(&folded),
+        output_types(&folded),
         ["mcp_call", "message"],
         "the list is reused, the call runs first"
     );
@@ -109,7 +100,7 @@ async fn a_denied_call_is_not_run_and_the_model_is_told_why() {
                         "input": [approve(&req_id, false)]}))
         .await;
     let folded = check_events(&b.events);
-    assert_eq!(types(&folded), ["message"]);
+    assert_eq!(output_types(&folded), ["message"]);
     let text = folded["output"][0]["content"][0]["text"].as_str().unwrap();
     assert!(
         text.contains("refused") && text.contains("not today"),
@@ -128,7 +119,7 @@ async fn calls_of_one_turn_that_need_no_approval_still_run_and_answers_can_be_mi
                         "input": "CALL echo {\"text\":\"free\"}\nCALL add {\"a\":1,\"b\":2}\nCALL add {\"a\":3,\"b\":4}"}))
         .await;
     assert_eq!(
-        types(&a),
+        output_types(&a),
         [
             "mcp_list_tools",
             "mcp_call",
@@ -147,7 +138,7 @@ async fn calls_of_one_turn_that_need_no_approval_still_run_and_answers_can_be_mi
         )
         .await;
     let folded = check_events(&b.events);
-    assert_eq!(types(&folded), ["mcp_call", "message"]);
+    assert_eq!(output_types(&folded), ["mcp_call", "message"]);
     assert_eq!(folded["output"][0]["approval_request_id"], r1);
     let text = folded["output"][1]["content"][0]["text"].as_str().unwrap();
     assert!(text.contains('3') && text.contains("refused"), "{text}");
@@ -171,7 +162,7 @@ async fn approvals_work_statelessly_and_by_item_reference() {
                         "input": [{"role": "user", "content": "CALL echo {\"text\":\"x\"}"}, request_item, approve(&request_item["id"], true)]}))
         .await;
     assert_eq!(status, 200, "{b}");
-    assert_eq!(types(&b), ["mcp_list_tools", "mcp_call", "message"]);
+    assert_eq!(output_types(&b), ["mcp_list_tools", "mcp_call", "message"]);
     assert_eq!(b["output"][1]["approval_request_id"], request_item["id"]);
     // By reference, as the Vercel AI SDK sends it.
     let (_, c) = w
@@ -184,7 +175,7 @@ async fn approvals_work_statelessly_and_by_item_reference() {
         .create(json!({"model": "fake-model", "tools": tools, "input": [{"type": "item_reference", "id": rid}, approve(&rid, true)]}))
         .await;
     assert_eq!(status, 200, "{d}");
-    assert_eq!(types(&d), ["mcp_list_tools", "mcp_call", "message"]);
+    assert_eq!(output_types(&d), ["mcp_list_tools", "mcp_call", "message"]);
     assert!(d["output"][1]["output"].as_str().unwrap().contains('y'));
     assert_eq!(w.server.count("tools/call"), 2);
 }
@@ -266,7 +257,7 @@ async fn a_reused_tool_list_offers_the_model_only_what_this_requests_allowed_too
         0,
         "a tool outside allowed_tools ran: {b}"
     );
-    assert!(!types(&b).contains(&"mcp_call".to_string()), "{b}");
+    assert!(!output_types(&b).contains(&"mcp_call".to_string()), "{b}");
     let offered: Vec<String> = w.up.requests().last().unwrap().body["tools"]
         .as_array()
         .unwrap()
@@ -340,7 +331,7 @@ async fn history_sent_back_whole_does_not_run_an_approved_call_again() {
     let tools = w.tools(json!("always"));
     let (mut history, b) = echo_answered_statelessly(&w, "once", true).await;
     let request_item = history[1].clone();
-    assert_eq!(types(&b), ["mcp_list_tools", "mcp_call", "message"]);
+    assert_eq!(output_types(&b), ["mcp_list_tools", "mcp_call", "message"]);
     assert_eq!(w.server.count("tools/call"), 1);
     // The next turn sends everything back, as clients managing their own history do.
     history.extend(b["output"].as_array().unwrap().iter().cloned());
@@ -369,7 +360,7 @@ async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
     let w = world().await;
     let tools = w.tools(json!("always"));
     let (mut history, b) = echo_answered_statelessly(&w, "never", false).await;
-    assert_eq!(types(&b), ["mcp_list_tools", "message"], "{b}");
+    assert_eq!(output_types(&b), ["mcp_list_tools", "message"], "{b}");
     // The next turn sends everything back with a new question, as the Agents SDK's
     // `to_input_list()` does: the refusal was answered already and must not be applied again
     // (told to the model after the new question, which it would then answer instead).
@@ -395,7 +386,7 @@ async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
         "the model was told of the refusal again: {sent}"
     );
     assert_eq!(
-        types(&c),
+        output_types(&c),
         ["message"],
         "the list in the history is reused: {c}"
     );
@@ -417,7 +408,7 @@ async fn answers_placed_right_after_their_requests_are_all_used() {
         .create(json!({"model": "fake-model", "tools": tools, "input": [ask]}))
         .await;
     assert_eq!(
-        types(&a),
+        output_types(&a),
         [
             "mcp_list_tools",
             "mcp_approval_request",
@@ -438,7 +429,7 @@ async fn answers_placed_right_after_their_requests_are_all_used() {
         .create(json!({"model": "fake-model", "tools": tools, "input": input}))
         .await;
     assert_eq!(status, 200, "{b}");
-    assert_eq!(types(&b), ["mcp_call", "mcp_call", "message"], "{b}");
+    assert_eq!(output_types(&b), ["mcp_call", "mcp_call", "message"], "{b}");
     assert_eq!(w.server.count("tools/call"), 2);
 }
 
@@ -450,7 +441,7 @@ async fn approved_calls_count_against_max_tool_calls() {
         .create(json!({"model": "fake-model", "tools": tools, "input": "CALL add {\"a\":1,\"b\":2}\nCALL add {\"a\":3,\"b\":4}"}))
         .await;
     assert_eq!(
-        types(&a),
+        output_types(&a),
         [
             "mcp_list_tools",
             "mcp_approval_request",
@@ -466,7 +457,7 @@ async fn approved_calls_count_against_max_tool_calls() {
         .stream(json!({"model": "fake-model", "previous_response_id": a["id"], "tools": tools, "max_tool_calls": 1, "input": answers}))
         .await;
     let folded = check_events(&b.events);
-    assert_eq!(types(&folded), ["mcp_call", "mcp_call"], "{folded}");
+    assert_eq!(output_types(&folded), ["mcp_call", "mcp_call"], "{folded}");
     assert_eq!(folded["output"][0]["status"], "completed");
     assert_eq!(folded["output"][1]["status"], "failed");
     assert!(

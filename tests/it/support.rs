@@ -378,6 +378,16 @@ pub fn golden_at(name: &str, body: &SseBody, addresses: &[(&str, &str)]) {
     }
 }
 
+/// The `type`s of a Response's output items.
+pub fn output_types(r: &Value) -> Vec<String> {
+    r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// The `type`s of a list of events.
 pub fn kinds(events: &[Value]) -> Vec<String> {
     events

@@ -31,15 +31,6 @@ fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
         .collect()
 }
 
-fn output_types(r: &Value) -> Vec<String> {
-    r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap().to_string())
-        .collect()
-}
-
 #[tokio::test]
 async fn fields_openai_accepts_are_taken_or_refused_by_name() {
     let up = upstream().await;
