@@ -8,7 +8,7 @@
 //! - `relay:log:{id}`: a Stream, one entry per event (`seq`, `offset_ms`, `kind`, `data`), whose
 //!   entry id is `0-{seq+1}`, so a duplicate or a gap is refused by Redis itself;
 //! - `relay:item:{item_id}` (the default tenant's; data kept before tenants existed is its) or
-//!   `relay:item:{tenant}:{item_id}`: a hash with the item JSON and its run's id.
+//!   `relay:titem:{tenant}:{item_id}`: a hash with the item JSON and its run's id.
 //!
 //! Tenants: the run's hash holds its `tenant` (none: the default tenant); every read of a run is
 //! a script that answers nothing unless the hash's tenant is the reader's, and items live under
@@ -49,6 +49,9 @@ use crate::eventlog::log::{LogEntry, RunLog};
 const RESP: &str = "relay:resp:";
 const LOG: &str = "relay:log:";
 const ITEM: &str = "relay:item:";
+/// Other tenants' items: `relay:titem:{tenant}:{item_id}` (the scripts spell it out too). Not under
+/// `relay:item:`, so no default-tenant item id (ids are the client's) can name another's item.
+const TENANT_ITEM: &str = "relay:titem:";
 /// How long an owner's lease lasts; it renews it every [`RENEW_EVERY`].
 const LEASE_MS: u64 = 3000;
 const RENEW_EVERY: Duration = Duration::from_millis(250);
@@ -120,7 +123,7 @@ for e = 1, #KEYS / 2 do
         redis.call('HDEL', rk, 'owner', 'lease', 'cancel')
         redis.call('ZREM', 'relay:leases', id)
         local ip = ARGV[2]
-        if h[4] and h[4] ~= 'default' then ip = ip .. h[4] .. ':' end
+        if h[4] and h[4] ~= 'default' then ip = 'relay:titem:' .. h[4] .. ':' end
         for i = a + 10, a + n - 1, 2 do
           local k = ip .. ARGV[i]
           redis.call('HSET', k, 'item', ARGV[i + 1], 'run', id)
@@ -196,7 +199,7 @@ local existed = redis.call('EXISTS', KEYS[1])
 local t = redis.call('HGET', KEYS[1], 'tenant') or 'default'
 if existed == 1 and ARGV[3] ~= '*' and t ~= ARGV[3] then return 0 end
 local ip = ARGV[2]
-if t ~= 'default' then ip = ip .. t .. ':' end
+if t ~= 'default' then ip = 'relay:titem:' .. t .. ':' end
 for i = 4, #ARGV do
   local k = ip .. ARGV[i]
   if redis.call('HGET', k, 'run') == ARGV[1] then redis.call('DEL', k) end
@@ -261,7 +264,7 @@ fn item_prefix(tenant: &Tenant) -> String {
     if tenant.is_default() {
         ITEM.to_string()
     } else {
-        format!("{ITEM}{}:", tenant.as_str())
+        format!("{TENANT_ITEM}{}:", tenant.as_str())
     }
 }
 

@@ -326,3 +326,44 @@ async fn data_kept_before_tenants_is_the_default_tenants() {
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["data"][0]["content"][0]["text"], "kept before");
 }
+
+#[tokio::test]
+async fn a_default_tenant_item_id_cannot_name_another_tenants_item_on_redis() {
+    let up = upstream().await;
+    let store = StoreKind::Redis(redis_db());
+    let mut c = config(&up.base_url());
+    c.deterministic = false;
+    c.store = store;
+    c.keys = vec![
+        KeyEntry::of_tenant("old-key", "default"),
+        KeyEntry::of_tenant("team-a-key-1", "team-a"),
+    ];
+    let relay = relay(c).await;
+    let url = relay.url("/v1/responses");
+    let message = |id: &str, text: &str| json!({"type": "message", "id": id, "role": "user", "content": text});
+    // The default tenant stores an item whose id spells team A's key space first.
+    let (status, _) = call(
+        "POST",
+        &url,
+        "old-key",
+        Some(&json!({"model": "fake-model", "input": [message("team-a:msg_y", "planted")]})),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let (status, _) = call("POST", &url, "team-a-key-1", Some(&json!({"model": "fake-model", "input": [message("msg_x", "a's own"), message("msg_y", "a's real")]}))).await;
+    assert_eq!(status, 200);
+    let (status, r) = call("POST", &url, "old-key", Some(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": "team-a:msg_x"}]}))).await;
+    assert_eq!(status, 400, "{r}");
+    let (status, r) = call(
+        "POST",
+        &url,
+        "team-a-key-1",
+        Some(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": "msg_y"}]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(
+        r["output"][0]["content"][0]["text"],
+        "Hello! You said: a's real"
+    );
+}
