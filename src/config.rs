@@ -414,6 +414,7 @@ fn file_key(i: usize, k: FileKey) -> Result<KeyEntry, ConfigError> {
         let hex = k.key_sha256.unwrap_or_default();
         let mut out = [0u8; 32];
         let ok = hex.len() == 64
+            && hex.is_ascii()
             && out.iter_mut().enumerate().all(|(j, b)| {
                 u8::from_str_radix(&hex[2 * j..2 * j + 2], 16)
                     .map(|v| *b = v)
@@ -424,10 +425,16 @@ fn file_key(i: usize, k: FileKey) -> Result<KeyEntry, ConfigError> {
         }
         out
     };
+    if k.mcp_servers.is_some() {
+        return Err(bad(
+            &format!("{at}.mcp_servers"),
+            "names registered MCP servers ([mcp_servers.NAME]), which this relay does not have yet: leave it out",
+        ));
+    }
     Ok(KeyEntry {
         sha256,
         tenant,
-        mcp_servers: k.mcp_servers,
+        mcp_servers: None,
         models: k.models,
     })
 }

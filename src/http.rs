@@ -103,35 +103,41 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
     let method = req.method().clone();
     let result = match check_auth(&app, &req) {
         Err(e) => Err(e),
-        Ok(tenant) => match Route::parse(&method, &path) {
+        Ok(access) => match Route::parse(&method, &path) {
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
-            Some(Route::Create) => responses::create(&app, req, tenant).await,
-            Some(Route::InputTokens) => responses::input_tokens(&app, req, tenant).await,
-            Some(Route::Compact) => responses::compact(&app, req, tenant).await,
-            Some(Route::Get(id)) => responses::get(&app, &tenant, id, req.uri().query()).await,
-            Some(Route::Delete(id)) => responses::delete(&app, &tenant, id).await,
-            Some(Route::Cancel(id)) => responses::cancel(&app, &tenant, id).await,
+            Some(Route::Create) => responses::create(&app, req, access).await,
+            Some(Route::InputTokens) => responses::input_tokens(&app, req, access).await,
+            Some(Route::Compact) => responses::compact(&app, req, access).await,
+            Some(Route::Get(id)) => {
+                responses::get(&app, &access.tenant, id, req.uri().query()).await
+            }
+            Some(Route::Delete(id)) => responses::delete(&app, &access.tenant, id).await,
+            Some(Route::Cancel(id)) => responses::cancel(&app, &access.tenant, id).await,
             Some(Route::InputItems(id)) => {
-                responses::input_items(&app, &tenant, id, req.uri().query()).await
+                responses::input_items(&app, &access.tenant, id, req.uri().query()).await
             }
             Some(Route::Models) => responses::models(&app, &req).await,
-            Some(Route::ConversationCreate) => conversations::create(&app, &tenant, req).await,
-            Some(Route::ConversationGet(id)) => conversations::get(&app, &tenant, id).await,
-            Some(Route::ConversationUpdate(id)) => {
-                conversations::update(&app, &tenant, id, req).await
+            Some(Route::ConversationCreate) => {
+                conversations::create(&app, &access.tenant, req).await
             }
-            Some(Route::ConversationDelete(id)) => conversations::delete(&app, &tenant, id).await,
+            Some(Route::ConversationGet(id)) => conversations::get(&app, &access.tenant, id).await,
+            Some(Route::ConversationUpdate(id)) => {
+                conversations::update(&app, &access.tenant, id, req).await
+            }
+            Some(Route::ConversationDelete(id)) => {
+                conversations::delete(&app, &access.tenant, id).await
+            }
             Some(Route::ConversationItems(id)) => {
-                conversations::items(&app, &tenant, id, req.uri().query()).await
+                conversations::items(&app, &access.tenant, id, req.uri().query()).await
             }
             Some(Route::ConversationAddItems(id)) => {
-                conversations::add_items(&app, &tenant, id, req).await
+                conversations::add_items(&app, &access.tenant, id, req).await
             }
             Some(Route::ConversationItem(id, item)) => {
-                conversations::item(&app, &tenant, id, item).await
+                conversations::item(&app, &access.tenant, id, item).await
             }
             Some(Route::ConversationDeleteItem(id, item)) => {
-                conversations::delete_item(&app, &tenant, id, item).await
+                conversations::delete_item(&app, &access.tenant, id, item).await
             }
             None => Err(ApiError::not_found_route(&method, &path)),
         },
@@ -141,22 +147,68 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
 
 /// With relay keys configured, every route but `/healthz` needs one of them as the bearer; the
 /// key decides the request's tenant. Without keys, every request is the default tenant's.
-fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Tenant, ApiError> {
+fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Access, ApiError> {
     let keys = &app.config().keys;
     if keys.is_empty() || req.uri().path() == "/healthz" {
-        return Ok(Tenant::default());
+        return Ok(Access::default());
     }
     let given = crate::config::sha256(bearer(req).unwrap_or_default().as_bytes());
     // Every key is compared (no early exit), each in constant time.
     let mut found = None;
     for k in keys {
         if constant_time_eq(&k.sha256, &given) && found.is_none() {
-            found = Some(&k.tenant);
+            found = Some(k);
         }
     }
     found
-        .map(|t| Tenant::new(t))
+        .map(|k| Access {
+            tenant: Tenant::new(&k.tenant),
+            models: k.models.clone(),
+        })
         .ok_or_else(ApiError::unauthorized)
+}
+
+/// What a request's key reaches: its tenant's data, and the models it may use (`None`: any).
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    pub tenant: Tenant,
+    pub models: Option<Vec<String>>,
+}
+
+impl Access {
+    /// A 400 naming `model` when the key may not use it (patterns may hold `*`).
+    pub fn check_model(&self, model: &str) -> Result<(), ApiError> {
+        match &self.models {
+            Some(patterns) if !patterns.iter().any(|p| glob(p, model)) => {
+                Err(crate::api::FieldError::invalid_value(
+                    "model",
+                    format!("This key may not use the model '{model}'."),
+                )
+                .into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters.
+fn glob(pattern: &str, text: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == text;
+    }
+    let (first, last) = (parts[0], parts[parts.len() - 1]);
+    if !text.starts_with(first) || !text[first.len()..].ends_with(last) {
+        return false;
+    }
+    let mut rest = &text[first.len()..text.len() - last.len()];
+    for middle in &parts[1..parts.len() - 1] {
+        match rest.find(middle) {
+            Some(i) => rest = &rest[i + middle.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// The request's bearer token, if any.

@@ -73,7 +73,7 @@ impl Sealer {
             Ok(text) => {
                 let hex = text.trim();
                 let mut key = [0u8; 32];
-                if hex.len() != 64 {
+                if hex.len() != 64 || !hex.is_ascii() {
                     return Err(invalid(path));
                 }
                 for (i, byte) in key.iter_mut().enumerate() {

@@ -16,7 +16,7 @@ use crate::store::Tenant;
 pub async fn create(
     app: &App,
     req: Request<Incoming>,
-    tenant: Tenant,
+    access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
     // The client's bearer goes upstream only when the relay has neither keys of its own nor an
     // upstream key (with relay keys, the bearer is a relay key and must stay here).
@@ -27,6 +27,8 @@ pub async fn create(
     };
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
+    access.check_model(&request.model)?;
+    let tenant = access.tenant;
     let stream = request.stream;
     let background = request.background;
     let permit = app.run_permit().ok_or_else(ApiError::busy)?;
@@ -99,9 +101,11 @@ async fn create_like(
 pub async fn input_tokens(
     app: &App,
     req: Request<Incoming>,
-    tenant: Tenant,
+    access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
     let (request, client_bearer) = create_like(app, req).await?;
+    access.check_model(&request.model)?;
+    let tenant = access.tenant;
     let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -114,9 +118,11 @@ pub async fn input_tokens(
 pub async fn compact(
     app: &App,
     req: Request<Incoming>,
-    tenant: Tenant,
+    access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
     let (request, client_bearer) = create_like(app, req).await?;
+    access.check_model(&request.model)?;
+    let tenant = access.tenant;
     let compacted = run::compact(app, request, client_bearer, tenant).await?;
     Ok(json_response(StatusCode::OK, compacted.to_string()))
 }

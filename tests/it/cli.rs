@@ -265,6 +265,10 @@ fn bad_key_entries_exit_64_naming_them() {
             "[[keys]]\nkey_sha256 = \"abc\"\ntenant = \"a\"\n",
             "keys[0].key_sha256",
         ),
+        (
+            "[[keys]]\nkey = \"k\"\ntenant = \"a\"\nmcp_servers = [\"docs\"]\n",
+            "keys[0].mcp_servers",
+        ),
     ] {
         std::fs::write(&file, toml).unwrap();
         let out = Command::new(BIN)

@@ -367,3 +367,31 @@ async fn a_default_tenant_item_id_cannot_name_another_tenants_item_on_redis() {
         "Hello! You said: a's real"
     );
 }
+
+#[tokio::test]
+async fn a_keys_models_list_bounds_the_models_it_may_use() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.keys = vec![KeyEntry {
+        models: Some(vec!["fake-*".into(), "exact-model".into()]),
+        ..KeyEntry::of_tenant("limited-key", "limited")
+    }];
+    let relay = relay(c).await;
+    // The fake model server answers any model name: only the key decides.
+    for (model, allowed) in [
+        ("fake-model", true),
+        ("exact-model", true),
+        ("other-model", false),
+    ] {
+        let body = json!({"model": model, "input": "hi"});
+        for path in ["/v1/responses", "/v1/responses/input_tokens"] {
+            let (status, r) = call("POST", &relay.url(path), "limited-key", Some(&body)).await;
+            if allowed {
+                assert_eq!(status, 200, "{model} {path}: {r}");
+            } else {
+                assert_eq!(status, 400, "{model} {path}: {r}");
+                assert_eq!(r["error"]["param"], "model");
+            }
+        }
+    }
+}
