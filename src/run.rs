@@ -33,7 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use approvals::ApprovalAnswer;
 pub use compact::compact;
-pub use prepare::prepare;
+pub use prepare::{Purpose, prepare, prepare_for};
 pub use tokens::count_input_tokens;
 pub use tools::McpSetup;
 

@@ -85,6 +85,8 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
         OutputItem::ShellCall(c) => InputItem::ShellCall(client_call(c)),
         OutputItem::ApplyPatchCall(c) => InputItem::ApplyPatchCall(client_call(c)),
         OutputItem::ComputerCall(c) => InputItem::ComputerCall(client_call(c)),
+        // A compaction that never finished (its run failed or was cancelled) stands for nothing.
+        OutputItem::Compaction(c) if c.encrypted_content.is_empty() => return None,
         OutputItem::Compaction(c) => InputItem::Compaction(super::request::CompactionInput {
             id: Some(c.id.clone()),
             encrypted_content: c.encrypted_content.clone(),

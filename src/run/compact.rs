@@ -6,7 +6,7 @@
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use super::{Prepared, StartError, prepare, turn};
+use super::{Prepared, Purpose, StartError, prepare_for, turn};
 use crate::api::Usage;
 use crate::api::request::{CreateRequest, InputItem, InputMessage, MessageContent, Role};
 use crate::api::response::CompactionItem;
@@ -93,7 +93,7 @@ pub async fn compact(
     request.background = true;
     request.store = false;
     request.stream = false;
-    let p = prepare(app, request, client_bearer, tenant).await?;
+    let p = prepare_for(app, request, client_bearer, tenant, Purpose::Inspect).await?;
     let (item, _, usage) = summarize(app, summary_turn(&p)).await?;
     let mut output: Vec<Value> = p
         .history

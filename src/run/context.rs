@@ -61,15 +61,30 @@ pub(super) async fn resolve(
     }
     let earlier = history.len();
     history.extend(input.iter().cloned());
-    // A compaction item stands for the conversation it summarized: the model gets the summary.
-    for (i, item) in history.iter_mut().enumerate() {
-        if let InputItem::Compaction(c) = item {
-            let param = match i.checked_sub(earlier) {
-                Some(j) => format!("input[{j}].encrypted_content"),
-                None => "previous_response_id".to_string(),
-            };
-            *item = summary_message(&open_summary(app, &c.encrypted_content, &param)?);
-        }
+    // The last compaction item stands for the conversation before it: the model gets the user
+    // messages from before it, its summary, and what came after.
+    let compacted = history
+        .iter()
+        .rposition(|i| matches!(i, InputItem::Compaction(_)));
+    if let Some(at) = compacted {
+        let InputItem::Compaction(c) = &history[at] else {
+            unreachable!("found above")
+        };
+        let param = match at.checked_sub(earlier) {
+            Some(j) => format!("input[{j}].encrypted_content"),
+            None => "previous_response_id".to_string(),
+        };
+        let summary = summary_message(&open_summary(app, &c.encrypted_content, &param)?);
+        let mut kept: Vec<InputItem> = history[..at]
+            .iter()
+            .filter(
+                |i| matches!(i, InputItem::Message(m) if m.role == crate::api::request::Role::User),
+            )
+            .cloned()
+            .collect();
+        kept.push(summary);
+        kept.extend(history.drain(at + 1..));
+        history = kept;
     }
     Ok((history, input))
 }

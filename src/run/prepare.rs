@@ -20,6 +20,27 @@ pub async fn prepare(
     client_bearer: Option<String>,
     tenant: Tenant,
 ) -> Result<Prepared, StartError> {
+    prepare_for(app, request, client_bearer, tenant, Purpose::Run).await
+}
+
+/// What a request is prepared for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// A run: its conversation is held and its first model turn opened.
+    Run,
+    /// Looking at the request without running it (token counts, compaction): no conversation
+    /// held, no model turn opened.
+    Inspect,
+}
+
+/// [`prepare`], for `purpose`.
+pub async fn prepare_for(
+    app: &App,
+    request: CreateRequest,
+    client_bearer: Option<String>,
+    tenant: Tenant,
+    purpose: Purpose,
+) -> Result<Prepared, StartError> {
     let limits = &app.config().limits;
     if request.store {
         // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
@@ -62,14 +83,14 @@ pub async fn prepare(
         )));
     }
     let conversation_lock = match &request.conversation {
-        Some(c) => Some(
+        Some(c) if purpose == Purpose::Run => Some(
             app.store()
                 .lock_conversation(&tenant, c)
                 .await
                 .map_err(|e| StartError::Store(e.to_string()))?
                 .ok_or_else(|| StartError::ConversationBusy(c.clone()))?,
         ),
-        None => None,
+        _ => None,
     };
     let (history, input) = context::resolve(app, &tenant, &request).await?;
     // A background run is answered before its servers are listed (a slow server must not hold
@@ -105,7 +126,11 @@ pub async fn prepare(
     };
     // Approved calls run before the model samples again, so the first turn cannot open early.
     // A run that may compact first counts its context before its first turn.
-    if !prepared.request.background
+    if let Some(lock) = &mut prepared.conversation_lock {
+        lock.hold_for(&prepared.response.id).await;
+    }
+    if purpose == Purpose::Run
+        && !prepared.request.background
         && !answered
         && !prepared.compacts()
         && prepared.request.compact_threshold.is_none()

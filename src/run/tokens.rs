@@ -6,7 +6,7 @@
 
 use futures::StreamExt;
 
-use super::{StartError, prepare, turn};
+use super::{Purpose, StartError, prepare_for, turn};
 use crate::api::request::CreateRequest;
 use crate::app::App;
 use crate::store::Tenant;
@@ -23,7 +23,7 @@ pub async fn count_input_tokens(
     request.background = false;
     request.stream = false;
     request.max_output_tokens = Some(1);
-    let mut p = prepare(app, request, client_bearer, tenant).await?;
+    let mut p = prepare_for(app, request, client_bearer, tenant, Purpose::Inspect).await?;
     let stream = match p.first_turn.take() {
         Some(s) => s,
         None => {

@@ -22,6 +22,19 @@ pub struct ConversationLock {
     redis: Option<(super::redis::Redis, String)>,
 }
 
+impl ConversationLock {
+    /// Names run `run_id` as the holder: across relays sharing Redis, once that run has ended
+    /// (finished, or failed by another relay after this one stopped), the lock is free again.
+    pub async fn hold_for(&mut self, run_id: &str) {
+        if let Some((r, token)) = &mut self.redis {
+            let (tenant, id) = &self.key;
+            if r.hold_conversation(tenant, id, token, run_id).await {
+                *token = run_id.to_string();
+            }
+        }
+    }
+}
+
 impl Drop for ConversationLock {
     fn drop(&mut self) {
         self.held.lock().expect("locks poisoned").remove(&self.key);

@@ -254,6 +254,29 @@ end
 return 0
 "#;
 
+/// How long a conversation's lock lasts at most (`--max-run-seconds`' default): the bound for a
+/// `store: false` run, whose end Redis does not see, on a relay that stopped.
+const CONV_LOCK_MS: u64 = 3_600_000;
+
+const CONV_LOCK: &str = r#"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+local holder = redis.call('GET', KEYS[1])
+if holder and string.sub(holder, 1, 5) == 'resp_' then
+  local st = redis.call('HGET', 'relay:resp:' .. holder, 'status')
+  if st and st ~= 'queued' and st ~= 'in_progress' then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return 1
+  end
+end
+return 0
+"#;
+
+const CONV_HOLD: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+return 1
+"#;
+
 const UNLOCK: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
@@ -896,22 +919,43 @@ impl Redis {
     }
 
     /// Takes a conversation for one run of any relay sharing this Redis: the lock's token, or
-    /// `None` while another run holds it. The lock lapses on its own after an hour (a relay that
-    /// died holding it).
+    /// `None` while another run holds it. A lock whose holder run (see `hold_conversation`) has
+    /// ended is free: a relay that stopped holding one does not lock the conversation beyond its
+    /// run, which another relay finishes once its lease lapses. Every lock lapses after the
+    /// default longest a run may take (an hour).
     pub async fn lock_conversation(
         &self,
         tenant: &Tenant,
         id: &str,
     ) -> Result<Option<String>, StoreError> {
-        let token = format!("{}-{:016x}", self.inner.instance, rand::random::<u64>());
-        let mut cmd = ::redis::cmd("SET");
-        cmd.arg(format!("relay:conv-lock:{}:{id}", tenant.as_str()))
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(3_600_000);
-        let set: Option<String> = self.inner.conn.query(&cmd).await?;
-        Ok(set.map(|_| token))
+        let token = format!(
+            "lock-{}-{:016x}",
+            self.inner.instance,
+            rand::random::<u64>()
+        );
+        let mut cmd = script(
+            CONV_LOCK,
+            &[format!("relay:conv-lock:{}:{id}", tenant.as_str())],
+        );
+        cmd.arg(&token).arg(CONV_LOCK_MS);
+        let took: i64 = self.inner.conn.query(&cmd).await?;
+        Ok((took == 1).then_some(token))
+    }
+
+    /// Makes run `run_id` the holder of a lock taken with `token`; whether it still held it.
+    pub async fn hold_conversation(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        token: &str,
+        run_id: &str,
+    ) -> bool {
+        let mut cmd = script(
+            CONV_HOLD,
+            &[format!("relay:conv-lock:{}:{id}", tenant.as_str())],
+        );
+        cmd.arg(token).arg(run_id);
+        matches!(self.inner.conn.query::<i64>(&cmd).await, Ok(1))
     }
 
     pub async fn unlock_conversation(&self, tenant: &Tenant, id: &str, token: &str) {

@@ -248,6 +248,13 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
         assert_eq!(status, 409, "{err}");
         assert_eq!(err["error"]["code"], "conversation_locked");
     }
+    // Counting its tokens neither waits for the conversation nor holds it.
+    let (status, count) = post(
+        &b.url("/v1/responses/input_tokens"),
+        &json!({"model": "fake-model", "input": "fast", "conversation": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "{count}");
     let (status, first) = slow.await.unwrap();
     assert_eq!(
         (status, first["status"].as_str()),
@@ -508,6 +515,20 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
         "{sent}"
     );
     assert!(!sent.contains("beta-answer"), "compacted away: {sent}");
+    // The next turn on the chain starts from the compaction, not from what it replaced.
+    let (status, next) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "delta", "previous_response_id": r["id"],
+            "store": true, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{next}");
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(
+        sent.contains("A summary of the conversation so far") && sent.contains("delta"),
+        "{sent}"
+    );
+    assert!(!sent.contains("beta-answer"), "{sent}");
     // Under the threshold: counted, then answered as it is.
     let before = up.requests().len();
     let (_, r) = post(
@@ -603,4 +624,53 @@ async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_d
     )
     .await;
     assert_eq!(status, 200, "the lock was let go: {after}");
+}
+
+#[tokio::test]
+async fn a_conversation_lock_left_by_a_stopped_relay_is_free_once_its_run_has_ended() {
+    let up = upstream().await;
+    let url = redis_db();
+    let relay = relay_on(&up, &StoreKind::Redis(url.clone())).await;
+    let (_, conv) = send("POST", &relay.url("/v1/conversations"), Some(json!({}))).await;
+    let id = conv["id"].as_str().unwrap().to_string();
+    let create = relay.url("/v1/responses");
+    let (_, first) = post(
+        &create,
+        &json!({"model": "fake-model", "input": "one", "conversation": id}),
+    )
+    .await;
+    let ended = first["id"].as_str().unwrap().to_string();
+    let client = ::redis::Client::open(url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("relay:conv-lock:default:{id}");
+    // Left by a relay that stopped: held for a run that has ended since (a relay finished it).
+    let _: () = ::redis::cmd("SET")
+        .arg(&key)
+        .arg(&ended)
+        .arg("PX")
+        .arg(600_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (status, r) = post(
+        &create,
+        &json!({"model": "fake-model", "input": "two", "conversation": id}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    // Held by a run being prepared elsewhere (no run named yet): still held.
+    let _: () = ::redis::cmd("SET")
+        .arg(&key)
+        .arg("lock-elsewhere-1")
+        .arg("PX")
+        .arg(600_000)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (status, r) = post(
+        &create,
+        &json!({"model": "fake-model", "input": "three", "conversation": id}),
+    )
+    .await;
+    assert_eq!(status, 409, "{r}");
 }
