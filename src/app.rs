@@ -169,6 +169,12 @@ fn sealer_for(config: &Config) -> Result<crate::seal::Sealer, crate::store::Stor
                 crate::store::StoreError(format!("the sealing key {}: {e}", file.display()))
             })
         }
-        _ => Ok(Sealer::random()),
+        crate::config::StoreKind::Redis(_) => {
+            tracing::warn!(
+                "no --secret-key: sealed reasoning and compaction items open only on this relay, until it restarts; relays sharing a Redis store need one --secret-key"
+            );
+            Ok(Sealer::random())
+        }
+        crate::config::StoreKind::Memory => Ok(Sealer::random()),
     }
 }

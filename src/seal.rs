@@ -88,16 +88,25 @@ impl Sealer {
                     .fill(&mut key)
                     .map_err(|_| std::io::Error::other("no random source"))?;
                 let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+                // Written whole to a file of its own, then linked into place: a crash leaves no
+                // empty key file, and a relay starting at the same moment reads a whole one.
+                let tmp = path.with_extension(format!(
+                    "tmp-{}-{:x}",
+                    std::process::id(),
+                    rand::random::<u32>()
+                ));
                 let mut options = std::fs::OpenOptions::new();
                 options.write(true).create_new(true);
                 #[cfg(unix)]
                 std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-                match options.open(path) {
-                    Ok(mut f) => {
-                        f.write_all(hex.as_bytes())?;
-                        f.sync_all()?;
-                        Ok(Self::from_key(key))
-                    }
+                let mut f = options.open(&tmp)?;
+                f.write_all(hex.as_bytes())?;
+                f.sync_all()?;
+                drop(f);
+                let linked = std::fs::hard_link(&tmp, path);
+                let _ = std::fs::remove_file(&tmp);
+                match linked {
+                    Ok(()) => Ok(Self::from_key(key)),
                     // Another process made it first: use theirs.
                     Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                         Self::from_key_file(path)

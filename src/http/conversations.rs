@@ -15,6 +15,8 @@ use crate::store::Tenant;
 
 /// Items a conversation may be created with at once (OpenAI's limit).
 const MAX_CREATE_ITEMS: usize = 20;
+/// Items one `POST .../items` may add.
+const MAX_ADD_ITEMS: usize = 1000;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -190,6 +192,13 @@ pub async fn add_items(
         return Err(FieldError::missing("items").into());
     };
     let items = items_of(app, Some(items), "items")?;
+    if items.len() > MAX_ADD_ITEMS {
+        return Err(FieldError::invalid_value(
+            "items",
+            format!("Invalid 'items': at most {MAX_ADD_ITEMS} items at once."),
+        )
+        .into());
+    }
     if !app.store().append_conversation(tenant, id, &items).await? {
         return Err(not_found(id));
     }

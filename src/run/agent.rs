@@ -121,6 +121,9 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     }
     let mut calls_made: u64 = 0;
     let mut step = 0usize;
+    // Output tokens spent on summaries (`context_management`): not counted against
+    // `max_output_tokens`.
+    let mut summarized: u64 = 0;
     let ending = 'run: {
         if let Some(ending) = unresolved {
             break 'run ending;
@@ -145,6 +148,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                 Some(s) => Ok(s),
                 None => {
                     if let Some(threshold) = p.request.compact_threshold {
+                        let before = usage.output_tokens;
                         let turns = (
                             turn_request_at(p, &conversation, step, &found),
                             super::compact::summary_turn_of(p, &conversation),
@@ -162,12 +166,15 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
                         {
                             break ending;
                         }
+                        // The summary is the relay's doing, not the client's answer.
+                        summarized += usage.output_tokens - before;
                     }
                     let mut turn = turn_request_at(p, &conversation, step, &found);
                     // `max_output_tokens` bounds the whole response: a later turn gets what the
                     // earlier ones left (as the upstream counted them), none when it is spent.
                     if let Some(limit) = p.request.max_output_tokens {
-                        match limit.saturating_sub(usage.output_tokens) {
+                        let answered = usage.output_tokens.saturating_sub(summarized);
+                        match limit.saturating_sub(answered) {
                             0 => break Ending::Incomplete("max_output_tokens".into()),
                             left => turn.max_output_tokens = Some(left),
                         }
@@ -320,14 +327,14 @@ async fn compact_into(
     let summarized = tokio::select! {
         biased;
         stop = stopped(app, signal) => return Err(ending_for(stop)),
-        s = super::compact::summarize(app, turn) => s,
+        s = super::compact::summarize(app, turn, id.clone()) => s,
     };
     match summarized {
         Ok((item, summary, used)) => {
             usage.add(&used);
             em.emit(Event::OutputItemDone {
                 output_index,
-                item: OutputItem::Compaction(CompactionItem { id, ..item }),
+                item: OutputItem::Compaction(item),
             });
             Ok(summary)
         }

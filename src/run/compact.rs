@@ -52,6 +52,7 @@ pub(super) fn summary_turn_of(p: &Prepared, items: &[InputItem]) -> TurnRequest 
 pub(super) async fn summarize(
     app: &App,
     t: TurnRequest,
+    id: String,
 ) -> Result<(CompactionItem, String, Usage), StartError> {
     let mut stream = app.upstream().open(&t).await?;
     let (mut summary, mut usage) = (String::new(), Usage::default());
@@ -72,7 +73,7 @@ pub(super) async fn summarize(
         .seal(&serde_json::to_vec(&json!({ "summary": summary })).expect("serializes"));
     Ok((
         CompactionItem {
-            id: app.ids().mint("cmp"),
+            id,
             encrypted_content: sealed,
             created_by: None,
         },
@@ -94,7 +95,8 @@ pub async fn compact(
     request.store = false;
     request.stream = false;
     let p = prepare_for(app, request, client_bearer, tenant, Purpose::Inspect).await?;
-    let (item, _, usage) = summarize(app, summary_turn(&p)).await?;
+    let id = app.ids().mint("cmp");
+    let (item, _, usage) = summarize(app, summary_turn(&p), id).await?;
     let mut output: Vec<Value> = p
         .history
         .iter()
