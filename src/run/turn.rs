@@ -210,6 +210,8 @@ pub(crate) fn model_view(
     let mut out = Vec::with_capacity(items.len());
     // Consecutive MCP calls become one assistant turn: all the calls, then all their results.
     let mut outputs = Vec::new();
+    // Screenshots of computer calls, shown after the outputs they came with.
+    let mut images = Vec::new();
     for (i, item) in items.iter().enumerate() {
         match item {
             InputItem::McpCall(c) => {
@@ -255,17 +257,43 @@ pub(crate) fn model_view(
                     out.append(&mut outputs);
                 }
             }
-            other => client_view(other, clients, &mut out),
+            other => {
+                client_view(other, clients, &mut out, &mut images);
+                // Screenshots follow the run of call outputs they came in (a chat model takes
+                // no other message between a turn's tool results).
+                if !matches!(items.get(i + 1), Some(next) if is_call_output(next)) {
+                    out.append(&mut images);
+                }
+            }
         }
     }
+    out.append(&mut images);
     out
+}
+
+/// Whether an item answers a call (a chat model's `tool` message).
+fn is_call_output(item: &InputItem) -> bool {
+    matches!(
+        item,
+        InputItem::FunctionCallOutput(_)
+            | InputItem::CustomToolCallOutput(_)
+            | InputItem::LocalShellCallOutput(_)
+            | InputItem::ShellCallOutput(_)
+            | InputItem::ApplyPatchCallOutput(_)
+            | InputItem::ComputerCallOutput(_)
+    ) || matches!(item, InputItem::ToolSearchOutput(t) if t.execution == "client")
 }
 
 /// A client tool's items as the model made them: each call a function call under the
 /// model-facing name, each output a function output (a computer's screenshot also as an image
 /// the next user message shows); hosted tools' items are left out (the model cannot use them
 /// here). Anything else is kept as is.
-fn client_view(item: &InputItem, clients: &transcode::ClientMap, out: &mut Vec<InputItem>) {
+fn client_view(
+    item: &InputItem,
+    clients: &transcode::ClientMap,
+    out: &mut Vec<InputItem>,
+    images: &mut Vec<InputItem>,
+) {
     use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     use transcode::ClientKind;
     let model_name = |kind: ClientKind, name: &str, namespace: Option<&str>| {
@@ -392,7 +420,7 @@ fn client_view(item: &InputItem, clients: &transcode::ClientMap, out: &mut Vec<I
                 ToolOutput::Text("Screenshot taken: it follows as an image.".into()),
             ));
             if let Some(url) = url {
-                out.push(InputItem::Message(InputMessage {
+                images.push(InputItem::Message(InputMessage {
                     id: None,
                     role: Role::User,
                     content: MessageContent::Parts(vec![InputPart::InputImage {

@@ -526,3 +526,36 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
         assert!(count["input_tokens"].as_u64().unwrap() > 0);
     }
 }
+
+#[tokio::test]
+async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() {
+    let up = upstream().await;
+    let relay = relay_on(&up, UpstreamApi::Chat).await;
+    let shot =
+        json!({"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="});
+    let (status, r) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "tools": [{"type": "computer_use_preview", "display_width": 800, "display_height": 600, "environment": "linux"}],
+            "input": [
+                {"role": "user", "content": "look"},
+                {"type": "computer_call", "call_id": "a", "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"},
+                {"type": "computer_call", "call_id": "b", "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"},
+                {"type": "computer_call_output", "call_id": "a", "output": shot},
+                {"type": "computer_call_output", "call_id": "b", "output": shot}
+            ]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let sent = up.requests().last().unwrap().body.clone();
+    let roles: Vec<&str> = sent["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles,
+        ["user", "assistant", "tool", "tool", "user", "user"],
+        "{sent}"
+    );
+}
