@@ -18,13 +18,7 @@ pub async fn create(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    // The client's bearer goes upstream only when the relay has neither keys of its own nor an
-    // upstream key (with relay keys, the bearer is a relay key and must stay here).
-    let client_bearer = if app.config().keys.is_empty() {
-        super::bearer(&req)
-    } else {
-        None
-    };
+    let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
     access.check_model(&request.model)?;
@@ -67,17 +61,23 @@ pub async fn create(
     ))
 }
 
+/// The client's bearer, to go upstream: only when the relay has no keys of its own (with relay
+/// keys, the bearer is a relay key and must stay here; an upstream key, if set, wins upstream).
+fn client_bearer<B>(app: &App, req: &Request<B>) -> Option<String> {
+    if app.config().keys.is_empty() {
+        super::bearer(req)
+    } else {
+        None
+    }
+}
+
 /// A create-shaped body for the endpoints that take one beside `POST /v1/responses`: parsed as a
 /// create, the fields they add (`personality`) and `stream` set aside; `input` defaults to none.
 async fn create_like(
     app: &App,
     req: Request<Incoming>,
 ) -> Result<(crate::api::request::CreateRequest, Option<String>), ApiError> {
-    let client_bearer = if app.config().keys.is_empty() {
-        super::bearer(&req)
-    } else {
-        None
-    };
+    let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let mut value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
         ApiError::from(crate::api::FieldError::new(
@@ -387,11 +387,7 @@ pub(super) fn list_page(
 
 /// `GET /v1/models`, passed through from the upstream.
 pub async fn models(app: &App, req: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
-    let client_bearer = if app.config().keys.is_empty() {
-        super::bearer(req)
-    } else {
-        None
-    };
+    let client_bearer = client_bearer(app, req);
     let (status, body) = app
         .upstream()
         .models(client_bearer.as_deref())

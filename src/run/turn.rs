@@ -123,7 +123,17 @@ fn updated(items: &[InputItem], pointer: &str) -> Option<Value> {
 
 /// The model-facing name of a client tool (its own name when it is not in the map).
 fn client_name(p: &Prepared, kind: ClientKind, name: &str, namespace: Option<&str>) -> String {
-    p.clients
+    model_name(&p.clients, kind, name, namespace)
+}
+
+/// The model-facing name of the client tool `kind` `name` (in `namespace`), by `clients`.
+fn model_name(
+    clients: &transcode::ClientMap,
+    kind: ClientKind,
+    name: &str,
+    namespace: Option<&str>,
+) -> String {
+    clients
         .iter()
         .find(|(_, t)| t.kind == kind && t.name == name && t.namespace.as_deref() == namespace)
         .map(|(m, _)| m.clone())
@@ -296,13 +306,7 @@ fn client_view(
 ) {
     use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     use transcode::ClientKind;
-    let model_name = |kind: ClientKind, name: &str, namespace: Option<&str>| {
-        clients
-            .iter()
-            .find(|(_, t)| t.kind == kind && t.name == name && t.namespace.as_deref() == namespace)
-            .map(|(m, _)| m.clone())
-            .unwrap_or_else(|| name.to_string())
-    };
+    let model_name = |kind, name: &str, namespace| model_name(clients, kind, name, namespace);
     let call = |call_id: &Option<String>, name: String, arguments: String| {
         InputItem::FunctionCall(InputFunctionCall {
             id: None,
