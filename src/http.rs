@@ -70,7 +70,8 @@ impl<'a> Route<'a> {
         let rest = path.strip_prefix("/v1/")?;
         let parts: Vec<&str> = rest.split('/').collect();
         match (method, parts.as_slice()) {
-            (&Method::POST, ["responses"]) => Some(Route::Create),
+            // Perplexity's name for the same endpoint (its Agent API's clients use it as written).
+            (&Method::POST, ["responses"]) | (&Method::POST, ["agent"]) => Some(Route::Create),
             (&Method::POST, ["responses", "input_tokens"]) => Some(Route::InputTokens),
             (&Method::POST, ["responses", "compact"]) => Some(Route::Compact),
             (&Method::GET, ["models"]) => Some(Route::Models),

@@ -559,3 +559,33 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
         "{sent}"
     );
 }
+
+#[tokio::test]
+async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
+    let up = upstream().await;
+    let relay = relay_on(&up, UpstreamApi::Chat).await;
+    let (status, r) = post(
+        &relay.url("/v1/agent"),
+        &json!({"model": "fake-model", "input": "hi agent"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["object"], "response");
+    assert_eq!(
+        r["output"][0]["content"][0]["text"],
+        "Hello! You said: hi agent"
+    );
+    let id = r["id"].as_str().unwrap();
+    let (status, again) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(
+        (status, again["id"].as_str()),
+        (200, Some(id)),
+        "the same stored resource"
+    );
+    let sse = stream(
+        &relay.url("/v1/agent"),
+        &json!({"model": "fake-model", "input": "streamed", "stream": true}),
+    )
+    .await;
+    assert_eq!(check_events(&sse.events)["status"], "completed");
+}
