@@ -267,6 +267,20 @@ struct FileKey {
     models: Option<Vec<String>>,
 }
 
+/// One `[mcp_servers.LABEL]` of the TOML file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileMcpServer {
+    url: Option<String>,
+    authorization: Option<String>,
+    authorization_env: Option<String>,
+    headers: Option<serde_json::Map<String, serde_json::Value>>,
+    description: Option<String>,
+    require_approval: Option<serde_json::Value>,
+    allowed_tools: Option<serde_json::Value>,
+    transport: Option<String>,
+}
+
 /// A relay key, as kept after start-up: its SHA-256 (never the key), the tenant whose data it
 /// reaches, and what it may use (`None`: everything).
 #[derive(Clone, PartialEq, Eq)]
@@ -331,6 +345,8 @@ impl KeyEntry {
 struct FileConfig {
     /// `[[keys]]`: relay keys with their tenants.
     keys: Option<Vec<FileKey>>,
+    /// `[mcp_servers.LABEL]`: MCP servers the operator registered.
+    mcp_servers: Option<std::collections::BTreeMap<String, FileMcpServer>>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -368,6 +384,62 @@ struct FileConfig {
 pub struct ConfigError {
     pub flag: String,
     pub message: String,
+}
+
+/// The `[mcp_servers]` table, checked as a request's `mcp` tools are (a bad one exits 64 naming
+/// `mcp_servers.LABEL`).
+fn registered(
+    table: std::collections::BTreeMap<String, FileMcpServer>,
+    default_approval: crate::mcp::Approval,
+) -> Result<crate::mcp::Registered, ConfigError> {
+    let mut out = std::collections::BTreeMap::new();
+    for (label, s) in table {
+        let at = format!("mcp_servers.{label}");
+        match s.transport.as_deref() {
+            None | Some("auto") | Some("streamable-http") => {}
+            Some(other) => {
+                return Err(bad(
+                    &format!("{at}.transport"),
+                    format!(
+                        "'{other}': this relay speaks Streamable HTTP ('streamable-http' or 'auto')"
+                    ),
+                ));
+            }
+        }
+        let authorization = match (s.authorization, s.authorization_env) {
+            (Some(_), Some(_)) => {
+                return Err(bad(
+                    &at,
+                    "give 'authorization' or 'authorization_env', not both",
+                ));
+            }
+            (Some(a), None) => Some(a),
+            (None, Some(var)) => match std::env::var(&var) {
+                Ok(v) if !v.is_empty() => Some(v),
+                _ => {
+                    return Err(bad(
+                        &format!("{at}.authorization_env"),
+                        format!("the environment variable '{var}' is not set (or empty)"),
+                    ));
+                }
+            },
+            (None, None) => None,
+        };
+        let param = crate::api::request::McpToolParam {
+            server_label: Some(label.clone()),
+            server_url: s.url,
+            authorization,
+            headers: s.headers,
+            allowed_tools: s.allowed_tools,
+            require_approval: s.require_approval,
+            server_description: s.description,
+            ..Default::default()
+        };
+        crate::mcp::validate_registered(&param, default_approval)
+            .map_err(|e| bad(&at, e.message.replace("tools[0].", "")))?;
+        out.insert(label, param);
+    }
+    Ok(crate::mcp::Registered(out))
 }
 
 /// A `[[keys]]` entry, checked: exactly one of `key`, `key_env`, `key_sha256`, and a tenant.
@@ -425,16 +497,10 @@ fn file_key(i: usize, k: FileKey) -> Result<KeyEntry, ConfigError> {
         }
         out
     };
-    if k.mcp_servers.is_some() {
-        return Err(bad(
-            &format!("{at}.mcp_servers"),
-            "names registered MCP servers ([mcp_servers.NAME]), which this relay does not have yet: leave it out",
-        ));
-    }
     Ok(KeyEntry {
         sha256,
         tenant,
-        mcp_servers: None,
+        mcp_servers: k.mcp_servers,
         models: k.models,
     })
 }
@@ -499,9 +565,11 @@ pub struct McpConfig {
     pub max_output_bytes: usize,
     /// Calls of one model turn run at most this many at a time.
     pub max_concurrent_calls: usize,
-    /// Which MCP servers may be reached (`--mcp-allow-private-networks`, `--mcp-allow-host`);
-    /// strict by default.
+    /// Which MCP servers may be reached (`--mcp-allow-private-networks`, `--mcp-allow-host`, and
+    /// the registered servers' hosts); strict by default.
     pub ssrf: crate::ssrf::Policy,
+    /// `[mcp_servers.LABEL]`.
+    pub registered: crate::mcp::Registered,
 }
 
 /// A secret from the command line: `Debug` shows `***`.
@@ -592,6 +660,7 @@ impl Default for Config {
                 max_output_bytes: 64 * 1024,
                 max_concurrent_calls: 8,
                 ssrf: crate::ssrf::Policy::strict(),
+                registered: crate::mcp::Registered::default(),
             },
             deterministic: false,
         }
@@ -852,6 +921,29 @@ impl Config {
         } else {
             args.mcp_allow_hosts
         };
+        c.mcp.registered =
+            registered(file.mcp_servers.unwrap_or_default(), c.mcp.default_approval)?;
+        for (i, k) in c.keys.iter().enumerate() {
+            if let Some(unknown) = k
+                .mcp_servers
+                .iter()
+                .flatten()
+                .find(|n| !c.mcp.registered.0.contains_key(*n))
+            {
+                return Err(bad(
+                    &format!("keys[{i}].mcp_servers"),
+                    format!("'{unknown}' is not a registered MCP server ([mcp_servers.{unknown}])"),
+                ));
+            }
+        }
+        // A registered server may be on a private network: the operator chose it.
+        let mut allow_hosts = allow_hosts;
+        allow_hosts.extend(c.mcp.registered.0.values().filter_map(|m| {
+            reqwest::Url::parse(m.server_url.as_deref()?)
+                .ok()?
+                .host_str()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
+        }));
         c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts)
             .map_err(|e| bad("--mcp-allow-host", e))?;
         if let Some(n) = args.mcp_max_output_bytes.or(file.mcp_max_output_bytes) {

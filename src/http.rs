@@ -50,6 +50,7 @@ pub enum Route<'a> {
     Cancel(&'a str),
     InputItems(&'a str),
     Models,
+    McpServers,
     Health,
     ConversationCreate,
     ConversationGet(&'a str),
@@ -75,6 +76,7 @@ impl<'a> Route<'a> {
             (&Method::POST, ["responses", "input_tokens"]) => Some(Route::InputTokens),
             (&Method::POST, ["responses", "compact"]) => Some(Route::Compact),
             (&Method::GET, ["models"]) => Some(Route::Models),
+            (&Method::GET, ["mcp", "servers"]) => Some(Route::McpServers),
             (&Method::GET, ["responses", id]) if !id.is_empty() => Some(Route::Get(id)),
             (&Method::DELETE, ["responses", id]) if !id.is_empty() => Some(Route::Delete(id)),
             (&Method::POST, ["responses", id, "cancel"]) => Some(Route::Cancel(id)),
@@ -118,6 +120,7 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
                 responses::input_items(&app, &access.tenant, id, req.uri().query()).await
             }
             Some(Route::Models) => responses::models(&app, &req).await,
+            Some(Route::McpServers) => Ok(mcp_servers(&app, &access)),
             Some(Route::ConversationCreate) => {
                 conversations::create(&app, &access.tenant, req).await
             }
@@ -165,6 +168,7 @@ fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Access, ApiError> {
         .map(|k| Access {
             tenant: Tenant::new(&k.tenant),
             models: k.models.clone(),
+            mcp_servers: k.mcp_servers.clone(),
         })
         .ok_or_else(ApiError::unauthorized)
 }
@@ -174,9 +178,18 @@ fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Access, ApiError> {
 pub struct Access {
     pub tenant: Tenant,
     pub models: Option<Vec<String>>,
+    /// The registered MCP servers it may use (`None`: every one).
+    pub mcp_servers: Option<Vec<String>>,
 }
 
 impl Access {
+    /// Whether the key may use the registered MCP server `label`.
+    pub fn may_use_server(&self, label: &str) -> bool {
+        self.mcp_servers
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == label))
+    }
+
     /// A 400 naming `model` when the key may not use it (patterns may hold `*`).
     pub fn check_model(&self, model: &str) -> Result<(), ApiError> {
         match &self.models {
@@ -210,6 +223,26 @@ fn glob(pattern: &str, text: &str) -> bool {
         }
     }
     true
+}
+
+/// `GET /v1/mcp/servers`: the registered MCP servers the key may use, with no secrets.
+fn mcp_servers(app: &App, access: &Access) -> Response<Body> {
+    let data: Vec<serde_json::Value> = app
+        .config()
+        .mcp
+        .registered
+        .0
+        .iter()
+        .filter(|(label, _)| access.may_use_server(label))
+        .map(|(label, m)| {
+            serde_json::json!({"label": label, "description": m.server_description,
+                "transport": "streamable-http"})
+        })
+        .collect();
+    json_response(
+        StatusCode::OK,
+        serde_json::json!({"object": "list", "data": data}).to_string(),
+    )
 }
 
 /// The request's bearer token, if any.

@@ -17,7 +17,7 @@ mod validate;
 pub use names::model_names;
 pub use pool::{CallOutcome, ListError, ListedTool, Pool, PoolConfig, ToolResult};
 pub use result::{bounded_error, error_text, result_images, result_text};
-pub use validate::specs;
+pub use validate::{specs, specs_with, validate_registered};
 
 /// A filter over a server's tools (`allowed_tools`, or one side of `require_approval`).
 ///
@@ -45,6 +45,17 @@ impl ToolFilter {
     }
 }
 
+/// MCP servers the operator registered (`[mcp_servers.LABEL]`), each as the `mcp` tool a request
+/// would send for it, secrets included: they never leave the relay (`Debug` shows labels only).
+#[derive(Clone, Default)]
+pub struct Registered(pub std::collections::BTreeMap<String, crate::api::request::McpToolParam>);
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
 /// The relay's default when a request's `mcp` tool has no `require_approval` (OpenAI: `Always`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Approval {
@@ -58,6 +69,8 @@ pub enum Approval {
 pub enum ApprovalPolicy {
     Always,
     Never,
+    /// A registered server's policy and a request's: approval when either asks for it.
+    Both(Box<ApprovalPolicy>, Box<ApprovalPolicy>),
     /// `{always?: filter, never?: filter}`; `otherwise` decides tools that match neither side when
     /// both sides or neither are given (the relay's default).
     Filter {
@@ -84,6 +97,9 @@ impl ApprovalPolicy {
     /// else does not").
     pub fn needs_approval(&self, tool_name: &str, read_only: bool) -> bool {
         match self {
+            ApprovalPolicy::Both(a, b) => {
+                a.needs_approval(tool_name, read_only) || b.needs_approval(tool_name, read_only)
+            }
             ApprovalPolicy::Always => true,
             ApprovalPolicy::Never => false,
             ApprovalPolicy::Filter {

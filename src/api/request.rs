@@ -644,6 +644,9 @@ pub struct CreateRequest {
     /// `context_management` compaction: compact before a model turn whose context passes this
     /// many tokens.
     pub compact_threshold: Option<u64>,
+    /// The registered MCP servers the request's key may use (`None`: every one). Set by the
+    /// relay from the key, never by the client.
+    pub mcp_servers_allowed: Option<Vec<String>>,
     pub background_options: Option<Map<String, Value>>,
     pub service_tier: Option<String>,
 }
@@ -944,6 +947,7 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         client_metadata: raw.client_metadata,
         conversation,
         compact_threshold,
+        mcp_servers_allowed: None,
         background_options: raw.background_options,
         service_tier: raw.service_tier,
     })

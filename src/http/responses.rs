@@ -22,6 +22,8 @@ pub async fn create(
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
     access.check_model(&request.model)?;
+    let mut request = request;
+    request.mcp_servers_allowed = access.mcp_servers.clone();
     let tenant = access.tenant;
     let stream = request.stream;
     let background = request.background;
@@ -105,6 +107,8 @@ pub async fn input_tokens(
 ) -> Result<Response<Body>, ApiError> {
     let (request, client_bearer) = create_like(app, req).await?;
     access.check_model(&request.model)?;
+    let mut request = request;
+    request.mcp_servers_allowed = access.mcp_servers.clone();
     let tenant = access.tenant;
     let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
     Ok(json_response(
@@ -122,6 +126,8 @@ pub async fn compact(
 ) -> Result<Response<Body>, ApiError> {
     let (request, client_bearer) = create_like(app, req).await?;
     access.check_model(&request.model)?;
+    let mut request = request;
+    request.mcp_servers_allowed = access.mcp_servers.clone();
     let tenant = access.tenant;
     let compacted = run::compact(app, request, client_bearer, tenant).await?;
     Ok(json_response(StatusCode::OK, compacted.to_string()))

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
-use super::{Approval, ApprovalPolicy, ServerSpec, ToolFilter};
+use super::{Approval, ApprovalPolicy, Registered, ServerSpec, ToolFilter};
 use crate::api::error::FieldError;
 use crate::api::request::{McpToolParam, ToolParam};
 
@@ -35,6 +35,34 @@ pub fn specs(
     max_servers: usize,
     default_approval: Approval,
 ) -> Result<Vec<(usize, ServerSpec)>, FieldError> {
+    specs_with(
+        tools,
+        max_servers,
+        default_approval,
+        &Registered::default(),
+        None,
+    )
+}
+
+/// A registered server's `mcp` tool, checked as a request's would be.
+pub fn validate_registered(
+    m: &McpToolParam,
+    default_approval: Approval,
+) -> Result<ServerSpec, FieldError> {
+    spec(0, m, default_approval)
+}
+
+/// [`specs`], where an `mcp` tool without `server_url` names a registered server (by
+/// `server_label`, or by `connector_id`) that `may_use` lets this request's key use (`None`:
+/// every one): the server's URL and secrets are the operator's, and the request's
+/// `allowed_tools`, `require_approval` and `defer_loading` can only narrow what it set.
+pub fn specs_with(
+    tools: &[ToolParam],
+    max_servers: usize,
+    default_approval: Approval,
+    registered: &Registered,
+    may_use: Option<&[String]>,
+) -> Result<Vec<(usize, ServerSpec)>, FieldError> {
     let count = tools
         .iter()
         .filter(|t| matches!(t, ToolParam::Mcp(_)))
@@ -51,7 +79,10 @@ pub fn specs(
     let mut labels = HashSet::new();
     for (i, tool) in tools.iter().enumerate() {
         let ToolParam::Mcp(m) = tool else { continue };
-        let spec = spec(i, m, default_approval)?;
+        let spec = match registered_for(i, m, registered, may_use)? {
+            Some(r) => narrowed(i, m, r, default_approval)?,
+            None => spec(i, m, default_approval)?,
+        };
         if !labels.insert(spec.label.to_ascii_lowercase()) {
             return Err(FieldError::invalid_value(
                 format!("tools[{i}].server_label"),
@@ -66,14 +97,85 @@ pub fn specs(
     Ok(out)
 }
 
+/// The registered server an `mcp` tool without `server_url` names, if it names one the key may
+/// use; one it may not use is answered as an unknown one.
+fn registered_for<'a>(
+    i: usize,
+    m: &McpToolParam,
+    registered: &'a Registered,
+    may_use: Option<&[String]>,
+) -> Result<Option<&'a McpToolParam>, FieldError> {
+    if m.server_url.is_some() {
+        return Ok(None);
+    }
+    let (name, field) = match (&m.connector_id, &m.server_label) {
+        (Some(c), _) => (c.as_str(), "connector_id"),
+        (None, Some(l)) => (l.as_str(), "server_url"),
+        (None, None) => return Ok(None),
+    };
+    let usable = may_use.is_none_or(|names| names.iter().any(|n| n == name));
+    match registered.0.get(name).filter(|_| usable) {
+        Some(r) => Ok(Some(r)),
+        None if field == "connector_id" => Err(FieldError::invalid_value(
+            format!("tools[{i}].connector_id"),
+            format!("No MCP server '{name}' is registered on this relay."),
+        )),
+        // No such registered server: the tool lacks its `server_url`.
+        None => Ok(None),
+    }
+}
+
+/// A registered server's spec, narrowed by the request's own `allowed_tools`,
+/// `require_approval` and `defer_loading`.
+fn narrowed(
+    i: usize,
+    m: &McpToolParam,
+    r: &McpToolParam,
+    default_approval: Approval,
+) -> Result<ServerSpec, FieldError> {
+    let mut s = spec(i, r, default_approval)?;
+    s.label = validate_label(
+        &format!("tools[{i}].server_label"),
+        m.server_label.as_deref(),
+    )?;
+    let asked = spec(
+        i,
+        &McpToolParam {
+            server_url: r.server_url.clone(),
+            connector_id: None,
+            authorization: None,
+            headers: None,
+            ..m.clone()
+        },
+        default_approval,
+    )?;
+    if m.allowed_tools.is_some() {
+        s.allowed = ToolFilter {
+            tool_names: match (s.allowed.tool_names.take(), asked.allowed.tool_names) {
+                (Some(a), Some(b)) => Some(a.into_iter().filter(|n| b.contains(n)).collect()),
+                (a, b) => a.or(b),
+            },
+            read_only: s.allowed.read_only.or(asked.allowed.read_only),
+        };
+    }
+    if m.require_approval.is_some() {
+        s.approval = ApprovalPolicy::Both(Box::new(s.approval), Box::new(asked.approval));
+    }
+    s.defer_loading = asked.defer_loading;
+    if asked.description.is_some() {
+        s.description = asked.description;
+    }
+    Ok(s)
+}
+
 fn spec(i: usize, m: &McpToolParam, default_approval: Approval) -> Result<ServerSpec, FieldError> {
     let at = |field: &str| format!("tools[{i}].{field}");
     let label = validate_label(&at("server_label"), m.server_label.as_deref())?;
 
-    if m.connector_id.is_some() {
-        return Err(FieldError::unsupported(
+    if m.connector_id.is_some() && m.server_url.is_some() {
+        return Err(FieldError::invalid_value(
             at("connector_id"),
-            "Connectors are not available on this relay: 'connector_id' is not supported; give 'server_url' instead.",
+            "Give 'connector_id' (a registered MCP server) or 'server_url', not both.",
         ));
     }
     if m.tunnel_id.is_some() {

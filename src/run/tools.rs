@@ -342,7 +342,13 @@ pub(super) fn mcp_specs(
     request: &CreateRequest,
 ) -> Result<Vec<crate::mcp::ServerSpec>, StartError> {
     let cfg = &app.config().mcp;
-    let specs = crate::mcp::specs(&request.tools, cfg.max_servers, cfg.default_approval)?;
+    let specs = crate::mcp::specs_with(
+        &request.tools,
+        cfg.max_servers,
+        cfg.default_approval,
+        &cfg.registered,
+        request.mcp_servers_allowed.as_deref(),
+    )?;
     for (i, spec) in &specs {
         cfg.ssrf.check_url(&spec.url).map_err(|r| {
             FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string())

@@ -17,6 +17,7 @@ mod mcp_loop;
 pub mod mcp_test_server;
 mod process;
 mod redis;
+mod registered;
 mod safety;
 mod ssrf;
 mod stored;

@@ -1,0 +1,194 @@
+//! Registered MCP servers (SPEC §13): `[mcp_servers.LABEL]` in the config file; a request names
+//! one by `server_label` (no `server_url`) or `connector_id`; its URL and token stay on the relay;
+//! a request can only narrow it; a key's `mcp_servers` bounds which it may use.
+
+use clap::Parser;
+use serde_json::{Value, json};
+
+use crate::mcp_test_server;
+use crate::support::*;
+use responses_relay::config::{Cli, Command, Config};
+
+/// A config from a TOML file as `serve --config` reads it, pointing at `upstream`, on a memory
+/// store; MCP servers on loopback are allowed only as the file registers them.
+fn from_file(upstream: &str, toml: &str) -> Config {
+    let dir = scratch("registered");
+    let file = dir.join("relay.toml");
+    std::fs::write(&file, toml).unwrap();
+    let cli = Cli::try_parse_from([
+        "responses-relay",
+        "serve",
+        "--store",
+        "memory",
+        "--upstream-url",
+        upstream,
+        "--config",
+        file.to_str().unwrap(),
+    ])
+    .unwrap();
+    let Command::Serve(args) = cli.command else {
+        unreachable!()
+    };
+    let mut c = Config::from_args(args, |_| None).unwrap();
+    c.deterministic = true;
+    c
+}
+
+async fn call(url: &str, key: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+    let c = client();
+    let req = match body {
+        Some(b) => c.post(url).json(b),
+        None => c.get(url),
+    };
+    let req = match key {
+        Some(k) => req.bearer_auth(k),
+        None => req,
+    };
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_stay_on_the_relay() {
+    let up = upstream().await;
+    let opts = mcp_test_server::Options {
+        require_bearer: Some("REGISTERED-TOKEN-9".into()),
+        ..Default::default()
+    };
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
+        .await
+        .unwrap();
+    let toml = format!(
+        "[mcp_servers.team]\nurl = \"{}\"\nauthorization = \"REGISTERED-TOKEN-9\"\ndescription = \"The team's tools\"\nrequire_approval = \"never\"\nallowed_tools = [\"whoami\", \"add\"]\n",
+        server.url()
+    );
+    let c = from_file(&up.base_url(), &toml);
+    assert!(
+        !format!("{c:?}").contains("REGISTERED-TOKEN-9"),
+        "not in the config's Debug"
+    );
+    let relay = relay(c).await;
+    let url = relay.url("/v1/responses");
+    for tool in [
+        json!({"type": "mcp", "server_label": "team"}),
+        json!({"type": "mcp", "server_label": "mine", "connector_id": "team"}),
+    ] {
+        let (status, r) = call(
+            &url,
+            None,
+            Some(&json!({"model": "fake-model", "input": "CALL whoami {}", "tools": [tool]})),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        let text = r.to_string();
+        let mcp_call = r["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "mcp_call")
+            .unwrap();
+        assert!(
+            mcp_call["output"]
+                .as_str()
+                .unwrap()
+                .starts_with("authorized"),
+            "{mcp_call}"
+        );
+        assert!(
+            !text.contains("REGISTERED-TOKEN-9") && !text.contains(&server.url()),
+            "no secret or URL echoed: {text}"
+        );
+        let listed = &r["output"][0];
+        let names: Vec<&str> = listed["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["add", "whoami"], "the operator's allowed_tools");
+        let (_, items) = call(
+            &relay.url(&format!(
+                "/v1/responses/{}/input_items",
+                r["id"].as_str().unwrap()
+            )),
+            None,
+            None,
+        )
+        .await;
+        assert!(!items.to_string().contains("REGISTERED-TOKEN-9"));
+    }
+    // A request can narrow what the operator set, not widen it.
+    let (_, r) = call(&url, None, Some(&json!({"model": "fake-model", "input": "CALL whoami {}", "tools": [
+        {"type": "mcp", "server_label": "team", "allowed_tools": ["whoami", "explode"], "require_approval": "always"}
+    ]}))).await;
+    let names: Vec<&str> = r["output"][0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["whoami"], "{r}");
+    assert_eq!(
+        r["output"][1]["type"], "mcp_approval_request",
+        "approval asked for: {r}"
+    );
+    // An unknown connector is named; an unknown label still needs its server_url.
+    let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "a", "connector_id": "nope"}]}))).await;
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("tools[0].connector_id")),
+        "{err}"
+    );
+    let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "other"}]}))).await;
+    assert_eq!(
+        (status, err["error"]["param"].as_str()),
+        (400, Some("tools[0].server_url")),
+        "{err}"
+    );
+    let (status, listed) = call(&relay.url("/v1/mcp/servers"), None, None).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        listed,
+        json!({"object": "list", "data": [{"label": "team", "description": "The team's tools", "transport": "streamable-http"}]})
+    );
+    let sent = server.requests_seen();
+    assert!(
+        sent.iter().any(|r| r.rpc_method == "tools/call"),
+        "the server was called"
+    );
+}
+
+#[tokio::test]
+async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
+    let up = upstream().await;
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .unwrap();
+    let toml = format!(
+        "[mcp_servers.open]\nurl = \"{url}\"\nrequire_approval = \"never\"\n[mcp_servers.closed]\nurl = \"{url}\"\nrequire_approval = \"never\"\n[[keys]]\nkey = \"limited-key-1\"\ntenant = \"t\"\nmcp_servers = [\"open\"]\n",
+        url = server.url()
+    );
+    let relay = relay(from_file(&up.base_url(), &toml)).await;
+    let url = relay.url("/v1/responses");
+    let body = |label: &str| json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":2}", "tools": [{"type": "mcp", "server_label": label}]});
+    let (status, r) = call(&url, Some("limited-key-1"), Some(&body("open"))).await;
+    assert_eq!(status, 200, "{r}");
+    // A server the key may not use is answered as an unknown one.
+    let (closed, unknown) = (
+        call(&url, Some("limited-key-1"), Some(&body("closed"))).await,
+        call(&url, Some("limited-key-1"), Some(&body("nonesuch"))).await,
+    );
+    assert_eq!(closed.0, 400);
+    assert_eq!(
+        closed.1.to_string().replace("closed", "X"),
+        unknown.1.to_string().replace("nonesuch", "X")
+    );
+    let (_, listed) = call(&relay.url("/v1/mcp/servers"), Some("limited-key-1"), None).await;
+    let labels: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["open"]);
+}
