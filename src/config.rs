@@ -267,6 +267,23 @@ struct FileKey {
     models: Option<Vec<String>>,
 }
 
+/// `hosted_tools` of the TOML file: the policy alone, or a table of bindings.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum FileHostedTools {
+    Policy(HostedTools),
+    Table(FileHostedTable),
+}
+
+/// `[hosted_tools]`: `web_search = "LABEL:TOOL"` runs OpenAI's `web_search` through a registered
+/// MCP server's tool; `policy` is `--hosted-tools`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileHostedTable {
+    web_search: Option<String>,
+    policy: Option<HostedTools>,
+}
+
 /// One `[mcp_servers.LABEL]` of the TOML file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -368,7 +385,8 @@ struct FileConfig {
     upstream_vision: Option<bool>,
     max_body_bytes: Option<usize>,
     mcp_discovery_failure: Option<DiscoveryFailure>,
-    hosted_tools: Option<HostedTools>,
+    /// `hosted_tools = "ignore"|"reject"`, or a `[hosted_tools]` table (`web_search`, `policy`).
+    hosted_tools: Option<FileHostedTools>,
     default_require_approval: Option<ApprovalArg>,
     max_mcp_servers: Option<usize>,
     mcp_discovery_timeout: Option<f64>,
@@ -570,6 +588,8 @@ pub struct McpConfig {
     pub ssrf: crate::ssrf::Policy,
     /// `[mcp_servers.LABEL]`.
     pub registered: crate::mcp::Registered,
+    /// `[hosted_tools] web_search = "LABEL:TOOL"`: the registered server and its tool.
+    pub web_search: Option<(String, String)>,
 }
 
 /// A secret from the command line: `Debug` shows `***`.
@@ -661,6 +681,7 @@ impl Default for Config {
                 max_concurrent_calls: 8,
                 ssrf: crate::ssrf::Policy::strict(),
                 registered: crate::mcp::Registered::default(),
+                web_search: None,
             },
             deterministic: false,
         }
@@ -875,7 +896,12 @@ impl Config {
         if let Some(f) = args.mcp_discovery_failure.or(file.mcp_discovery_failure) {
             c.mcp.discovery_failure = f;
         }
-        if let Some(h) = args.hosted_tools.or(file.hosted_tools) {
+        let (file_policy, web_search) = match file.hosted_tools {
+            None => (None, None),
+            Some(FileHostedTools::Policy(p)) => (Some(p), None),
+            Some(FileHostedTools::Table(t)) => (t.policy, t.web_search),
+        };
+        if let Some(h) = args.hosted_tools.or(file_policy) {
             c.hosted_tools = h;
         }
         if let Some(a) = args
@@ -923,6 +949,18 @@ impl Config {
         };
         c.mcp.registered =
             registered(file.mcp_servers.unwrap_or_default(), c.mcp.default_approval)?;
+        if let Some(binding) = web_search {
+            let (label, tool) = binding.split_once(':').unwrap_or((binding.as_str(), ""));
+            if tool.is_empty() || !c.mcp.registered.0.contains_key(label) {
+                return Err(bad(
+                    "hosted_tools.web_search",
+                    format!(
+                        "'{binding}': expected 'LABEL:TOOL' with LABEL a registered MCP server ([mcp_servers.LABEL])"
+                    ),
+                ));
+            }
+            c.mcp.web_search = Some((label.to_string(), tool.to_string()));
+        }
         for (i, k) in c.keys.iter().enumerate() {
             if let Some(unknown) = k
                 .mcp_servers

@@ -227,6 +227,9 @@ fn describe(item: &OutputItem) -> String {
             format!("tool_search_call {}", clip(&t.arguments.to_string(), 120))
         }
         OutputItem::Compaction(c) => format!("compaction {} (sealed summary)", c.id),
+        OutputItem::WebSearchCall(w) => {
+            format!("web_search_call {}", clip(&w.action.to_string(), 100))
+        }
         OutputItem::CustomToolCall(c) => format!(
             "custom_tool_call {}({}) call_id={}",
             c.name,

@@ -45,6 +45,7 @@ pub fn tool_map() -> ToolMap {
         tool: tool.into(),
         needs_approval,
         search,
+        web_search: false,
     };
     m.insert(MCP_TOOL.into(), target("search", false, false));
     m.insert(APPROVAL_TOOL.into(), target("delete", true, false));

@@ -132,9 +132,18 @@ RELAY_MCP_FLAGS=()
 if "$BIN_DIR/responses-relay" serve --help 2>/dev/null | grep -q -- '--mcp-allow-private-networks'; then
   RELAY_MCP_FLAGS+=(--mcp-allow-private-networks)
 fi
+# The relays' config file: the Python SDK server registered as `search`, and OpenAI's `web_search`
+# run through its `shout` tool (the Codex suite's web search goes there).
+cat >"$LOGS/relay.toml" <<TOML
+[mcp_servers.search]
+url = "$RELAY_MCP_PY_URL"
+description = "The Python MCP SDK test server"
+[hosted_tools]
+web_search = "search:shout"
+TOML
 for kind in chat responses; do
   rm -f "$LOGS/store-$kind.sqlite3" "$LOGS/store-$kind.sqlite3-wal" "$LOGS/store-$kind.sqlite3-shm"
-  start "relay-$kind" "$BIN_DIR/responses-relay" serve --listen 127.0.0.1:0 \
+  start "relay-$kind" "$BIN_DIR/responses-relay" serve --listen 127.0.0.1:0 --config "$LOGS/relay.toml" \
     --upstream-url "$UPSTREAM" --upstream-api "$kind" --store "sqlite:$LOGS/store-$kind.sqlite3" \
     --upstream-first-byte-timeout 5 --upstream-idle-timeout 3 ${RELAY_MCP_FLAGS[@]+"${RELAY_MCP_FLAGS[@]}"}
   export "RELAY_URL_${kind^^}=$ADDR"

@@ -148,6 +148,21 @@ pub enum Event {
         output_index: usize,
         arguments: String,
     },
+    #[serde(rename = "response.web_search_call.in_progress")]
+    WebSearchCallInProgress {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.web_search_call.searching")]
+    WebSearchCallSearching {
+        item_id: String,
+        output_index: usize,
+    },
+    #[serde(rename = "response.web_search_call.completed")]
+    WebSearchCallCompleted {
+        item_id: String,
+        output_index: usize,
+    },
     #[serde(rename = "response.compaction.compacting")]
     CompactionCompacting {
         item_id: String,
@@ -191,6 +206,9 @@ impl Event {
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
             Event::CompactionCompacting { .. } => "response.compaction.compacting",
+            Event::WebSearchCallInProgress { .. } => "response.web_search_call.in_progress",
+            Event::WebSearchCallSearching { .. } => "response.web_search_call.searching",
+            Event::WebSearchCallCompleted { .. } => "response.web_search_call.completed",
             Event::CustomToolCallInputDone { .. } => "response.custom_tool_call_input.done",
             Event::McpListToolsInProgress { .. } => "response.mcp_list_tools.in_progress",
             Event::McpListToolsCompleted { .. } => "response.mcp_list_tools.completed",
@@ -283,6 +301,18 @@ impl Event {
                 ..
             }
             | Event::CompactionCompacting {
+                item_id,
+                output_index,
+            }
+            | Event::WebSearchCallInProgress {
+                item_id,
+                output_index,
+            }
+            | Event::WebSearchCallSearching {
+                item_id,
+                output_index,
+            }
+            | Event::WebSearchCallCompleted {
                 item_id,
                 output_index,
             }

@@ -266,6 +266,9 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             _ => expect_kind(item, &["function_call"]),
         },
         Event::CompactionCompacting { .. } => expect_kind(item, &["compaction"]),
+        Event::WebSearchCallInProgress { .. }
+        | Event::WebSearchCallSearching { .. }
+        | Event::WebSearchCallCompleted { .. } => expect_kind(item, &["web_search_call"]),
         Event::CustomToolCallInputDelta { delta, .. } => match item {
             OutputItem::CustomToolCall(c) => {
                 c.input.push_str(delta);

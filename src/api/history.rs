@@ -85,6 +85,22 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
         OutputItem::ShellCall(c) => InputItem::ShellCall(client_call(c)),
         OutputItem::ApplyPatchCall(c) => InputItem::ApplyPatchCall(client_call(c)),
         OutputItem::ComputerCall(c) => InputItem::ComputerCall(client_call(c)),
+        // The search's results reached the model as a function output in its run; the call
+        // itself is context a later turn keeps (as OpenAI's `web_search_call` is).
+        OutputItem::WebSearchCall(w) => InputItem::WebSearchCall(ToolItem {
+            id: Some(w.id.clone()),
+            call_id: None,
+            status: None,
+            fields: serde_json::to_value(w)
+                .ok()
+                .and_then(|v| v.as_object().cloned())
+                .map(|mut o| {
+                    o.remove("id");
+                    o.remove("status");
+                    o
+                })
+                .unwrap_or_default(),
+        }),
         // A compaction that never finished (its run failed or was cancelled) stands for nothing.
         OutputItem::Compaction(c) if c.encrypted_content.is_empty() => return None,
         OutputItem::Compaction(c) => InputItem::Compaction(super::request::CompactionInput {

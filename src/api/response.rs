@@ -348,6 +348,15 @@ pub struct CompactionItem {
     pub created_by: Option<String>,
 }
 
+/// A `web_search_call`: OpenAI's web search, here run through a registered MCP server's tool.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct WebSearchCallItem {
+    pub id: String,
+    pub status: ItemStatus,
+    /// `{type: "search", query}`.
+    pub action: Value,
+}
+
 /// `{id}` of a conversation, as a Response names it.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ConversationRef {
@@ -381,6 +390,7 @@ pub enum OutputItem {
     ApplyPatchCall(ClientCallItem),
     ComputerCall(ClientCallItem),
     Compaction(CompactionItem),
+    WebSearchCall(WebSearchCallItem),
 }
 
 impl OutputItem {
@@ -400,6 +410,7 @@ impl OutputItem {
             | OutputItem::ApplyPatchCall(c)
             | OutputItem::ComputerCall(c) => &c.id,
             OutputItem::Compaction(c) => &c.id,
+            OutputItem::WebSearchCall(w) => &w.id,
         }
     }
 
@@ -419,6 +430,7 @@ impl OutputItem {
             OutputItem::ApplyPatchCall(_) => "apply_patch_call",
             OutputItem::ComputerCall(_) => "computer_call",
             OutputItem::Compaction(_) => "compaction",
+            OutputItem::WebSearchCall(_) => "web_search_call",
         }
     }
 

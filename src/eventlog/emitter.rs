@@ -152,6 +152,7 @@ impl Emitter {
                 OutputItem::ToolSearchCall(t) => t.status = ItemStatus::Incomplete,
                 OutputItem::ToolSearchOutput(t) => t.status = ItemStatus::Incomplete,
                 OutputItem::CustomToolCall(c) => c.status = ItemStatus::Incomplete,
+                OutputItem::WebSearchCall(w) => w.status = ItemStatus::Incomplete,
                 OutputItem::LocalShellCall(c)
                 | OutputItem::ShellCall(c)
                 | OutputItem::ApplyPatchCall(c)

@@ -263,8 +263,16 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             for arguments in &outcome.searches {
                 conversation.extend(run_search(&p.mcp, &mut em, arguments, &mut found));
             }
+            for arguments in &outcome.web_searches {
+                match web_search(&app, &p.mcp, &mut em, arguments, signal).await {
+                    Ok(items) => conversation.extend(items),
+                    Err(stop) => break 'run ending_for(stop),
+                }
+            }
             // Approval requests and client function calls hand the turn back to the client.
-            let acted = !outcome.mcp_calls.is_empty() || !outcome.searches.is_empty();
+            let acted = !outcome.mcp_calls.is_empty()
+                || !outcome.searches.is_empty()
+                || !outcome.web_searches.is_empty();
             if !outcome.approvals.is_empty() || outcome.client_calls > 0 || !acted {
                 break Ending::Completed;
             }
@@ -282,6 +290,99 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     em.finish(ending, Some(usage));
     let id = em.snapshot().id;
     app.store().finish_live(&id, em.log()).await;
+}
+
+/// OpenAI's `web_search`, run through the registered server's tool (`[hosted_tools]`): a
+/// `web_search_call` item (in progress, searching, completed or failed) whose `action` carries
+/// the query; the tool's text goes back to the model as the function's output.
+async fn web_search(
+    app: &App,
+    mcp: &McpSetup,
+    em: &mut Emitter,
+    arguments: &str,
+    signal: &StopSignal,
+) -> Result<Vec<InputItem>, Stop> {
+    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
+    use crate::api::response::WebSearchCallItem;
+    let Some((spec, argument)) = &mcp.web_search else {
+        return Ok(Vec::new());
+    };
+    let tool = mcp
+        .tools
+        .iter()
+        .find(|(_, t)| t.web_search)
+        .map(|(name, t)| (name.clone(), t.tool.clone()));
+    let Some((model_name, tool)) = tool else {
+        return Ok(Vec::new());
+    };
+    let query = serde_json::from_str::<serde_json::Value>(arguments)
+        .ok()
+        .and_then(|v| v.get("query")?.as_str().map(str::to_string))
+        .unwrap_or_else(|| arguments.to_string());
+    let id = em.mint("ws");
+    let output_index = em.next_output_index();
+    let mut item = WebSearchCallItem {
+        id: id.clone(),
+        status: ItemStatus::InProgress,
+        action: serde_json::json!({"type": "search", "query": query}),
+    };
+    em.emit(Event::OutputItemAdded {
+        output_index,
+        item: OutputItem::WebSearchCall(item.clone()),
+    });
+    em.emit(Event::WebSearchCallInProgress {
+        item_id: id.clone(),
+        output_index,
+    });
+    em.emit(Event::WebSearchCallSearching {
+        item_id: id.clone(),
+        output_index,
+    });
+    let cfg = &app.config().mcp;
+    let args = serde_json::json!({ argument.as_str(): query }).to_string();
+    let called = tokio::select! {
+        biased;
+        stop = stopped(app, signal) => return Err(stop),
+        r = app.mcp().call_tool(spec, &tool, &args, cfg.call_timeout) => r,
+    };
+    let text = match called {
+        Ok(result) => {
+            item.status = ItemStatus::Completed;
+            em.emit(Event::WebSearchCallCompleted {
+                item_id: id.clone(),
+                output_index,
+            });
+            crate::mcp::result_text(&result, cfg.max_output_bytes)
+        }
+        Err(e) => {
+            item.status = ItemStatus::Failed;
+            crate::mcp::error_text(&crate::mcp::bounded_error(e, cfg.max_output_bytes))
+        }
+    };
+    em.emit(Event::OutputItemDone {
+        output_index,
+        item: OutputItem::WebSearchCall(item),
+    });
+    let call_id = em.mint("call");
+    Ok(vec![
+        InputItem::FunctionCall(InputFunctionCall {
+            id: None,
+            call_id: call_id.clone(),
+            name: model_name,
+            arguments: arguments.to_string(),
+            status: None,
+            namespace: None,
+            caller: None,
+            is_async: None,
+        }),
+        InputItem::FunctionCallOutput(InputFunctionCallOutput {
+            id: None,
+            call_id,
+            output: ToolOutput::Text(text),
+            status: None,
+            caller: None,
+        }),
+    ])
 }
 
 /// A run whose last input item is a `compaction_trigger`: its output is the conversation's

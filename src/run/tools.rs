@@ -29,6 +29,8 @@ pub struct McpSetup {
     pub deferred: Vec<search::Candidate>,
     /// The model-facing name of the tool-search function, when there is one.
     pub search_tool: Option<FunctionDef>,
+    /// `web_search`'s registered server and the name of its tool's query argument.
+    pub web_search: Option<(crate::mcp::ServerSpec, String)>,
 }
 
 /// The tools the client runs, as functions the model can call, and where each model-facing
@@ -310,7 +312,76 @@ pub(super) async fn resolve_mcp(
     )
     .await?;
     tools.extend(mcp_function_defs(&mcp));
+    add_web_search(app, request, &mut mcp, tools).await;
     Ok(mcp)
+}
+
+/// `[hosted_tools] web_search = "LABEL:TOOL"`: a request carrying OpenAI's `web_search` (any of
+/// its dated names) gets a `web_search` function with one argument, `query`, run through that
+/// registered server's tool (the query as its first string argument). Without the binding, or
+/// for a key that may not use the server, or when the server cannot be listed, the hosted-tools
+/// policy applies (the tool is left out).
+async fn add_web_search(
+    app: &App,
+    request: &CreateRequest,
+    mcp: &mut McpSetup,
+    tools: &mut Vec<FunctionDef>,
+) {
+    let cfg = &app.config().mcp;
+    let Some((label, tool)) = &cfg.web_search else {
+        return;
+    };
+    let asked = request
+        .tools
+        .iter()
+        .any(|t| matches!(t, ToolParam::Hosted(kind, _) if kind.starts_with("web_search")));
+    let usable = request
+        .mcp_servers_allowed
+        .as_ref()
+        .is_none_or(|names| names.contains(label));
+    let Some(registered) = cfg.registered.0.get(label).filter(|_| asked && usable) else {
+        return;
+    };
+    let Ok(spec) = crate::mcp::validate_registered(registered, cfg.default_approval) else {
+        return;
+    };
+    let argument = match app.mcp().list_tools(&spec, cfg.discovery_timeout).await {
+        Ok(listed) => listed.iter().find(|t| &t.name == tool).map(|t| {
+            t.input_schema
+                .get("properties")
+                .and_then(Value::as_object)
+                .and_then(|p| {
+                    p.iter()
+                        .find(|(_, s)| s.get("type").and_then(Value::as_str) == Some("string"))
+                        .map(|(k, _)| k.clone())
+                })
+                .unwrap_or_else(|| "query".into())
+        }),
+        Err(e) => {
+            tracing::warn!(server = %label, error = %e, "web_search's MCP server could not be listed; web_search is left out");
+            None
+        }
+    };
+    let Some(argument) = argument else { return };
+    let mut taken: HashSet<String> = tools.iter().map(|f| f.name.clone()).collect();
+    taken.extend(mcp.tools.keys().cloned());
+    let name = unique("web_search", &mut taken);
+    tools.push(def(
+        &name,
+        "Search the web. Returns the results as text.".into(),
+        json!({"type": "object", "properties": {"query": {"type": "string", "description": "What to search for."}}, "required": ["query"]}),
+    ));
+    mcp.tools.insert(
+        name,
+        transcode::McpTarget {
+            server_label: label.clone(),
+            tool: tool.clone(),
+            needs_approval: false,
+            search: false,
+            web_search: true,
+        },
+    );
+    mcp.web_search = Some((spec, argument));
 }
 
 /// Under `--mcp-discovery-failure fail`, the first server whose tools could not be listed.
@@ -475,6 +546,7 @@ async fn mcp_setup(
                 tool,
                 needs_approval,
                 search: false,
+                web_search: false,
             },
         );
     }
@@ -542,6 +614,7 @@ async fn mcp_setup(
                 tool: String::new(),
                 needs_approval: false,
                 search: true,
+                web_search: false,
             },
         );
         setup.search_tool = Some(FunctionDef {

@@ -34,6 +34,8 @@ pub enum CallTarget {
     Approval { server_label: String, tool: String },
     /// The server-side tool search: run by the agent loop after the turn.
     Search,
+    /// OpenAI's `web_search`, run through a registered MCP server's tool after the turn.
+    WebSearch,
 }
 
 /// An MCP tool as the model sees it.
@@ -44,6 +46,9 @@ pub struct McpTarget {
     pub needs_approval: bool,
     /// The tool-search function rather than an MCP tool.
     pub search: bool,
+    /// The `web_search` function, run through this registered server's tool
+    /// (`[hosted_tools] web_search`) and reported as `web_search_call` items.
+    pub web_search: bool,
 }
 
 /// Model-facing names of MCP tools; any other name is a function call for the client.
@@ -132,6 +137,8 @@ pub struct TurnOutcome {
     pub approvals: Vec<McpApprovalRequestItem>,
     /// Tool searches the model asked for (their JSON arguments), in order.
     pub searches: Vec<String>,
+    /// Web searches the model asked for (their JSON arguments), in order.
+    pub web_searches: Vec<String>,
     /// Assistant items of this turn in output order (for the next turn's conversation).
     pub items: Vec<OutputItem>,
 }
@@ -337,6 +344,7 @@ impl Transcoder {
         let output_index = em.next_output_index();
         let target = match tools.get(&name) {
             Some(t) if t.search => CallTarget::Search,
+            Some(t) if t.web_search => CallTarget::WebSearch,
             Some(t) if t.needs_approval => CallTarget::Approval {
                 server_label: t.server_label.clone(),
                 tool: t.tool.clone(),
@@ -393,7 +401,9 @@ impl Transcoder {
                 status: ItemStatus::InProgress,
                 namespace: c.namespace.clone(),
             }),
-            CallTarget::Search => unreachable!("searches are buffered above"),
+            CallTarget::Search | CallTarget::WebSearch => {
+                unreachable!("searches are buffered above")
+            }
             CallTarget::Mcp { server_label, tool }
             | CallTarget::Approval { server_label, tool } => OutputItem::McpCall(McpCallItem {
                 id: item_id.clone(),
@@ -542,6 +552,11 @@ impl Transcoder {
                         self.outcome.searches.push(arguments);
                     }
                 }
+                CallTarget::WebSearch => {
+                    if !cut {
+                        self.outcome.web_searches.push(arguments);
+                    }
+                }
                 CallTarget::Approval { server_label, tool } => {
                     if cut {
                         continue;
@@ -632,7 +647,7 @@ fn close_part(open: &mut OpenText, em: &mut Emitter) {
 /// built-in client tools (their items have no argument events).
 fn buffered(target: &CallTarget) -> bool {
     match target {
-        CallTarget::Approval { .. } | CallTarget::Search => true,
+        CallTarget::Approval { .. } | CallTarget::Search | CallTarget::WebSearch => true,
         CallTarget::Client(c) => !matches!(c.kind, ClientKind::Function | ClientKind::Custom),
         CallTarget::Mcp { .. } => false,
     }
@@ -654,7 +669,10 @@ fn args_delta(call: &OpenCall, delta: String) -> Option<Event> {
             delta,
         }),
         // A custom tool's input is the string inside the JSON arguments: sent when whole.
-        CallTarget::Client(_) | CallTarget::Approval { .. } | CallTarget::Search => None,
+        CallTarget::Client(_)
+        | CallTarget::Approval { .. }
+        | CallTarget::Search
+        | CallTarget::WebSearch => None,
     }
 }
 

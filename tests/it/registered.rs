@@ -192,3 +192,67 @@ async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
         .collect();
     assert_eq!(labels, ["open"]);
 }
+
+#[tokio::test]
+async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_items() {
+    let up = upstream().await;
+    let opts = mcp_test_server::Options {
+        require_bearer: Some("SEARCH-TOKEN-3".into()),
+        ..Default::default()
+    };
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
+        .await
+        .unwrap();
+    let toml = format!(
+        "[mcp_servers.search]\nurl = \"{}\"\nauthorization = \"SEARCH-TOKEN-3\"\n[hosted_tools]\nweb_search = \"search:whoami\"\n",
+        server.url()
+    );
+    let relay = relay(from_file(&up.base_url(), &toml)).await;
+    let web = json!({"type": "web_search", "external_web_access": false});
+    let body = stream(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "stream": true, "input": "CALL web_search {\"query\":\"rust relays\"}", "tools": [web]}),
+    )
+    .await;
+    let folded = check_events(&body.events);
+    let kinds = kinds(&body.events);
+    for k in [
+        "response.web_search_call.in_progress",
+        "response.web_search_call.searching",
+        "response.web_search_call.completed",
+    ] {
+        assert!(kinds.contains(&k.to_string()), "{k} in {kinds:?}");
+    }
+    let call = &folded["output"][0];
+    assert_eq!(call["type"], "web_search_call", "{folded}");
+    assert_eq!(call["status"], "completed");
+    assert_eq!(
+        call["action"],
+        json!({"type": "search", "query": "rust relays"})
+    );
+    // The tool's text reached the model, and the model answered.
+    assert_eq!(folded["output"][1]["type"], "message");
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(sent.contains("authorized"), "{sent}");
+    assert_eq!(folded["tools"][0], web, "echoed as sent");
+    assert!(!body.raw.join("\n").contains("SEARCH-TOKEN-3"));
+    // Without the binding, web_search is left out, as the hosted-tools policy says.
+    let plain = relay_on_plain(&up).await;
+    let (status, r) = post(
+        &plain.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi", "tools": [web]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let offered = up.requests().last().unwrap().body.clone();
+    assert!(
+        offered
+            .get("tools")
+            .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
+        "{offered}"
+    );
+}
+
+async fn relay_on_plain(up: &crate::fake_upstream::FakeUpstream) -> Relay {
+    relay(config(&up.base_url())).await
+}

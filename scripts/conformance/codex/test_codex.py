@@ -7,7 +7,8 @@ prompt line `CALL <tool> <json>` makes it call that tool (see fixtures/README.md
 drives Codex through one real path: a text answer; its `exec_command` shell tool, run in Codex's
 own sandbox; an MCP server configured in Codex (a `namespace` tool, called with `namespace` and
 the tool's own name); its `apply_patch` custom tool (model `gpt-5.5`, whose metadata makes Codex
-send it).
+send it); its hosted `web_search`, which the suite's relays run through an MCP server registered on
+the relay (`[hosted_tools] web_search`, see run.sh).
 
 The runner (scripts/conformance/run.sh) starts everything inside a network namespace of its own
 (`unshare -n`: loopback only), so neither Codex nor anything else here can reach another address;
@@ -180,3 +181,15 @@ def test_codex_applies_a_patch_through_its_apply_patch_custom_tool(kind):
     assert (r.work / "hello.txt").read_text() == "hello from the relay\n", r
     assert r.items("file_change"), r
     assert "Tool results:" in r.last and "hello.txt" in r.last, r
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_codex_searches_the_web_through_an_mcp_server_registered_on_the_relay(kind):
+    # Codex always sends OpenAI's hosted `web_search`; the relays of this suite run it through the
+    # `shout` tool of the MCP server registered as `search` (scripts/conformance/run.sh).
+    call = json.dumps({"query": "hello from codex"})
+    r = codex("websearch", kind, f"CALL web_search {call}")
+    assert r.rc == 0, r
+    searches = r.items("web_search")
+    assert searches and searches[0]["action"] == {"type": "search", "query": "hello from codex"}, r
+    assert "Tool results:" in r.last and "HELLO FROM CODEX" in r.last, r
