@@ -461,6 +461,34 @@ pub struct ToolItem {
 }
 
 impl InputItem {
+    /// A function call and its output, as the model is shown a call the relay ran.
+    pub fn call_with_output(
+        call_id: String,
+        name: String,
+        arguments: String,
+        output: String,
+    ) -> [InputItem; 2] {
+        [
+            InputItem::FunctionCall(InputFunctionCall {
+                id: None,
+                call_id: call_id.clone(),
+                name,
+                arguments,
+                status: None,
+                namespace: None,
+                caller: None,
+                is_async: None,
+            }),
+            InputItem::FunctionCallOutput(InputFunctionCallOutput {
+                id: None,
+                call_id,
+                output: ToolOutput::Text(output),
+                status: None,
+                caller: None,
+            }),
+        ]
+    }
+
     /// The item's [`ToolItem`], for the client and hosted tools' items.
     pub fn tool_item_mut(&mut self) -> Option<&mut ToolItem> {
         match self {

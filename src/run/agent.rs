@@ -302,7 +302,6 @@ async fn web_search(
     arguments: &str,
     signal: &StopSignal,
 ) -> Result<Vec<InputItem>, Stop> {
-    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     use crate::api::response::WebSearchCallItem;
     let Some((spec, argument)) = &mcp.web_search else {
         return Ok(Vec::new());
@@ -364,25 +363,7 @@ async fn web_search(
         item: OutputItem::WebSearchCall(item),
     });
     let call_id = em.mint("call");
-    Ok(vec![
-        InputItem::FunctionCall(InputFunctionCall {
-            id: None,
-            call_id: call_id.clone(),
-            name: model_name,
-            arguments: arguments.to_string(),
-            status: None,
-            namespace: None,
-            caller: None,
-            is_async: None,
-        }),
-        InputItem::FunctionCallOutput(InputFunctionCallOutput {
-            id: None,
-            call_id,
-            output: ToolOutput::Text(text),
-            status: None,
-            caller: None,
-        }),
-    ])
+    Ok(InputItem::call_with_output(call_id, model_name, arguments.to_string(), text).to_vec())
 }
 
 /// A run whose last input item is a `compaction_trigger`: its output is the conversation's
@@ -632,7 +613,6 @@ fn run_search(
     found: &mut Vec<FunctionDef>,
 ) -> Vec<InputItem> {
     use super::search;
-    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     use crate::api::response::{ToolSearchCallItem, ToolSearchOutputItem};
     let args: serde_json::Value =
         serde_json::from_str(arguments).unwrap_or_else(|_| serde_json::json!({"query": arguments}));
@@ -718,25 +698,7 @@ fn run_search(
         .as_ref()
         .map(|t| t.name.clone())
         .unwrap_or_else(|| "tool_search".into());
-    vec![
-        InputItem::FunctionCall(InputFunctionCall {
-            id: None,
-            call_id: call_id.clone(),
-            name,
-            arguments: arguments.to_string(),
-            status: None,
-            namespace: None,
-            caller: None,
-            is_async: None,
-        }),
-        InputItem::FunctionCallOutput(InputFunctionCallOutput {
-            id: None,
-            call_id,
-            output: ToolOutput::Text(text),
-            status: None,
-            caller: None,
-        }),
-    ]
+    InputItem::call_with_output(call_id, name, arguments.to_string(), text).to_vec()
 }
 
 /// Makes the tools of `namespaces` (a `tool_search_output`'s tools) callable.
