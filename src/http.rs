@@ -183,6 +183,17 @@ pub struct Access {
 }
 
 impl Access {
+    /// `request` as this key may send it: its model checked, the registered MCP servers it may
+    /// use set; and the tenant it runs for.
+    pub fn admit(
+        self,
+        mut request: crate::api::request::CreateRequest,
+    ) -> Result<(crate::api::request::CreateRequest, Tenant), ApiError> {
+        self.check_model(&request.model)?;
+        request.mcp_servers_allowed = self.mcp_servers;
+        Ok((request, self.tenant))
+    }
+
     /// Whether the key may use the registered MCP server `label`.
     pub fn may_use_server(&self, label: &str) -> bool {
         self.mcp_servers

@@ -21,10 +21,7 @@ pub async fn create(
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
-    access.check_model(&request.model)?;
-    let mut request = request;
-    request.mcp_servers_allowed = access.mcp_servers.clone();
-    let tenant = access.tenant;
+    let (request, tenant) = access.admit(request)?;
     let stream = request.stream;
     let background = request.background;
     let permit = app.run_permit().ok_or_else(ApiError::busy)?;
@@ -106,10 +103,7 @@ pub async fn input_tokens(
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
     let (request, client_bearer) = create_like(app, req).await?;
-    access.check_model(&request.model)?;
-    let mut request = request;
-    request.mcp_servers_allowed = access.mcp_servers.clone();
-    let tenant = access.tenant;
+    let (request, tenant) = access.admit(request)?;
     let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -125,10 +119,7 @@ pub async fn compact(
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
     let (request, client_bearer) = create_like(app, req).await?;
-    access.check_model(&request.model)?;
-    let mut request = request;
-    request.mcp_servers_allowed = access.mcp_servers.clone();
-    let tenant = access.tenant;
+    let (request, tenant) = access.admit(request)?;
     let compacted = run::compact(app, request, client_bearer, tenant).await?;
     Ok(json_response(StatusCode::OK, compacted.to_string()))
 }

@@ -641,17 +641,23 @@ async fn a_conversation_lock_left_by_a_stopped_relay_is_free_once_its_run_has_en
     .await;
     let ended = first["id"].as_str().unwrap().to_string();
     let client = ::redis::Client::open(url.as_str()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let conn = client.get_multiplexed_async_connection().await.unwrap();
     let key = format!("relay:conv-lock:default:{id}");
+    let hold = |holder: String| {
+        let (mut conn, key) = (conn.clone(), key.clone());
+        async move {
+            let _: () = ::redis::cmd("SET")
+                .arg(&key)
+                .arg(holder)
+                .arg("PX")
+                .arg(600_000)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
     // Left by a relay that stopped: held for a run that has ended since (a relay finished it).
-    let _: () = ::redis::cmd("SET")
-        .arg(&key)
-        .arg(&ended)
-        .arg("PX")
-        .arg(600_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hold(ended.clone()).await;
     let (status, r) = post(
         &create,
         &json!({"model": "fake-model", "input": "two", "conversation": id}),
@@ -659,14 +665,7 @@ async fn a_conversation_lock_left_by_a_stopped_relay_is_free_once_its_run_has_en
     .await;
     assert_eq!(status, 200, "{r}");
     // Held by a run being prepared elsewhere (no run named yet): still held.
-    let _: () = ::redis::cmd("SET")
-        .arg(&key)
-        .arg("lock-elsewhere-1")
-        .arg("PX")
-        .arg(600_000)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    hold("lock-elsewhere-1".into()).await;
     let (status, r) = post(
         &create,
         &json!({"model": "fake-model", "input": "three", "conversation": id}),
