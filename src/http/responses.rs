@@ -71,11 +71,13 @@ fn client_bearer<B>(app: &App, req: &Request<B>) -> Option<String> {
 }
 
 /// A create-shaped body for the endpoints that take one beside `POST /v1/responses`: parsed as a
-/// create, the fields they add (`personality`) and `stream` set aside; `input` defaults to none.
+/// create, the fields they add (`personality`) and `stream` set aside, `input` defaulting to none
+/// with a conversation; admitted for the key (`Access::admit`).
 async fn create_like(
     app: &App,
     req: Request<Incoming>,
-) -> Result<(crate::api::request::CreateRequest, Option<String>), ApiError> {
+    access: super::Access,
+) -> Result<(crate::api::request::CreateRequest, Option<String>, Tenant), ApiError> {
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let mut value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
@@ -92,7 +94,8 @@ async fn create_like(
         }
     }
     let request = parse_create(&serde_json::to_vec(&value).expect("serializes"))?;
-    Ok((request, client_bearer))
+    let (request, tenant) = access.admit(request)?;
+    Ok((request, client_bearer, tenant))
 }
 
 /// `POST /v1/responses/input_tokens`: a create body's input tokens, as the model server counts
@@ -102,8 +105,7 @@ pub async fn input_tokens(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    let (request, client_bearer) = create_like(app, req).await?;
-    let (request, tenant) = access.admit(request)?;
+    let (request, client_bearer, tenant) = create_like(app, req, access).await?;
     let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -118,8 +120,7 @@ pub async fn compact(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    let (request, client_bearer) = create_like(app, req).await?;
-    let (request, tenant) = access.admit(request)?;
+    let (request, client_bearer, tenant) = create_like(app, req, access).await?;
     let compacted = run::compact(app, request, client_bearer, tenant).await?;
     Ok(json_response(StatusCode::OK, compacted.to_string()))
 }
