@@ -8,7 +8,7 @@ use crate::api::id::IdSource;
 use crate::config::Config;
 use crate::eventlog::emitter::Clock;
 use crate::store::Store;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, Upstreams};
 
 #[derive(Clone)]
 pub struct App {
@@ -17,7 +17,7 @@ pub struct App {
 
 struct Inner {
     config: Config,
-    upstream: Upstream,
+    upstream: Upstreams,
     store: Store,
     mcp: crate::mcp::Pool,
     ids: IdSource,
@@ -62,12 +62,30 @@ impl App {
 
     fn build(config: Config, store: Store, sealer: crate::seal::Sealer) -> Self {
         crate::install_tls();
-        let upstream = Upstream::new(
-            config.upstream_api,
-            &config.upstream_url,
-            config.upstream_api_key.clone(),
-            config.upstream_timeouts.clone(),
-        );
+        let named: Vec<(String, Upstream)> = config
+            .upstreams
+            .iter()
+            .map(|u| {
+                let key = u.api_key.as_ref().map(|k| k.0.clone());
+                let up = Upstream::new(u.api, &u.url, key, u.timeouts.clone());
+                (u.name.clone(), up)
+            })
+            .collect();
+        // A named default shares its connection pool with its prefix route.
+        let default = config
+            .default_upstream
+            .as_ref()
+            .and_then(|d| named.iter().find(|(n, _)| n == d))
+            .map(|(_, u)| u.clone())
+            .unwrap_or_else(|| {
+                Upstream::new(
+                    config.upstream_api,
+                    &config.upstream_url,
+                    config.upstream_api_key.as_ref().map(|k| k.0.clone()),
+                    config.upstream_timeouts.clone(),
+                )
+            });
+        let upstream = Upstreams::new(default, config.default_upstream.clone(), named);
         App {
             inner: Arc::new(Inner {
                 upstream,
@@ -97,7 +115,7 @@ impl App {
         &self.inner.config
     }
 
-    pub fn upstream(&self) -> &Upstream {
+    pub fn upstream(&self) -> &Upstreams {
         &self.inner.upstream
     }
 

@@ -11,6 +11,9 @@ use serde::Deserialize;
 
 use crate::upstream::{Timeouts, UpstreamApi};
 
+mod upstreams;
+pub use upstreams::NamedUpstream;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "responses-relay",
@@ -155,6 +158,9 @@ pub struct ServeArgs {
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
     pub upstream_api: Option<ApiArg>,
+    /// A named Chat Completions upstream (repeatable): model `NAME/REST` goes to URL as `REST`.
+    #[arg(long = "upstream", value_name = "NAME=URL")]
+    pub upstreams: Vec<String>,
     /// Where runs are stored: `sqlite:PATH` (default `sqlite:./relay-data/relay.sqlite3`), `memory`, or
     /// `redis://[:PASSWORD@]HOST:PORT/DB` (`rediss://` for TLS) to share runs between relays.
     #[arg(long, env = "RELAY_STORE", value_name = "URL", hide_env_values = true)]
@@ -364,6 +370,8 @@ struct FileConfig {
     keys: Option<Vec<FileKey>>,
     /// `[mcp_servers.LABEL]`: MCP servers the operator registered.
     mcp_servers: Option<std::collections::BTreeMap<String, FileMcpServer>>,
+    /// `[[upstreams]]`: named model servers.
+    upstreams: Option<Vec<upstreams::FileUpstream>>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -432,15 +440,7 @@ fn registered(
                 ));
             }
             (Some(a), None) => Some(a),
-            (None, Some(var)) => match std::env::var(&var) {
-                Ok(v) if !v.is_empty() => Some(v),
-                _ => {
-                    return Err(bad(
-                        &format!("{at}.authorization_env"),
-                        format!("the environment variable '{var}' is not set (or empty)"),
-                    ));
-                }
-            },
+            (None, Some(var)) => Some(from_env(&format!("{at}.authorization_env"), &var)?),
             (None, None) => None,
         };
         let param = crate::api::request::McpToolParam {
@@ -491,15 +491,7 @@ fn file_key(i: usize, k: FileKey) -> Result<KeyEntry, ConfigError> {
         }
         sha256(key.as_bytes())
     } else if let Some(var) = k.key_env {
-        match std::env::var(&var) {
-            Ok(key) if !key.is_empty() => sha256(key.as_bytes()),
-            _ => {
-                return Err(bad(
-                    &format!("{at}.key_env"),
-                    format!("the environment variable '{var}' is not set (or empty)"),
-                ));
-            }
-        }
+        sha256(from_env(&format!("{at}.key_env"), &var)?.as_bytes())
     } else {
         let hex = k.key_sha256.unwrap_or_default();
         let mut out = [0u8; 32];
@@ -529,6 +521,29 @@ pub fn valid_tenant(t: &str) -> bool {
         && t.len() <= 64
         && t.bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A positive number of seconds, or `default` when not given.
+fn seconds(flag: &str, v: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
+    match v {
+        None => Ok(default),
+        Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
+        Some(s) => Err(bad(
+            flag,
+            format!("'{s}': expected a positive number of seconds"),
+        )),
+    }
+}
+
+/// The value of the environment variable `var` that `field` names; it must be set and non-empty.
+fn from_env(field: &str, var: &str) -> Result<String, ConfigError> {
+    match std::env::var(var) {
+        Ok(v) if !v.is_empty() => Ok(v),
+        _ => Err(bad(
+            field,
+            format!("the environment variable '{var}' is not set (or empty)"),
+        )),
+    }
 }
 
 fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
@@ -620,10 +635,15 @@ pub struct Limits {
 pub struct Config {
     pub listen: SocketAddr,
     pub upstream_url: String,
-    pub upstream_api_key: Option<String>,
+    /// Never printed.
+    pub upstream_api_key: Option<Secret>,
     /// `--secret-key`: never printed.
     pub secret_key: Option<Secret>,
     pub upstream_api: UpstreamApi,
+    /// Named upstreams (`[[upstreams]]`, `--upstream`): model `NAME/REST` goes to `NAME`.
+    pub upstreams: Vec<NamedUpstream>,
+    /// Which of `upstreams` is the default (the one `upstream_*` describe), if one is.
+    pub default_upstream: Option<String>,
     pub store: StoreKind,
     /// How long stored runs are kept.
     pub store_ttl: Option<Duration>,
@@ -650,6 +670,8 @@ impl Default for Config {
             upstream_api_key: None,
             secret_key: None,
             upstream_api: UpstreamApi::Chat,
+            upstreams: Vec::new(),
+            default_upstream: None,
             store: StoreKind::Memory,
             store_ttl: None,
             keys: Vec::new(),
@@ -712,42 +734,25 @@ impl Config {
                 .parse()
                 .map_err(|e| bad("--listen", format!("'{l}': {e}")))?;
         }
-        let url = args
-            .upstream_url
-            .or(file.upstream_url)
-            .or_else(|| env("OPENAI_BASE_URL").filter(|s| !s.is_empty()));
+        let explicit_url = args.upstream_url.or(file.upstream_url);
+        let explicit = explicit_url.is_some();
+        let url = explicit_url.or_else(|| env("OPENAI_BASE_URL").filter(|s| !s.is_empty()));
         if let Some(u) = url {
-            let parsed = reqwest::Url::parse(&u)
-                .map_err(|e| bad("--upstream-url", format!("'{u}': {e}")))?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(bad(
-                    "--upstream-url",
-                    format!("'{u}': the scheme must be http or https"),
-                ));
-            }
-            if !parsed.username().is_empty() || parsed.password().is_some() {
-                return Err(bad(
-                    "--upstream-url",
-                    "credentials in the URL are not allowed; use --upstream-api-key",
-                ));
-            }
-            c.upstream_url = u.trim_end_matches('/').to_string();
+            c.upstream_url = upstreams::check_url("--upstream-url", &u)?;
         }
         c.upstream_api_key = args
             .upstream_api_key
             .or(file.upstream_api_key)
             .or_else(|| env("OPENAI_API_KEY"))
-            .filter(|k| !k.is_empty());
+            .filter(|k| !k.is_empty())
+            .map(Secret);
         if let Some(k) = args.secret_key.or(file.secret_key) {
             if k.len() < 16 {
                 return Err(bad("--secret-key", "at least 16 characters"));
             }
             c.secret_key = Some(Secret(k));
         }
-        c.upstream_api = match args.upstream_api.or(file.upstream_api) {
-            Some(ApiArg::Responses) => UpstreamApi::Responses,
-            _ => UpstreamApi::Chat,
-        };
+        c.upstream_api = upstreams::api(args.upstream_api.or(file.upstream_api));
         // The binary's embedded default is SQLite; `Config::default()` (tests) keeps `memory`.
         let store = args
             .store
@@ -804,17 +809,7 @@ impl Config {
                 ));
             }
         }
-        let secs =
-            |flag: &str, v: Option<f64>, default: Duration| -> Result<Duration, ConfigError> {
-                match v {
-                    None => Ok(default),
-                    Some(s) if s > 0.0 && s.is_finite() => Ok(Duration::from_secs_f64(s)),
-                    Some(s) => Err(bad(
-                        flag,
-                        format!("'{s}': expected a positive number of seconds"),
-                    )),
-                }
-            };
+        let secs = seconds;
         let d = c.upstream_timeouts.clone();
         c.upstream_timeouts = Timeouts {
             retries: args
@@ -839,6 +834,31 @@ impl Config {
                 d.idle,
             )?,
         };
+        let (named, default) = upstreams::resolve(
+            file.upstreams.unwrap_or_default(),
+            &args.upstreams,
+            &c.upstream_timeouts,
+        )?;
+        if let Some(name) = &default {
+            if explicit {
+                return Err(bad(
+                    "upstreams",
+                    format!(
+                        "upstream '{name}' is the default, and --upstream-url (or upstream_url) names another"
+                    ),
+                ));
+            }
+            let d = named
+                .iter()
+                .find(|u| &u.name == name)
+                .expect("the default is named");
+            c.upstream_url = d.url.clone();
+            c.upstream_api = d.api;
+            c.upstream_api_key = d.api_key.clone();
+            c.upstream_timeouts = d.timeouts.clone();
+        }
+        c.upstreams = named;
+        c.default_upstream = default;
         let positive =
             |flag: &str, v: Option<usize>, default: usize| -> Result<usize, ConfigError> {
                 match v {

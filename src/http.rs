@@ -119,7 +119,7 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             Some(Route::InputItems(id)) => {
                 responses::input_items(&app, &access.tenant, id, req.uri().query()).await
             }
-            Some(Route::Models) => responses::models(&app, &req).await,
+            Some(Route::Models) => responses::models(&app, &req, &access).await,
             Some(Route::McpServers) => Ok(mcp_servers(&app, &access)),
             Some(Route::ConversationCreate) => {
                 conversations::create(&app, &access.tenant, req).await
@@ -203,16 +203,21 @@ impl Access {
 
     /// A 400 naming `model` when the key may not use it (patterns may hold `*`).
     pub fn check_model(&self, model: &str) -> Result<(), ApiError> {
-        match &self.models {
-            Some(patterns) if !patterns.iter().any(|p| glob(p, model)) => {
-                Err(crate::api::FieldError::invalid_value(
-                    "model",
-                    format!("This key may not use the model '{model}'."),
-                )
-                .into())
-            }
-            _ => Ok(()),
+        if self.may_use_model(model) {
+            return Ok(());
         }
+        Err(crate::api::FieldError::invalid_value(
+            "model",
+            format!("This key may not use the model '{model}'."),
+        )
+        .into())
+    }
+
+    /// Whether the key's `models` patterns (`*` for any run of characters) allow `model`.
+    pub fn may_use_model(&self, model: &str) -> bool {
+        self.models
+            .as_ref()
+            .is_none_or(|patterns| patterns.iter().any(|p| glob(p, model)))
     }
 }
 

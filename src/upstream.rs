@@ -7,7 +7,10 @@
 
 pub mod chat;
 pub mod responses;
+mod routes;
 pub mod sse;
+
+pub use routes::Upstreams;
 
 use std::pin::Pin;
 use std::time::Duration;
@@ -238,17 +241,21 @@ impl Upstream {
         self.key.as_deref().or(client)
     }
 
-    /// Starts one model turn; returns once the upstream answered with a streaming 200.
-    pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
+    /// Starts one model turn, sent as `model` (a routed turn drops its upstream's prefix);
+    /// returns once the upstream answered with a streaming 200.
+    pub async fn open(&self, req: &TurnRequest, model: &str) -> Result<ModelStream, UpstreamError> {
+        let model = ("model".to_string(), Value::from(model));
         let (path, body) = match self.api {
-            UpstreamApi::Chat => (
-                "/chat/completions",
-                serde_json::to_vec(&chat::request_body(req)),
-            ),
-            UpstreamApi::Responses => (
-                "/responses",
-                serde_json::to_vec(&responses::request_body(req)),
-            ),
+            UpstreamApi::Chat => ("/chat/completions", {
+                let mut b = chat::request_body(req);
+                b.fields.insert(model.0, model.1);
+                serde_json::to_vec(&b)
+            }),
+            UpstreamApi::Responses => ("/responses", {
+                let mut b = responses::request_body(req);
+                b.fields.insert(model.0, model.1);
+                serde_json::to_vec(&b)
+            }),
         };
         let body = bytes::Bytes::from(body.expect("request bodies always serialize"));
         let resp = self.post(path, body, req.client_bearer.as_deref()).await?;
@@ -313,24 +320,35 @@ impl Upstream {
         }
     }
 
-    /// `GET {base}/models`, passed through: status and body.
+    /// `GET {base}/models`: the upstream's model objects (its `data`), waiting at most `wait`.
     pub async fn models(
         &self,
         client_bearer: Option<&str>,
-    ) -> Result<(u16, bytes::Bytes), UpstreamError> {
+        wait: Duration,
+    ) -> Result<Vec<Value>, UpstreamError> {
         let mut rb = self.http.get(format!("{}/models", self.base));
         if let Some(k) = self.bearer(client_bearer) {
             rb = rb.bearer_auth(k);
         }
-        let resp = tokio::time::timeout(self.timeouts.first_byte, rb.send())
+        let wait = wait.min(self.timeouts.first_byte);
+        let listed = async {
+            let resp = check_status(rb.send().await.map_err(transport_error)?).await?;
+            let body: Value = resp.json().await.map_err(transport_error)?;
+            match body {
+                Value::Object(mut o) => match o.remove("data") {
+                    Some(Value::Array(data)) => Ok(data),
+                    _ => Err(UpstreamError::Protocol(
+                        "the model list has no 'data' array".into(),
+                    )),
+                },
+                _ => Err(UpstreamError::Protocol(
+                    "the model list is not a JSON object".into(),
+                )),
+            }
+        };
+        tokio::time::timeout(wait, listed)
             .await
-            .map_err(|_| {
-                UpstreamError::Timeout(format!("no response within {:?}", self.timeouts.first_byte))
-            })?
-            .map_err(transport_error)?;
-        let status = resp.status().as_u16();
-        let body = resp.bytes().await.map_err(transport_error)?;
-        Ok((status, body))
+            .map_err(|_| UpstreamError::Timeout(format!("no model list within {wait:?}")))?
     }
 }
 

@@ -383,17 +383,29 @@ pub(super) fn list_page(
     Ok(body)
 }
 
-/// `GET /v1/models`, passed through from the upstream.
-pub async fn models(app: &App, req: &Request<Incoming>) -> Result<Response<Body>, ApiError> {
+/// `GET /v1/models`: every upstream's models (`NAME/id`, the default's also bare), those the
+/// key may use.
+pub async fn models(
+    app: &App,
+    req: &Request<Incoming>,
+    access: &super::Access,
+) -> Result<Response<Body>, ApiError> {
     let client_bearer = client_bearer(app, req);
-    let (status, body) = app
+    let data: Vec<serde_json::Value> = app
         .upstream()
         .models(client_bearer.as_deref())
         .await
-        .map_err(|e| ApiError::upstream(&e))?;
+        .map_err(|e| ApiError::upstream(&e))?
+        .into_iter()
+        .filter(|m| {
+            m.get("id")
+                .and_then(|id| id.as_str())
+                .is_some_and(|id| access.may_use_model(id))
+        })
+        .collect();
     Ok(json_response(
-        StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
-        body,
+        StatusCode::OK,
+        serde_json::json!({"object": "list", "data": data}).to_string(),
     ))
 }
 

@@ -26,3 +26,4 @@ mod surface;
 mod tenants;
 mod tool_search;
 mod upstream_fixtures;
+mod upstreams;

@@ -2,36 +2,16 @@
 //! one by `server_label` (no `server_url`) or `connector_id`; its URL and token stay on the relay;
 //! a request can only narrow it; a key's `mcp_servers` bounds which it may use.
 
-use clap::Parser;
 use serde_json::{Value, json};
 
 use crate::mcp_test_server;
 use crate::support::*;
-use responses_relay::config::{Cli, Command, Config};
+use responses_relay::config::Config;
 
 /// A config from a TOML file as `serve --config` reads it, pointing at `upstream`, on a memory
 /// store; MCP servers on loopback are allowed only as the file registers them.
 fn from_file(upstream: &str, toml: &str) -> Config {
-    let dir = scratch("registered");
-    let file = dir.join("relay.toml");
-    std::fs::write(&file, toml).unwrap();
-    let cli = Cli::try_parse_from([
-        "responses-relay",
-        "serve",
-        "--store",
-        "memory",
-        "--upstream-url",
-        upstream,
-        "--config",
-        file.to_str().unwrap(),
-    ])
-    .unwrap();
-    let Command::Serve(args) = cli.command else {
-        unreachable!()
-    };
-    let mut c = Config::from_args(args, |_| None).unwrap();
-    c.deterministic = true;
-    c
+    serve_config(&["--store", "memory", "--upstream-url", upstream], toml).unwrap()
 }
 
 async fn call(url: &str, key: Option<&str>, body: Option<&Value>) -> (u16, Value) {

@@ -125,7 +125,7 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
     assert_eq!(up.requests().last().unwrap().header("authorization"), None);
 
     let keyed = relay(Config {
-        upstream_api_key: Some("relay-upstream-key".into()),
+        upstream_api_key: Some(responses_relay::config::Secret("relay-upstream-key".into())),
         ..config(&up.base_url())
     })
     .await;
@@ -139,7 +139,7 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
     }
 
     let both = relay(Config {
-        upstream_api_key: Some("relay-upstream-key".into()),
+        upstream_api_key: Some(responses_relay::config::Secret("relay-upstream-key".into())),
         keys: vec![KeyEntry::bare("rk")],
         ..config(&up.base_url())
     })
@@ -407,7 +407,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
             KeyEntry::bare("SECRET-RELAY-5"),
             KeyEntry::of_tenant("SECRET-TENANT-6", "team"),
         ],
-        upstream_api_key: Some("SECRET-UP-4".into()),
+        upstream_api_key: Some(responses_relay::config::Secret("SECRET-UP-4".into())),
         ..c
     };
     let mut seen = Seen::default();

@@ -91,6 +91,26 @@ pub async fn relay_app(app: App) -> Relay {
     }
 }
 
+/// The config `serve ARGS --config FILE` makes, FILE holding `toml`; deterministic.
+pub fn serve_config(
+    args: &[&str],
+    toml: &str,
+) -> Result<Config, responses_relay::config::ConfigError> {
+    use clap::Parser;
+    let file = scratch("config").join("relay.toml");
+    std::fs::write(&file, toml).unwrap();
+    let mut argv = vec!["responses-relay", "serve"];
+    argv.extend_from_slice(args);
+    argv.extend(["--config", file.to_str().unwrap()]);
+    let cli = responses_relay::config::Cli::try_parse_from(argv).unwrap();
+    let responses_relay::config::Command::Serve(serve) = cli.command else {
+        unreachable!("parsed as serve")
+    };
+    let mut c = Config::from_args(serve, |_| None)?;
+    c.deterministic = true;
+    Ok(c)
+}
+
 /// A fresh scratch directory under the system temp dir.
 pub fn scratch(name: &str) -> PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -690,7 +690,8 @@ async fn replayed_transcripts_reach_the_adapters_exactly_as_recorded() {
                 t.name
             );
         }
-        let mut stream = match upstream.open(&turn(&format!("replay:{}", t.name))).await {
+        let req = turn(&format!("replay:{}", t.name));
+        let mut stream = match upstream.open(&req, &req.model).await {
             Ok(s) => s,
             Err(e) => {
                 failures.push(format!("{}: open failed: {e}", t.name));
@@ -783,7 +784,7 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
                 .unwrap(),
         ];
         let events: Vec<ModelEvent> = upstream
-            .open(&req)
+            .open(&req, &req.model)
             .await
             .unwrap()
             .map(|e| e.unwrap())
@@ -842,7 +843,7 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
                 .unwrap(),
         ];
         let events: Vec<ModelEvent> = upstream
-            .open(&req)
+            .open(&req, &req.model)
             .await
             .unwrap()
             .map(|e| e.unwrap())
@@ -896,10 +897,8 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
 async fn a_client_that_goes_away_ends_the_fake_stream() {
     let fake = start_fake().await;
     let upstream = Upstream::new(UpstreamApi::Chat, &fake.base_url(), None, test_timeouts());
-    let mut stream = upstream
-        .open(&turn("fake-model?fault=stall"))
-        .await
-        .unwrap();
+    let req = turn("fake-model?fault=stall");
+    let mut stream = upstream.open(&req, &req.model).await.unwrap();
     // Two deltas arrive, then nothing.
     let mut texts = 0;
     while texts < 2 {

@@ -1,0 +1,123 @@
+//! Which model server a turn goes to, and the model list over all of them.
+//!
+//! Invariant: `model: "NAME/REST"` with a configured upstream `NAME` goes there as `REST`; any
+//! other model goes to the default upstream exactly as the client wrote it (so
+//! `meta-llama/Llama-3.1-8B` still reaches a default vLLM). Routing never changes what the
+//! Response echoes: the run keeps the client's model; only the upstream body carries `REST`.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{ModelStream, TurnRequest, Upstream, UpstreamError};
+
+/// Longest wait for one upstream's model list.
+const MODELS_WAIT: Duration = Duration::from_secs(5);
+/// How long a merged model list is served from memory.
+const MODELS_TTL: Duration = Duration::from_secs(10);
+
+/// Every configured upstream. Cheap to share (each upstream holds its own connection pool).
+pub struct Upstreams {
+    default: Upstream,
+    /// The default's name when it is also one of `named`.
+    default_name: Option<String>,
+    named: Vec<(String, Upstream)>,
+    /// The merged list of the last `GET /v1/models` made with the relay's own keys.
+    models: Mutex<Option<(Instant, Vec<Value>)>>,
+}
+
+impl Upstreams {
+    pub fn new(
+        default: Upstream,
+        default_name: Option<String>,
+        named: Vec<(String, Upstream)>,
+    ) -> Self {
+        Upstreams {
+            default,
+            default_name,
+            named,
+            models: Mutex::new(None),
+        }
+    }
+
+    /// The upstream `model` goes to, and the model name it is sent as.
+    pub fn route<'m>(&self, model: &'m str) -> (&Upstream, &'m str) {
+        if let Some((prefix, rest)) = model.split_once('/')
+            && !rest.is_empty()
+            && let Some((_, u)) = self.named.iter().find(|(n, _)| n == prefix)
+        {
+            return (u, rest);
+        }
+        (&self.default, model)
+    }
+
+    /// Starts one model turn at the upstream its model routes to.
+    pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
+        let (upstream, model) = self.route(&req.model);
+        upstream.open(req, model).await
+    }
+
+    /// Every upstream's models, asked concurrently: a named upstream's as `NAME/id` (`owned_by:
+    /// NAME`), the default's also bare. An upstream that fails is left out (logged); only when
+    /// every one fails is the answer an error (the first one's).
+    pub async fn models(&self, client_bearer: Option<&str>) -> Result<Vec<Value>, UpstreamError> {
+        let cacheable = client_bearer.is_none();
+        if cacheable
+            && let Some((at, list)) = &*self.models.lock().expect("not poisoned")
+            && at.elapsed() < MODELS_TTL
+        {
+            return Ok(list.clone());
+        }
+        let mut asked: Vec<(Option<&str>, &Upstream)> = Vec::new();
+        if self.default_name.is_none() {
+            asked.push((None, &self.default));
+        }
+        asked.extend(self.named.iter().map(|(n, u)| (Some(n.as_str()), u)));
+        let lists = futures::future::join_all(
+            asked
+                .iter()
+                .map(|(_, u)| u.models(client_bearer, MODELS_WAIT)),
+        )
+        .await;
+        let (mut bare, mut prefixed) = (Vec::new(), Vec::new());
+        let mut first_error = None;
+        let mut listed = false;
+        for ((name, _), list) in asked.iter().zip(lists) {
+            match list {
+                Ok(list) => {
+                    listed = true;
+                    if name.is_none() || *name == self.default_name.as_deref() {
+                        bare.extend(list.iter().cloned());
+                    }
+                    if let Some(name) = name {
+                        prefixed.extend(list.into_iter().filter_map(|m| with_prefix(name, m)));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(upstream = name.unwrap_or("default"), error = %e,
+                        "an upstream did not list its models: left out of /v1/models");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if !listed {
+            return Err(first_error.expect("at least the default upstream was asked"));
+        }
+        bare.append(&mut prefixed);
+        if cacheable {
+            *self.models.lock().expect("not poisoned") = Some((Instant::now(), bare.clone()));
+        }
+        Ok(bare)
+    }
+}
+
+/// A model object of upstream `name` as the relay lists it: `id` as `name/id`, `owned_by: name`.
+fn with_prefix(name: &str, mut model: Value) -> Option<Value> {
+    let o = model.as_object_mut()?;
+    let id = o.get("id")?.as_str()?;
+    let id = format!("{name}/{id}");
+    o.insert("id".into(), Value::from(id));
+    o.insert("owned_by".into(), Value::from(name));
+    Some(model)
+}
