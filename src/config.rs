@@ -628,6 +628,8 @@ pub struct Limits {
     pub client_stall: Duration,
     /// Most model turns one run may take (a request's `max_steps` can only lower it).
     pub max_steps: u64,
+    /// How long a WebSocket-mode connection may live (SPEC §12: 60 minutes).
+    pub websocket_lifetime: Duration,
 }
 
 /// The validated configuration.
@@ -691,6 +693,7 @@ impl Default for Config {
                 max_tools: 512,
                 client_stall: Duration::from_secs(300),
                 max_steps: 64,
+                websocket_lifetime: Duration::from_secs(3600),
             },
             mcp: McpConfig {
                 discovery_failure: DiscoveryFailure::Continue,

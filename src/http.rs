@@ -8,6 +8,7 @@ pub mod conversations;
 pub mod error;
 pub mod responses;
 pub mod sse;
+pub mod websocket;
 
 use std::convert::Infallible;
 
@@ -43,6 +44,8 @@ pub fn json_response(status: StatusCode, body: impl Into<Bytes>) -> Response<Bod
 #[derive(Debug, PartialEq, Eq)]
 pub enum Route<'a> {
     Create,
+    /// `GET /v1/responses`: WebSocket mode.
+    WebSocket,
     InputTokens,
     Compact,
     Get(&'a str),
@@ -73,6 +76,7 @@ impl<'a> Route<'a> {
         match (method, parts.as_slice()) {
             // Perplexity's name for the same endpoint (its Agent API's clients use it as written).
             (&Method::POST, ["responses"]) | (&Method::POST, ["agent"]) => Some(Route::Create),
+            (&Method::GET, ["responses"]) => Some(Route::WebSocket),
             (&Method::POST, ["responses", "input_tokens"]) => Some(Route::InputTokens),
             (&Method::POST, ["responses", "compact"]) => Some(Route::Compact),
             (&Method::GET, ["models"]) => Some(Route::Models),
@@ -109,6 +113,16 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
         Ok(access) => match Route::parse(&method, &path) {
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
             Some(Route::Create) => responses::create(&app, req, access).await,
+            Some(Route::WebSocket) if websocket::is_upgrade(&req) => {
+                websocket::accept(&app, req, access)
+            }
+            Some(Route::WebSocket) => Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "GET /v1/responses is WebSocket mode: send it as an upgrade (Upgrade: websocket).",
+                None,
+                Some("websocket_upgrade_required"),
+            )),
             Some(Route::InputTokens) => responses::input_tokens(&app, req, access).await,
             Some(Route::Compact) => responses::compact(&app, req, access).await,
             Some(Route::Get(id)) => {
@@ -190,7 +204,7 @@ impl Access {
         mut request: crate::api::request::CreateRequest,
     ) -> Result<(crate::api::request::CreateRequest, Tenant), ApiError> {
         self.check_model(&request.model)?;
-        request.mcp_servers_allowed = self.mcp_servers;
+        request.relay.mcp_servers_allowed = self.mcp_servers;
         Ok((request, self.tenant))
     }
 

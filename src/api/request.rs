@@ -672,11 +672,34 @@ pub struct CreateRequest {
     /// `context_management` compaction: compact before a model turn whose context passes this
     /// many tokens.
     pub compact_threshold: Option<u64>,
-    /// The registered MCP servers the request's key may use (`None`: every one). Set by the
-    /// relay from the key, never by the client.
-    pub mcp_servers_allowed: Option<Vec<String>>,
+    /// What the relay itself sets for the request (never the client's body).
+    pub relay: RelaySet,
     pub background_options: Option<Map<String, Value>>,
     pub service_tier: Option<String>,
+}
+
+/// The parts of a request the relay sets, not the client: from its key, or from the door it
+/// came in by (a WebSocket connection).
+#[derive(Debug, Clone)]
+pub struct RelaySet {
+    /// The registered MCP servers the request's key may use (`None`: every one).
+    pub mcp_servers_allowed: Option<Vec<String>>,
+    /// `false` (WebSocket mode's `generate: false`): the response records its input and ends
+    /// `completed` with no output, the model not asked.
+    pub generate: bool,
+    /// The history `previous_response_id` stands for, when the caller already holds it (a
+    /// WebSocket connection remembers its responses, `store: false` ones too).
+    pub prior_history: Option<std::sync::Arc<Vec<InputItem>>>,
+}
+
+impl Default for RelaySet {
+    fn default() -> Self {
+        RelaySet {
+            mcp_servers_allowed: None,
+            generate: true,
+            prior_history: None,
+        }
+    }
 }
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -701,6 +724,12 @@ pub fn parse_create(body: &[u8]) -> Result<CreateRequest, FieldError> {
         ),
         code: None,
     })?;
+    parse_create_value(value)
+}
+
+/// [`parse_create`] of a body already read as JSON (a WebSocket `response.create`, its own
+/// fields taken out).
+pub fn parse_create_value(value: Value) -> Result<CreateRequest, FieldError> {
     if !value.is_object() {
         return Err(FieldError::new(
             "",
@@ -975,7 +1004,7 @@ fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
         client_metadata: raw.client_metadata,
         conversation,
         compact_threshold,
-        mcp_servers_allowed: None,
+        relay: RelaySet::default(),
         background_options: raw.background_options,
         service_tier: raw.service_tier,
     })

@@ -62,7 +62,7 @@ pub async fn create(
 
 /// The client's bearer, to go upstream: only when the relay has no keys of its own (with relay
 /// keys, the bearer is a relay key and must stay here; an upstream key, if set, wins upstream).
-fn client_bearer<B>(app: &App, req: &Request<B>) -> Option<String> {
+pub(super) fn client_bearer<B>(app: &App, req: &Request<B>) -> Option<String> {
     if app.config().keys.is_empty() {
         super::bearer(req)
     } else {

@@ -128,6 +128,10 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
         if let Some(ending) = unresolved {
             break 'run ending;
         }
+        if !p.request.relay.generate {
+            // The request's state is recorded; the model is not asked.
+            break 'run Ending::Completed;
+        }
         if p.compacts() {
             let turn = super::compact::summary_turn(p);
             break 'run compaction(&app, turn, &mut em, &mut usage, signal).await;

@@ -25,7 +25,9 @@ pub(super) async fn resolve(
             .map_err(|e| StartError::Store(e.to_string()))?
             .ok_or_else(|| StartError::ConversationNotFound(conversation.clone()))?;
     }
-    if let Some(prev) = &request.previous_response_id {
+    if let Some(prior) = &request.relay.prior_history {
+        history = prior.to_vec();
+    } else if let Some(prev) = &request.previous_response_id {
         match app
             .store()
             .history(tenant, prev)

@@ -97,12 +97,14 @@ pub async fn prepare_for(
     // the `queued` answer back), unless it answers approvals: those are checked against the
     // lists (usually reused from the chain) before the run is accepted.
     let tools_pending = request.background
+        && request.relay.generate
         && !input
             .iter()
             .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
     let offered = tools::client_tool_params(&request, &history)?;
     let (mut tools, clients) = tools::client_tools(&offered);
-    let mcp = if tools_pending {
+    let mcp = if tools_pending || !request.relay.generate {
+        // Nothing listed: a run that will not sample (`generate: false`) or lists them itself.
         tools::mcp_specs(app, &request)?;
         tools::McpSetup::default()
     } else {
@@ -130,6 +132,7 @@ pub async fn prepare_for(
         lock.hold_for(&prepared.response.id).await;
     }
     if purpose == Purpose::Run
+        && prepared.request.relay.generate
         && !prepared.request.background
         && !answered
         && !prepared.compacts()

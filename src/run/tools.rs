@@ -336,6 +336,7 @@ async fn add_web_search(
         .iter()
         .any(|t| matches!(t, ToolParam::Hosted(kind, _) if kind.starts_with("web_search")));
     let usable = request
+        .relay
         .mcp_servers_allowed
         .as_ref()
         .is_none_or(|names| names.contains(label));
@@ -418,7 +419,7 @@ pub(super) fn mcp_specs(
         cfg.max_servers,
         cfg.default_approval,
         &cfg.registered,
-        request.mcp_servers_allowed.as_deref(),
+        request.relay.mcp_servers_allowed.as_deref(),
     )?;
     for (i, spec) in &specs {
         cfg.ssrf.check_url(&spec.url).map_err(|r| {

@@ -27,3 +27,4 @@ mod tenants;
 mod tool_search;
 mod upstream_fixtures;
 mod upstreams;
+mod websocket;

@@ -1,0 +1,491 @@
+//! WebSocket mode (SPEC §12): `GET /v1/responses` upgraded to a socket on which each
+//! `response.create` frame runs a response as `POST /v1/responses` with `stream: true` would,
+//! every event going out as one text frame holding exactly the JSON of its SSE `data:` line.
+//!
+//! Invariants:
+//! - One writer task owns the socket's sending half; every frame goes through its queue, so the
+//!   frames of one response keep their order.
+//! - Responses of one lane (`stream_id`, or none) run one after another; lanes run side by side,
+//!   and every event (and `error`) of a named lane carries its `stream_id`.
+//! - Every client frame is answered: with its response's events, or with an `error` frame (the
+//!   SDKs' nested shape), after which the connection serves the next one.
+//! - The connection remembers its last responses (bounded), `store: false` ones too, so the next
+//!   create may chain to them with `previous_response_id`.
+//! - The client gone (closed, dropped, or not reading for the stall timeout): its runs that are
+//!   not `background` are cancelled, as an SSE client's are. At most [`Limits::websocket_lifetime`]
+//!   after the upgrade, an `error` frame and a close frame say the connection is over.
+//!
+//! [`Limits::websocket_lifetime`]: crate::config::Limits
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::{SinkExt, StreamExt};
+use hyper::body::Incoming;
+use hyper::{Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
+use tokio_util::sync::CancellationToken;
+
+use super::{Access, ApiError, Body, full};
+use crate::api::request::{InputItem, parse_create_value};
+use crate::app::App;
+use crate::run;
+
+/// Responses a connection remembers for `previous_response_id`.
+const REMEMBERED: usize = 16;
+/// Named lanes one connection may open.
+const MAX_LANES: usize = 32;
+/// Frames waiting for the writer (the runs' logs hold the rest: readers are cursors).
+const QUEUE: usize = 256;
+const LIFETIME_MESSAGE: &str = "Responses websocket connection limit reached (60 minutes). Create a new websocket connection to continue.";
+
+/// Whether `req` asks for a WebSocket upgrade.
+pub fn is_upgrade<B>(req: &Request<B>) -> bool {
+    req.headers()
+        .get(header::UPGRADE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("websocket"))
+}
+
+/// Answers the upgrade (101) and serves the socket in a task of its own once hyper hands it over.
+pub fn accept(
+    app: &App,
+    mut req: Request<Incoming>,
+    access: Access,
+) -> Result<Response<Body>, ApiError> {
+    let bad = |message: &str| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            message,
+            None,
+            Some("invalid_websocket_upgrade"),
+        )
+    };
+    if req.version() != hyper::Version::HTTP_11 {
+        return Err(bad("WebSocket mode needs an HTTP/1.1 upgrade."));
+    }
+    let version = req.headers().get(header::SEC_WEBSOCKET_VERSION);
+    if version.is_none_or(|v| v.as_bytes() != b"13") {
+        return Err(bad("Sec-WebSocket-Version must be 13."));
+    }
+    let Some(key) = req.headers().get(header::SEC_WEBSOCKET_KEY) else {
+        return Err(bad("The upgrade has no Sec-WebSocket-Key."));
+    };
+    let accept_key = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let bearer = super::responses::client_bearer(app, &req);
+    let upgrade = hyper::upgrade::on(&mut req);
+    let app = app.clone();
+    tokio::spawn(async move {
+        match upgrade.await {
+            Ok(io) => {
+                let config = WebSocketConfig::default()
+                    .read_buffer_size(16 * 1024)
+                    .write_buffer_size(0)
+                    .max_message_size(Some(app.config().max_body_bytes))
+                    .max_frame_size(Some(app.config().max_body_bytes));
+                let ws =
+                    WebSocketStream::from_raw_socket(TokioIo::new(io), Role::Server, Some(config))
+                        .await;
+                serve(app, ws, access, bearer).await;
+            }
+            Err(e) => tracing::warn!(error = %e, "the WebSocket upgrade did not complete"),
+        }
+    });
+    Ok(Response::builder()
+        .status(StatusCode::SWITCHING_PROTOCOLS)
+        .header(header::UPGRADE, "websocket")
+        .header(header::CONNECTION, "Upgrade")
+        .header(header::SEC_WEBSOCKET_ACCEPT, accept_key)
+        .body(full(Bytes::new()))
+        .expect("valid response"))
+}
+
+/// What one connection shares between its reader, its lanes and its writer.
+struct Conn {
+    app: App,
+    access: Access,
+    bearer: Option<String>,
+    out: mpsc::Sender<Message>,
+    /// Cancelled when the client is gone (or the connection's life is over).
+    gone: CancellationToken,
+    remembered: Mutex<Remembered>,
+}
+
+/// The histories of the connection's last responses, by id (oldest forgotten first).
+#[derive(Default)]
+struct Remembered {
+    order: VecDeque<String>,
+    by_id: HashMap<String, Arc<Vec<InputItem>>>,
+}
+
+impl Remembered {
+    fn insert(&mut self, id: String, history: Arc<Vec<InputItem>>) {
+        if self.by_id.insert(id.clone(), history).is_none() {
+            self.order.push_back(id);
+        }
+        while self.order.len() > REMEMBERED {
+            if let Some(old) = self.order.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+    }
+}
+
+type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+
+async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
+    let (sink, mut incoming) = ws.split();
+    let (out, queue) = mpsc::channel(QUEUE);
+    let gone = CancellationToken::new();
+    let stall = app.config().limits.client_stall;
+    let lifetime = app.config().limits.websocket_lifetime;
+    let writer = tokio::spawn(write_frames(sink, queue, stall, gone.clone()));
+    let conn = Arc::new(Conn {
+        app: app.clone(),
+        access,
+        bearer,
+        out,
+        gone: gone.clone(),
+        remembered: Mutex::new(Remembered::default()),
+    });
+    let mut lanes: HashMap<Option<String>, mpsc::UnboundedSender<Value>> = HashMap::new();
+    let mut tasks = tokio::task::JoinSet::new();
+    let end = tokio::time::sleep(lifetime);
+    tokio::pin!(end);
+    let close = loop {
+        tokio::select! {
+            biased;
+            _ = gone.cancelled() => break None,
+            _ = app.shutdown_token().cancelled() => {
+                break Some((CloseCode::Away, "the relay is shutting down"));
+            }
+            _ = &mut end => {
+                conn.send_error(None, &lifetime_error()).await;
+                gone.cancel();
+                break Some((CloseCode::Normal, "connection limit reached (60 minutes)"));
+            }
+            frame = incoming.next() => match frame {
+                Some(Ok(Message::Text(text))) => {
+                    dispatch(&conn, text, &mut lanes, &mut tasks).await;
+                }
+                Some(Ok(Message::Binary(_))) => {
+                    let e = invalid(None, "Binary frames are not supported: send client events as JSON text frames.");
+                    conn.send_error(None, &e).await;
+                }
+                Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
+                    gone.cancel();
+                    break None;
+                }
+            },
+        }
+    };
+    // No more creates: each lane finishes what it runs (cancelled if the client is gone; ended
+    // by the relay's shutdown otherwise), then the writer sends what is left and closes.
+    drop(lanes);
+    while tasks.join_next().await.is_some() {}
+    if let Some((code, reason)) = close {
+        let _ = conn
+            .out
+            .send(Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })))
+            .await;
+    }
+    drop(conn);
+    let _ = writer.await;
+}
+
+/// Writes queued frames, a ready batch at a time with one flush; a client that takes nothing for
+/// `stall` while frames wait is gone.
+async fn write_frames(
+    mut sink: futures::stream::SplitSink<Socket, Message>,
+    mut queue: mpsc::Receiver<Message>,
+    stall: Duration,
+    gone: CancellationToken,
+) {
+    let mut batch = Vec::with_capacity(64);
+    while queue.recv_many(&mut batch, 64).await > 0 {
+        let closing = batch.iter().any(|m| matches!(m, Message::Close(_)));
+        let wrote = tokio::time::timeout(stall, async {
+            for m in batch.drain(..) {
+                sink.feed(m).await?;
+            }
+            sink.flush().await
+        })
+        .await;
+        match wrote {
+            Ok(Ok(())) if !closing => {}
+            Ok(Ok(())) => break,
+            Ok(Err(_)) => break,
+            Err(_) => {
+                tracing::warn!(
+                    stalled_ms = stall.as_millis() as u64,
+                    "the WebSocket client stopped reading; cancelling its runs"
+                );
+                break;
+            }
+        }
+    }
+    gone.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
+}
+
+/// Routes one client frame: a `response.create` to its lane, anything else answered at once.
+async fn dispatch(
+    conn: &Arc<Conn>,
+    text: Utf8Bytes,
+    lanes: &mut HashMap<Option<String>, mpsc::UnboundedSender<Value>>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    let value: Value = match serde_json::from_str(text.as_str()) {
+        Ok(v @ Value::Object(_)) => v,
+        Ok(_) => {
+            let e = invalid(None, "A client event must be a JSON object.");
+            return conn.send_error(None, &e).await;
+        }
+        Err(e) => {
+            let e = invalid(None, &format!("The frame is not valid JSON: {e}"));
+            return conn.send_error(None, &e).await;
+        }
+    };
+    let lane = match value.get("stream_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) if valid_stream_id(s) => Some(s.clone()),
+        Some(_) => {
+            let e = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "Invalid 'stream_id': 1 to 256 letters, digits, '_', '.' or '-'.",
+                Some("stream_id"),
+                Some("invalid_stream_id"),
+            );
+            return conn.send_error(None, &e).await;
+        }
+    };
+    match value.get("type").and_then(Value::as_str) {
+        Some("response.create") => {}
+        Some(other) => {
+            let e = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!(
+                    "The client event '{other}' is not supported by this relay; send 'response.create'."
+                ),
+                Some("type"),
+                Some("unsupported_client_event"),
+            );
+            return conn.send_error(lane.as_deref(), &e).await;
+        }
+        None => {
+            let e = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                "Missing required parameter: 'type'.",
+                Some("type"),
+                Some("missing_required_parameter"),
+            );
+            return conn.send_error(lane.as_deref(), &e).await;
+        }
+    }
+    if !lanes.contains_key(&lane) {
+        if lane.is_some() && lanes.keys().filter(|k| k.is_some()).count() >= MAX_LANES {
+            let e = ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_request_error",
+                format!("A connection may open at most {MAX_LANES} stream ids."),
+                Some("stream_id"),
+                Some("websocket_stream_limit_reached"),
+            );
+            return conn.send_error(lane.as_deref(), &e).await;
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        tasks.spawn(run_lane(conn.clone(), lane.clone(), rx));
+        lanes.insert(lane.clone(), tx);
+    }
+    let _ = lanes[&lane].send(value);
+}
+
+/// A lane: its creates, one response after another.
+async fn run_lane(
+    conn: Arc<Conn>,
+    lane: Option<String>,
+    mut creates: mpsc::UnboundedReceiver<Value>,
+) {
+    while let Some(create) = creates.recv().await {
+        if conn.gone.is_cancelled() {
+            return;
+        }
+        if let Err(e) = conn.respond(create, lane.as_deref()).await {
+            conn.send_error(lane.as_deref(), &e).await;
+        }
+    }
+}
+
+impl Conn {
+    /// Runs one `response.create`, sending its events; an error before the first event is
+    /// returned (for an `error` frame).
+    async fn respond(&self, mut create: Value, lane: Option<&str>) -> Result<(), ApiError> {
+        let app = &self.app;
+        if app.shutdown_token().is_cancelled() {
+            return Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "The relay is shutting down.",
+                None,
+                Some("server_shutting_down"),
+            ));
+        }
+        let body = create.as_object_mut().expect("dispatched objects only");
+        body.remove("type");
+        body.remove("stream_id");
+        // Implicit over a socket: every response is streamed.
+        match body.remove("stream") {
+            None | Some(Value::Bool(_)) | Some(Value::Null) => {}
+            Some(_) => {
+                return Err(invalid(
+                    Some("stream"),
+                    "Invalid 'stream': expected a boolean.",
+                ));
+            }
+        }
+        let generate = match body.remove("generate") {
+            None | Some(Value::Null) | Some(Value::Bool(true)) => true,
+            Some(Value::Bool(false)) => false,
+            Some(_) => {
+                return Err(invalid(
+                    Some("generate"),
+                    "Invalid 'generate': expected a boolean.",
+                ));
+            }
+        };
+        let request = parse_create_value(create)?;
+        let (mut request, tenant) = self.access.clone().admit(request)?;
+        request.stream = true;
+        request.relay.generate = generate;
+        if let Some(prev) = &request.previous_response_id {
+            let remembered = self.remembered.lock().expect("not poisoned");
+            request.relay.prior_history = remembered.by_id.get(prev).cloned();
+        }
+        let permit = app.run_permit().ok_or_else(ApiError::busy)?;
+        let prepared = run::prepare(app, request, self.bearer.clone(), tenant).await?;
+        let history = prepared.history.clone();
+        let handle = run::start(app, prepared, permit);
+        let mut cursor = 0;
+        loop {
+            let batch = handle.log.read(cursor, QUEUE);
+            cursor += batch.entries.len();
+            for entry in &batch.entries {
+                if self
+                    .out
+                    .send(event_frame(&entry.json(), lane))
+                    .await
+                    .is_err()
+                {
+                    self.gone.cancel();
+                }
+            }
+            if batch.finished {
+                break;
+            }
+            let gone = batch.entries.is_empty()
+                && tokio::select! {
+                    _ = handle.log.wait_past(cursor) => false,
+                    _ = self.gone.cancelled() => true,
+                };
+            if gone || self.gone.is_cancelled() {
+                // As for an SSE client that went away: a background run goes on without it.
+                if !handle.background {
+                    handle.cancel.cancel();
+                }
+                return Ok(());
+            }
+        }
+        if let Some(response) = handle.log.snapshot() {
+            use crate::api::ResponseStatus::{Completed, Incomplete};
+            if matches!(response.status, Completed | Incomplete) {
+                let mut chain = history;
+                chain.extend(
+                    response
+                        .output
+                        .iter()
+                        .filter_map(crate::api::history::output_as_input),
+                );
+                let mut remembered = self.remembered.lock().expect("not poisoned");
+                remembered.insert(response.id.clone(), Arc::new(chain));
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends `e` as an `error` frame (logged: a rejection always is).
+    async fn send_error(&self, lane: Option<&str>, e: &ApiError) {
+        tracing::info!(
+            status = e.status.as_u16(),
+            code = e.body.code.as_deref().unwrap_or(""),
+            param = e.body.param.as_deref().unwrap_or(""),
+            message = %e.body.message,
+            "websocket error frame"
+        );
+        let mut frame = json!({"type": "error", "status": e.status.as_u16(), "error": e.body});
+        if let Some(lane) = lane {
+            frame["stream_id"] = Value::from(lane);
+        }
+        let text = Utf8Bytes::from(frame.to_string());
+        let _ = self.out.send(Message::Text(text)).await;
+    }
+}
+
+/// An event's text frame: its SSE `data:` JSON as it is, or with the lane's `stream_id` added.
+fn event_frame(json: &Bytes, lane: Option<&str>) -> Message {
+    let bytes = match lane {
+        None => json.clone(),
+        Some(lane) => {
+            let mut buf = BytesMut::with_capacity(json.len() + lane.len() + 16);
+            buf.put_slice(&json[..json.len() - 1]);
+            buf.put_slice(b",\"stream_id\":");
+            buf.put_slice(Value::from(lane).to_string().as_bytes());
+            buf.put_u8(b'}');
+            buf.freeze()
+        }
+    };
+    // SAFETY: the log's events are serialized by serde_json, always UTF-8; a lane is a
+    // JSON-encoded `&str`.
+    Message::Text(unsafe { Utf8Bytes::from_bytes_unchecked(bytes) })
+}
+
+fn valid_stream_id(s: &str) -> bool {
+    (1..=256).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+}
+
+fn invalid(param: Option<&str>, message: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        message,
+        param,
+        None,
+    )
+}
+
+fn lifetime_error() -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "invalid_request_error",
+        LIFETIME_MESSAGE,
+        None,
+        Some("websocket_connection_limit_reached"),
+    )
+}
