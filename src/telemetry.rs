@@ -64,12 +64,14 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for RedactingMakeWriter<M> {
 }
 
 /// Installs the binary's subscriber: `RELAY_LOG` filter (default `info,rmcp=warn`), to stderr,
-/// redacted.
+/// redacted; colours only on a terminal (a log file gets plain text).
 pub fn init() {
+    use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
         .unwrap_or_else(|_| "info,rmcp=warn".into());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(RedactingMakeWriter(io::stderr))
+        .with_ansi(io::stderr().is_terminal())
         .init();
 }

@@ -118,6 +118,8 @@ struct Conn {
     /// Cancelled when the client is gone (or the connection's life is over).
     gone: CancellationToken,
     remembered: Mutex<Remembered>,
+    /// Responses started on this connection.
+    started: std::sync::atomic::AtomicU64,
 }
 
 /// The histories of the connection's last responses, by id (oldest forgotten first).
@@ -156,7 +158,9 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
         out,
         gone: gone.clone(),
         remembered: Mutex::new(Remembered::default()),
+        started: Default::default(),
     });
+    tracing::info!("websocket connection opened");
     let mut lanes: HashMap<Option<String>, mpsc::UnboundedSender<Value>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     let end = tokio::time::sleep(lifetime);
@@ -202,8 +206,10 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
             })))
             .await;
     }
+    let started = conn.started.load(std::sync::atomic::Ordering::Relaxed);
     drop(conn);
     let _ = writer.await;
+    tracing::info!(responses = started, "websocket connection closed");
 }
 
 /// Writes queued frames, a ready batch at a time with one flush; a client that takes nothing for
@@ -381,6 +387,8 @@ impl Conn {
         let prepared = run::prepare(app, request, self.bearer.clone(), tenant).await?;
         let history = prepared.history.clone();
         let handle = run::start(app, prepared, permit);
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut cursor = 0;
         loop {
             let batch = handle.log.read(cursor, QUEUE);

@@ -63,6 +63,7 @@ def codex(
     model: str = "fake-model",
     builtin_provider: bool = False,
     mcp_url: str | None = None,
+    websockets: bool = False,
 ) -> Run:
     assert CODEX and os.access(CODEX, os.X_OK), f"the Codex binary is missing: RELAY_CODEX_BIN={CODEX!r}"
     case = LOGS / f"{name}-{kind}"
@@ -106,6 +107,8 @@ def codex(
             "request_max_retries = 0",
             "stream_max_retries = 0",
         ]
+        if websockets:
+            lines.append("supports_websockets = true")
     if mcp_url:
         lines += ["[mcp_servers.pytest]", f"url = {toml_str(mcp_url)}", 'default_tools_approval_mode = "approve"']
     (home / "config.toml").write_text("\n".join(lines) + "\n")
@@ -133,6 +136,31 @@ def test_codex_answers_as_a_custom_provider(kind):
     assert r.rc == 0, r
     assert r.last.strip().startswith("Hello! You said: Say hello to the relay"), r
     assert any(e.get("type") == "turn.completed" for e in r.events), r
+
+
+def relay_log(kind: str) -> str:
+    return (LOGS.parent / f"relay-{kind}.err").read_text()
+
+
+def socket_lines(kind: str) -> list[str]:
+    """The relay's log lines of WebSocket connections that ended, with their response counts."""
+    return [line for line in relay_log(kind).splitlines() if "websocket connection closed" in line]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_codex_with_supports_websockets_uses_the_socket_and_never_falls_back(kind):
+    # Codex warms up (`generate: false`, `store: false`), then sends its turn chained to the
+    # warm-up, then the tool's output chained to that turn: all on one socket, no HTTP fallback.
+    before = len(socket_lines(kind))
+    call = json.dumps({"cmd": "echo over-the-socket > ws.txt && cat ws.txt", "login": False})
+    r = codex("websocket", kind, f"CALL exec_command {call}", websockets=True)
+    assert r.rc == 0, r
+    assert "Falling back" not in r.stderr, r
+    assert (r.work / "ws.txt").read_text() == "over-the-socket\n", r
+    assert "Tool results:" in r.last and "over-the-socket" in r.last, r
+    ended = socket_lines(kind)[before:]
+    assert ended, f"no WebSocket connection reached the relay: {r}"
+    assert sum(int(line.split("responses=")[1].split()[0]) for line in ended) >= 3, ended
 
 
 @pytest.mark.parametrize("kind", KINDS)
