@@ -3,8 +3,9 @@
 //! every event going out as one text frame holding exactly the JSON of its SSE `data:` line.
 //!
 //! Invariants:
-//! - One writer task owns the socket's sending half; every frame goes through its queue, so the
-//!   frames of one response keep their order.
+//! - Two tasks per connection: the reader (client frames, lifetime, shutdown) and the writer,
+//!   the only one that writes to the socket. The writer reads each run's log itself, a cursor
+//!   like an SSE body (nothing is queued per event); every ready event is fed, then one flush.
 //! - Responses of one lane (`stream_id`, or none) run one after another; lanes run side by side,
 //!   and every event (and `error`) of a named lane carries its `stream_id`.
 //! - Every client frame is answered: with its response's events, or with an `error` frame (the
@@ -41,9 +42,12 @@ use crate::run;
 
 /// Responses a connection remembers for `previous_response_id`.
 const REMEMBERED: usize = 16;
+/// Bytes read from the socket at a time (tungstenite keeps a buffer this large per connection
+/// and zeroes it on each read attempt: small, as client frames are few).
+const READ_CHUNK: usize = 4096;
 /// Named lanes one connection may open.
 const MAX_LANES: usize = 32;
-/// Frames waiting for the writer (the runs' logs hold the rest: readers are cursors).
+/// Events the writer takes from a run's log at a time.
 const QUEUE: usize = 256;
 const LIFETIME_MESSAGE: &str = "Responses websocket connection limit reached (60 minutes). Create a new websocket connection to continue.";
 
@@ -88,8 +92,8 @@ pub fn accept(
         match upgrade.await {
             Ok(io) => {
                 let config = WebSocketConfig::default()
-                    .read_buffer_size(16 * 1024)
-                    .write_buffer_size(0)
+                    .read_buffer_size(READ_CHUNK)
+                    .write_buffer_size(64 * 1024)
                     .max_message_size(Some(app.config().max_body_bytes))
                     .max_frame_size(Some(app.config().max_body_bytes));
                 let ws =
@@ -109,14 +113,27 @@ pub fn accept(
         .expect("valid response"))
 }
 
+/// What the writer is given to send.
+enum Out {
+    /// One frame (an `error`, or the close frame, which ends the writer).
+    Frame(Message),
+    /// Every event of a run, read from its log as they come; `done` once the terminal event went.
+    Run {
+        log: Arc<crate::eventlog::log::RunLog>,
+        lane: Option<String>,
+        done: tokio::sync::oneshot::Sender<()>,
+    },
+}
+
 /// What one connection shares between its reader, its lanes and its writer.
 struct Conn {
     app: App,
     access: Access,
     bearer: Option<String>,
-    out: mpsc::Sender<Message>,
-    /// Cancelled when the client is gone (or the connection's life is over).
-    gone: CancellationToken,
+    out: mpsc::UnboundedSender<Out>,
+    /// Cancelled when the client is gone or the connection's life is over: lanes stop, their
+    /// runs cancelled unless `background`.
+    over: CancellationToken,
     remembered: Mutex<Remembered>,
     /// Responses started on this connection.
     started: std::sync::atomic::AtomicU64,
@@ -144,9 +161,13 @@ impl Remembered {
 
 type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
+/// The connection's reader: client frames to their lanes, the lifetime, the relay's shutdown.
+/// The writer is a task of its own (so the reader is polled only when the client sends, and
+/// the writer only when there is something to send).
 async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     let (sink, mut incoming) = ws.split();
-    let (out, queue) = mpsc::channel(QUEUE);
+    let (out, queue) = mpsc::unbounded_channel();
+    // The client gone (it closed, dropped, or stopped reading): the writer stops at once.
     let gone = CancellationToken::new();
     let stall = app.config().limits.client_stall;
     let lifetime = app.config().limits.websocket_lifetime;
@@ -156,7 +177,7 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
         access,
         bearer,
         out,
-        gone: gone.clone(),
+        over: gone.child_token(),
         remembered: Mutex::new(Remembered::default()),
         started: Default::default(),
     });
@@ -164,26 +185,19 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     let mut lanes: HashMap<Option<String>, mpsc::UnboundedSender<Value>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     let end = tokio::time::sleep(lifetime);
-    tokio::pin!(end);
+    let shutdown = app.shutdown_token().cancelled();
+    tokio::pin!(end, shutdown);
+    let writer_gone = gone.cancelled();
+    tokio::pin!(writer_gone);
     let close = loop {
         tokio::select! {
             biased;
-            _ = gone.cancelled() => break None,
-            _ = app.shutdown_token().cancelled() => {
-                break Some((CloseCode::Away, "the relay is shutting down"));
-            }
-            _ = &mut end => {
-                conn.send_error(None, &lifetime_error()).await;
-                gone.cancel();
-                break Some((CloseCode::Normal, "connection limit reached (60 minutes)"));
-            }
+            _ = &mut writer_gone => break None,
             frame = incoming.next() => match frame {
-                Some(Ok(Message::Text(text))) => {
-                    dispatch(&conn, text, &mut lanes, &mut tasks).await;
-                }
+                Some(Ok(Message::Text(text))) => dispatch(&conn, text, &mut lanes, &mut tasks),
                 Some(Ok(Message::Binary(_))) => {
                     let e = invalid(None, "Binary frames are not supported: send client events as JSON text frames.");
-                    conn.send_error(None, &e).await;
+                    conn.send_error(None, &e);
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
@@ -191,20 +205,25 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
                     break None;
                 }
             },
+            // What runs is sent to its end (the shutdown ends the runs), then the close.
+            _ = &mut shutdown => break Some((CloseCode::Away, "the relay is shutting down")),
+            _ = &mut end => {
+                conn.send_error(None, &lifetime_error());
+                conn.over.cancel();
+                break Some((CloseCode::Normal, "connection limit reached (60 minutes)"));
+            }
         }
     };
-    // No more creates: each lane finishes what it runs (cancelled if the client is gone; ended
-    // by the relay's shutdown otherwise), then the writer sends what is left and closes.
+    // No more creates: each lane ends with what it runs (cancelled unless `background` when the
+    // connection is over), then the close frame goes last.
     drop(lanes);
     while tasks.join_next().await.is_some() {}
     if let Some((code, reason)) = close {
-        let _ = conn
-            .out
-            .send(Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            })))
-            .await;
+        let frame = CloseFrame {
+            code,
+            reason: reason.into(),
+        };
+        let _ = conn.out.send(Out::Frame(Message::Close(Some(frame))));
     }
     let started = conn.started.load(std::sync::atomic::Ordering::Relaxed);
     drop(conn);
@@ -212,43 +231,121 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     tracing::info!(responses = started, "websocket connection closed");
 }
 
-/// Writes queued frames, a ready batch at a time with one flush; a client that takes nothing for
-/// `stall` while frames wait is gone.
+/// The connection's writer: queued frames, and the events of the runs it is given, until the
+/// close frame, the queue's end, or the client gone.
 async fn write_frames(
     mut sink: futures::stream::SplitSink<Socket, Message>,
-    mut queue: mpsc::Receiver<Message>,
+    mut queue: mpsc::UnboundedReceiver<Out>,
     stall: Duration,
     gone: CancellationToken,
 ) {
-    let mut batch = Vec::with_capacity(64);
-    while queue.recv_many(&mut batch, 64).await > 0 {
-        let closing = batch.iter().any(|m| matches!(m, Message::Close(_)));
-        let wrote = tokio::time::timeout(stall, async {
-            for m in batch.drain(..) {
-                sink.feed(m).await?;
-            }
-            sink.flush().await
-        })
-        .await;
-        match wrote {
-            Ok(Ok(())) if !closing => {}
-            Ok(Ok(())) => break,
-            Ok(Err(_)) => break,
-            Err(_) => {
-                tracing::warn!(
-                    stalled_ms = stall.as_millis() as u64,
-                    "the WebSocket client stopped reading; cancelling its runs"
-                );
-                break;
-            }
+    let (mut taken, mut sending) = (Vec::with_capacity(16), Vec::<Sending>::new());
+    let mut open = true;
+    let client_gone = gone.cancelled();
+    tokio::pin!(client_gone);
+    while open || !sending.is_empty() {
+        match write_ready(&mut sink, &mut taken, &mut sending, stall).await {
+            Ok(false) => {}
+            Ok(true) | Err(()) => break,
+        }
+        tokio::select! {
+            biased;
+            _ = &mut client_gone => break,
+            n = queue.recv_many(&mut taken, 16), if open => open = n > 0,
+            _ = wait_for_events(&sending) => {}
         }
     }
     gone.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
 }
 
+/// A run whose events are being sent: its log, how far it got, and whom to tell when it is done.
+struct Sending {
+    log: Arc<crate::eventlog::log::RunLog>,
+    cursor: usize,
+    lane: Option<String>,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+/// Feeds the frames taken from the queue and every event ready in the runs being sent, then
+/// flushes once (a model's burst is one write). Runs are read from their logs as cursors:
+/// nothing is queued per event. `Err`: the socket failed, or the client took nothing for
+/// `stall` while frames waited (it is gone).
+async fn write_ready(
+    ws: &mut futures::stream::SplitSink<Socket, Message>,
+    taken: &mut Vec<Out>,
+    sending: &mut Vec<Sending>,
+    stall: Duration,
+) -> Result<bool, ()> {
+    let writing = async {
+        let (mut fed, mut closing) = (0usize, false);
+        for out in taken.drain(..) {
+            match out {
+                Out::Frame(m) => {
+                    closing |= matches!(m, Message::Close(_));
+                    ws.feed(m).await?;
+                    fed += 1;
+                }
+                Out::Run { log, lane, done } => sending.push(Sending {
+                    log,
+                    cursor: 0,
+                    lane,
+                    done: Some(done),
+                }),
+            }
+        }
+        for run in sending.iter_mut() {
+            let batch = run.log.read(run.cursor, QUEUE);
+            run.cursor += batch.entries.len();
+            fed += batch.entries.len();
+            for entry in &batch.entries {
+                ws.feed(event_frame(&entry.json(), run.lane.as_deref()))
+                    .await?;
+            }
+            if batch.finished {
+                run.done.take().map(|d| d.send(()));
+            }
+        }
+        sending.retain(|r| r.done.is_some());
+        if fed > 0 {
+            ws.flush().await?;
+        }
+        Ok::<_, tokio_tungstenite::tungstenite::Error>(closing)
+    };
+    // The stall timer starts only when a write has to wait (a timer per event costs more than
+    // the event: measured).
+    tokio::pin!(writing);
+    let wrote = match futures::poll!(&mut writing) {
+        std::task::Poll::Ready(r) => Ok(r),
+        std::task::Poll::Pending => tokio::time::timeout(stall, writing).await,
+    };
+    match wrote {
+        Ok(Ok(closing)) => Ok(closing),
+        Ok(Err(_)) => Err(()),
+        Err(_) => {
+            tracing::warn!(
+                stalled_ms = stall.as_millis() as u64,
+                "the WebSocket client stopped reading; cancelling its runs"
+            );
+            Err(())
+        }
+    }
+}
+
+/// Until one of the runs being sent has more events visible (never, with none).
+async fn wait_for_events(sending: &[Sending]) {
+    match sending {
+        [] => std::future::pending().await,
+        [one] => one.log.wait_past(one.cursor).await,
+        many => {
+            let waits = many.iter().map(|r| Box::pin(r.log.wait_past(r.cursor)));
+            futures::future::select_all(waits).await;
+        }
+    }
+}
+
 /// Routes one client frame: a `response.create` to its lane, anything else answered at once.
-async fn dispatch(
+fn dispatch(
     conn: &Arc<Conn>,
     text: Utf8Bytes,
     lanes: &mut HashMap<Option<String>, mpsc::UnboundedSender<Value>>,
@@ -258,11 +355,11 @@ async fn dispatch(
         Ok(v @ Value::Object(_)) => v,
         Ok(_) => {
             let e = invalid(None, "A client event must be a JSON object.");
-            return conn.send_error(None, &e).await;
+            return conn.send_error(None, &e);
         }
         Err(e) => {
             let e = invalid(None, &format!("The frame is not valid JSON: {e}"));
-            return conn.send_error(None, &e).await;
+            return conn.send_error(None, &e);
         }
     };
     let lane = match value.get("stream_id") {
@@ -276,7 +373,7 @@ async fn dispatch(
                 Some("stream_id"),
                 Some("invalid_stream_id"),
             );
-            return conn.send_error(None, &e).await;
+            return conn.send_error(None, &e);
         }
     };
     match value.get("type").and_then(Value::as_str) {
@@ -291,7 +388,7 @@ async fn dispatch(
                 Some("type"),
                 Some("unsupported_client_event"),
             );
-            return conn.send_error(lane.as_deref(), &e).await;
+            return conn.send_error(lane.as_deref(), &e);
         }
         None => {
             let e = ApiError::new(
@@ -301,7 +398,7 @@ async fn dispatch(
                 Some("type"),
                 Some("missing_required_parameter"),
             );
-            return conn.send_error(lane.as_deref(), &e).await;
+            return conn.send_error(lane.as_deref(), &e);
         }
     }
     if !lanes.contains_key(&lane) {
@@ -313,7 +410,7 @@ async fn dispatch(
                 Some("stream_id"),
                 Some("websocket_stream_limit_reached"),
             );
-            return conn.send_error(lane.as_deref(), &e).await;
+            return conn.send_error(lane.as_deref(), &e);
         }
         let (tx, rx) = mpsc::unbounded_channel();
         tasks.spawn(run_lane(conn.clone(), lane.clone(), rx));
@@ -329,11 +426,11 @@ async fn run_lane(
     mut creates: mpsc::UnboundedReceiver<Value>,
 ) {
     while let Some(create) = creates.recv().await {
-        if conn.gone.is_cancelled() {
+        if conn.over.is_cancelled() {
             return;
         }
         if let Err(e) = conn.respond(create, lane.as_deref()).await {
-            conn.send_error(lane.as_deref(), &e).await;
+            conn.send_error(lane.as_deref(), &e);
         }
     }
 }
@@ -389,35 +486,23 @@ impl Conn {
         let handle = run::start(app, prepared, permit);
         self.started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut cursor = 0;
-        loop {
-            let batch = handle.log.read(cursor, QUEUE);
-            cursor += batch.entries.len();
-            for entry in &batch.entries {
-                if self
-                    .out
-                    .send(event_frame(&entry.json(), lane))
-                    .await
-                    .is_err()
-                {
-                    self.gone.cancel();
-                }
+        let (done, sent) = tokio::sync::oneshot::channel();
+        let run = Out::Run {
+            log: handle.log.clone(),
+            lane: lane.map(str::to_string),
+            done,
+        };
+        let delivered = self.out.send(run).is_ok()
+            && tokio::select! {
+                sent = sent => sent.is_ok(),
+                _ = self.over.cancelled() => false,
+            };
+        if !delivered {
+            // As for an SSE client that went away: a background run goes on without it.
+            if !handle.background {
+                handle.cancel.cancel();
             }
-            if batch.finished {
-                break;
-            }
-            let gone = batch.entries.is_empty()
-                && tokio::select! {
-                    _ = handle.log.wait_past(cursor) => false,
-                    _ = self.gone.cancelled() => true,
-                };
-            if gone || self.gone.is_cancelled() {
-                // As for an SSE client that went away: a background run goes on without it.
-                if !handle.background {
-                    handle.cancel.cancel();
-                }
-                return Ok(());
-            }
+            return Ok(());
         }
         if let Some(response) = handle.log.snapshot() {
             use crate::api::ResponseStatus::{Completed, Incomplete};
@@ -437,7 +522,7 @@ impl Conn {
     }
 
     /// Sends `e` as an `error` frame (logged: a rejection always is).
-    async fn send_error(&self, lane: Option<&str>, e: &ApiError) {
+    fn send_error(&self, lane: Option<&str>, e: &ApiError) {
         tracing::info!(
             status = e.status.as_u16(),
             code = e.body.code.as_deref().unwrap_or(""),
@@ -450,7 +535,7 @@ impl Conn {
             frame["stream_id"] = Value::from(lane);
         }
         let text = Utf8Bytes::from(frame.to_string());
-        let _ = self.out.send(Message::Text(text)).await;
+        let _ = self.out.send(Out::Frame(Message::Text(text)));
     }
 }
 

@@ -1,6 +1,7 @@
-//! The load generator: streaming clients that read SSE bodies as bytes, count events, take the
-//! time to the first event, and, where a text delta carries the upstream's send stamp (`@T<µs>`),
-//! the latency from the upstream's send to this client's receive. No JSON is parsed per event.
+//! The load generator: streaming clients that read SSE bodies (or WebSocket-mode frames) as
+//! bytes, count events, take the time to the first event, and, where a text delta carries the
+//! upstream's send stamp (`@T<µs>`), the latency from the upstream's send to this client's
+//! receive. No JSON is parsed per event.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +20,9 @@ pub enum Kind {
     Floor,
     /// Only count events (replayed logs: their stamps are old).
     Count,
+    /// Responses events from the relay's WebSocket mode: `Req::url` is `ws://…/v1/responses`,
+    /// `Req::body` the `response.create` frame; each client keeps one socket for all its runs.
+    Socket,
 }
 
 /// Counters shared by every client of one phase.
@@ -155,7 +159,7 @@ pub async fn one_run(
             let is_delta = match kind {
                 Kind::Relay => block.starts_with(b"event: response.output_text.delta\n"),
                 Kind::Floor => block.starts_with(b"data: {"),
-                Kind::Count => false,
+                Kind::Count | Kind::Socket => false,
             };
             if is_delta
                 && measuring
@@ -194,6 +198,106 @@ pub async fn one_run(
     Ok(out)
 }
 
+type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
+
+/// Runs one response over the client's socket (opened first if it has none): sends the create
+/// frame and reads frames to the terminal event. A failed socket is dropped (the next run opens
+/// another).
+async fn one_socket_run(
+    socket: &mut Option<Socket>,
+    req: &Req,
+    st: &Stats,
+) -> Result<RunOut, String> {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let t0 = Instant::now();
+    if socket.is_none() {
+        let host = req
+            .url
+            .strip_prefix("ws://")
+            .and_then(|r| r.split('/').next())
+            .ok_or_else(|| format!("{}: not a ws:// URL", req.url))?;
+        let tcp = tokio::net::TcpStream::connect(host)
+            .await
+            .map_err(|e| format!("{}: {e}", req.url))?;
+        tcp.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (ws, _) = tokio_tungstenite::client_async(req.url.as_str(), tcp)
+            .await
+            .map_err(|e| format!("{}: upgrade: {e}", req.url))?;
+        *socket = Some(ws);
+    }
+    let ws = socket.as_mut().expect("opened above");
+    let frame = req.body.clone().unwrap_or_default();
+    let text = tokio_tungstenite::tungstenite::Utf8Bytes::try_from(frame)
+        .map_err(|e| format!("the create frame is not UTF-8: {e}"))?;
+    let result = async {
+        ws.send(Message::Text(text))
+            .await
+            .map_err(|e| format!("{}: send: {e}", req.url))?;
+        let mut out = RunOut::default();
+        let mut first = true;
+        let mut lat: Vec<u32> = Vec::new();
+        loop {
+            let frame = match ws.next().await {
+                Some(Ok(Message::Text(t))) => t,
+                Some(Ok(Message::Close(_))) | None => {
+                    return Err(format!("{}: socket closed mid-response", req.url));
+                }
+                Some(Ok(_)) => continue,
+                Some(Err(e)) => return Err(format!("{}: {e}", req.url)),
+            };
+            let now = now_micros();
+            let measuring = st.measuring.load(Ordering::Relaxed);
+            let block = frame.as_bytes();
+            st.events.fetch_add(1, Ordering::Relaxed);
+            if first {
+                first = false;
+                if measuring {
+                    st.ttfe_us
+                        .lock()
+                        .expect("lock")
+                        .push(t0.elapsed().as_micros().min(u32::MAX as u128) as u32);
+                }
+                out.id = response_id(block);
+            }
+            let Some(ty) = block.strip_prefix(b"{\"type\":\"") else {
+                continue;
+            };
+            if ty.starts_with(b"response.output_text.delta\"") {
+                if measuring && let Some(sent) = stamp(block) {
+                    lat.push(now.saturating_sub(sent).min(u32::MAX as u64) as u32);
+                }
+            } else if ty.starts_with(b"response.completed\"") {
+                out.completed = true;
+                break;
+            } else if ty.starts_with(b"response.mcp_call.completed\"") {
+                out.mcp_calls += 1;
+            } else if ty.starts_with(b"response.failed\"")
+                || ty.starts_with(b"response.incomplete\"")
+                || ty.starts_with(b"error\"")
+            {
+                return Err(format!(
+                    "{}: {}",
+                    req.url,
+                    String::from_utf8_lossy(&block[..block.len().min(400)])
+                ));
+            }
+        }
+        if !lat.is_empty() {
+            let mut all = st.latency_us.lock().expect("lock");
+            if all.len() < MAX_SAMPLES {
+                all.extend_from_slice(&lat);
+            }
+        }
+        Ok(out)
+    }
+    .await;
+    if result.is_err() {
+        *socket = None;
+    }
+    result
+}
+
 /// What a looping client checks on each run.
 #[derive(Clone, Copy)]
 pub struct Expect {
@@ -216,10 +320,16 @@ pub async fn loop_runs(
 ) {
     tokio::time::sleep(start_after).await;
     let mut n = 0;
+    let mut socket: Option<Socket> = None;
     while !st.stop.load(Ordering::Relaxed) && Instant::now() < deadline && n < max_runs {
         n += 1;
         let req = make();
-        match one_run(&http, &req, kind, &st, || {}).await {
+        let ran = if kind == Kind::Socket {
+            one_socket_run(&mut socket, &req, &st).await
+        } else {
+            one_run(&http, &req, kind, &st, || {}).await
+        };
+        match ran {
             Ok(out) if !out.completed => st.error(format!(
                 "{}: stream ended without its terminal event",
                 req.url

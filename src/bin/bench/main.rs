@@ -929,6 +929,36 @@ async fn scenario_stream(
         )
         .await;
         row.store = su.label.clone();
+        rows.push(row);
+        // The same runs over WebSocket mode, on the same relay: one socket per client, each
+        // response a `response.create` frame.
+        let mut frame: serde_json::Value =
+            serde_json::from_slice(&responses_body(&model, "hi", false, json!([])))
+                .expect("a JSON body");
+        frame["type"] = json!("response.create");
+        let req = Req {
+            url: format!(
+                "ws://{}/v1/responses",
+                relay.origin().trim_start_matches("http://")
+            ),
+            body: Some(Bytes::from(frame.to_string())),
+        };
+        let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
+        let mut row = measure_loop(
+            env,
+            plan,
+            plan.run_length(plan.deltas),
+            relay.pid(),
+            "stream",
+            "relay websocket store:false",
+            Kind::Socket,
+            Expect { mcp_call: false },
+            plan.clients,
+            make,
+            None,
+        )
+        .await;
+        row.store = su.label.clone();
         drop(relay);
         env.release(&su);
         rows.push(row);
@@ -1452,7 +1482,16 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
                 fmt_opt(lat(0.99), 2)
             );
             let got = format!("{}x", fmt_opt(cpu, 2));
-            if r.side.contains("store:false") {
+            if r.side.contains("websocket") {
+                let sse = find("stream", "relay store:false").and_then(Row::cpu_ms_per_1k);
+                let vs = r.cpu_ms_per_1k().zip(sse).map(|(a, b)| a / b);
+                targets.push(Target {
+                    what: "relay CPU per event over WebSocket <= over SSE (store: false)".into(),
+                    ok: vs.map(|v| v <= 1.0),
+                    got: format!("{}x SSE's", fmt_opt(vs, 2)),
+                    info: false,
+                });
+            } else if r.side.contains("store:false") {
                 let what = "relay CPU per streamed event <= 3x floor (store: false)".to_string();
                 targets.push(Target {
                     what,
