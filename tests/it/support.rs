@@ -77,8 +77,21 @@ pub async fn relay(config: Config) -> Relay {
 
 /// Serves an already built app (for tests that also use the app's handles).
 pub async fn relay_app(app: App) -> Relay {
-    responses_relay::install_tls();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    relay_on(app, listener).await
+}
+
+/// A relay whose connections have a small kernel send buffer (accepted sockets inherit it from
+/// the listener): a client that stops reading blocks the relay's writes within kilobytes.
+pub async fn relay_with_small_send_buffers(config: Config) -> Relay {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(4096).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    relay_on(App::new(config), socket.listen(64).unwrap()).await
+}
+
+async fn relay_on(app: App, listener: tokio::net::TcpListener) -> Relay {
+    responses_relay::install_tls();
     let addr = listener.local_addr().unwrap();
     let (tx, rx) = oneshot::channel();
     let done = tokio::spawn(responses_relay::server::serve_on(listener, app, async {

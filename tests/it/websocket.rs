@@ -465,3 +465,35 @@ async fn a_connection_past_its_lifetime_is_told_so_and_closed() {
         other => panic!("expected a close frame, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_socket_client_that_stops_reading_has_its_run_cancelled() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.limits.client_stall = Duration::from_millis(300);
+    let relay = relay_with_small_send_buffers(c).await;
+    // A client with a tiny receive buffer that never reads: a run that would stream for a minute
+    // (60,000 deltas 1 ms apart) fills the socket within seconds, and the writer's stall timeout
+    // cancels it.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    let tcp = sock.connect(relay.addr).await.unwrap();
+    let url = format!("ws://{}/v1/responses", relay.addr);
+    let (mut socket, _) = tokio_tungstenite::client_async(url.as_str(), tcp)
+        .await
+        .unwrap();
+    let frame = create(
+        json!({"model": "fake-model?deltas=60000&delay_ms=1", "input": "flood", "store": false}),
+    );
+    socket
+        .send(Message::Text(frame.to_string().into()))
+        .await
+        .unwrap();
+    eventually("the upstream stream is open", || up.open_streams() == 1).await;
+    eventually(
+        "the stalled client's run was cancelled long before the upstream finished",
+        || up.open_streams() == 0,
+    )
+    .await;
+    drop(socket);
+}
