@@ -497,3 +497,38 @@ async fn a_socket_client_that_stops_reading_has_its_run_cancelled() {
     .await;
     drop(socket);
 }
+
+#[tokio::test]
+async fn another_tenants_response_is_not_found_over_the_socket() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.keys = vec![
+        responses_relay::config::KeyEntry::of_tenant("key-of-a", "a"),
+        responses_relay::config::KeyEntry::of_tenant("key-of-b", "b"),
+    ];
+    let relay = relay(c).await;
+    let mut a = Ws::connect(&relay, Some("key-of-a")).await.unwrap();
+    a.send(create(
+        json!({"model": "fake-model", "input": "a's secret"}),
+    ))
+    .await;
+    let mine = check_events(&a.response().await.events);
+    let mut b = Ws::connect(&relay, Some("key-of-b")).await.unwrap();
+    b.send(create(
+        json!({"model": "fake-model", "input": "x", "previous_response_id": mine["id"]}),
+    ))
+    .await;
+    let e = b.response().await.events.pop().unwrap();
+    assert_eq!(e["type"], "error");
+    assert_eq!(e["error"]["code"], "previous_response_not_found", "{e}");
+    // Its own key's other socket chains to it.
+    let mut a2 = Ws::connect(&relay, Some("key-of-a")).await.unwrap();
+    a2.send(create(
+        json!({"model": "fake-model", "input": "y", "previous_response_id": mine["id"]}),
+    ))
+    .await;
+    assert_eq!(
+        check_events(&a2.response().await.events)["status"],
+        "completed"
+    );
+}
