@@ -122,6 +122,17 @@ pub enum HostedTools {
     Reject,
 }
 
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One human-readable line per event (colours only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line: time, level, message, the request id and every field.
+    Json,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalArg {
@@ -158,6 +169,9 @@ pub struct ServeArgs {
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
     pub upstream_api: Option<ApiArg>,
+    /// How log lines are written: `text`, or `json` (one object per line).
+    #[arg(long, env = "RELAY_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     /// A named Chat Completions upstream (repeatable): model `NAME/REST` goes to URL as `REST`.
     #[arg(long = "upstream", value_name = "NAME=URL")]
     pub upstreams: Vec<String>,
@@ -372,6 +386,7 @@ struct FileConfig {
     mcp_servers: Option<std::collections::BTreeMap<String, FileMcpServer>>,
     /// `[[upstreams]]`: named model servers.
     upstreams: Option<Vec<upstreams::FileUpstream>>,
+    log_format: Option<LogFormat>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -662,6 +677,7 @@ pub struct Config {
     pub mcp: McpConfig,
     /// Sequential ids and a fixed clock, for golden tests.
     pub deterministic: bool,
+    pub log_format: LogFormat,
 }
 
 impl Default for Config {
@@ -709,6 +725,7 @@ impl Default for Config {
                 web_search: None,
             },
             deterministic: false,
+            log_format: LogFormat::Text,
         }
     }
 }
@@ -1014,6 +1031,7 @@ impl Config {
             c.mcp.max_output_bytes = n;
         }
         c.deterministic = env("RELAY_DETERMINISTIC").is_some_and(|v| v == "1");
+        c.log_format = args.log_format.or(file.log_format).unwrap_or_default();
         Ok(c)
     }
 }

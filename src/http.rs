@@ -66,6 +66,37 @@ pub enum Route<'a> {
 }
 
 impl<'a> Route<'a> {
+    /// The route as logs name it: the method and the path with ids as `{id}` (bounded whatever
+    /// the client sent).
+    pub fn template(method: &Method, path: &str) -> String {
+        let Some(route) = Route::parse(method, path) else {
+            return format!("{method} (no route)");
+        };
+        let path = match route {
+            Route::Create if path.trim_end_matches('/').ends_with("/agent") => "/v1/agent",
+            Route::Create | Route::WebSocket => "/v1/responses",
+            Route::InputTokens => "/v1/responses/input_tokens",
+            Route::Compact => "/v1/responses/compact",
+            Route::Get(_) | Route::Delete(_) => "/v1/responses/{id}",
+            Route::Cancel(_) => "/v1/responses/{id}/cancel",
+            Route::InputItems(_) => "/v1/responses/{id}/input_items",
+            Route::Models => "/v1/models",
+            Route::McpServers => "/v1/mcp/servers",
+            Route::Health => "/healthz",
+            Route::ConversationCreate => "/v1/conversations",
+            Route::ConversationGet(_)
+            | Route::ConversationUpdate(_)
+            | Route::ConversationDelete(_) => "/v1/conversations/{id}",
+            Route::ConversationItems(_) | Route::ConversationAddItems(_) => {
+                "/v1/conversations/{id}/items"
+            }
+            Route::ConversationItem(..) | Route::ConversationDeleteItem(..) => {
+                "/v1/conversations/{id}/items/{item_id}"
+            }
+        };
+        format!("{method} {path}")
+    }
+
     pub fn parse(method: &Method, path: &'a str) -> Option<Route<'a>> {
         let path = path.trim_end_matches('/');
         if path == "/healthz" && method == Method::GET {
@@ -104,8 +135,37 @@ impl<'a> Route<'a> {
     }
 }
 
-/// Handles one request.
+/// Handles one request: under a span naming its request id (every log line of the request, its
+/// run's included, carries it), answered with `x-request-id`; a rejection is logged once.
 pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    use tracing::Instrument;
+    let id = request_id(&req);
+    let span = tracing::info_span!("request", request_id = %id);
+    let mut resp = route(app, req).instrument(span).await;
+    if let Ok(v) = header::HeaderValue::from_str(&id) {
+        resp.headers_mut().insert("x-request-id", v);
+    }
+    Ok(resp)
+}
+
+/// The client's `x-request-id` when it is a sane one (1 to 128 of `A-Za-z0-9._:-`), else a new one.
+fn request_id<B>(req: &Request<B>) -> String {
+    let given = req
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| {
+            (1..=128).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+        });
+    match given {
+        Some(v) => v.to_string(),
+        None => format!("req_{:032x}", rand::random::<u128>()),
+    }
+}
+
+async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
     let result = match check_auth(&app, &req) {
@@ -160,7 +220,17 @@ pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, 
             None => Err(ApiError::not_found_route(&method, &path)),
         },
     };
-    Ok(result.unwrap_or_else(ApiError::into_response))
+    result.unwrap_or_else(|e| {
+        tracing::info!(
+            route = %Route::template(&method, &path),
+            status = e.status.as_u16(),
+            code = e.body.code.as_deref().unwrap_or(""),
+            param = e.body.param.as_deref().unwrap_or(""),
+            error = %e.body.message,
+            "request rejected"
+        );
+        e.into_response()
+    })
 }
 
 /// With relay keys configured, every route but `/healthz` needs one of them as the bearer; the

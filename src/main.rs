@@ -27,7 +27,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    responses_relay::telemetry::init();
+    if !matches!(cli.command, Command::Serve(_)) {
+        responses_relay::telemetry::init(Default::default());
+    }
     responses_relay::install_tls();
     match cli.command {
         Command::Logs(cmd) => logs(cmd),
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(64);
                 }
             };
+            responses_relay::telemetry::init(config.log_format);
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

@@ -147,9 +147,11 @@ pub fn start(
         );
     }
     let app = app.clone();
-    tokio::spawn(async move {
+    // The run's log lines carry the request's span (its request id), whoever reads the run.
+    let run = async move {
         agent::drive(app, prepared, log, cancel).await;
         drop(permit);
-    });
+    };
+    tokio::spawn(tracing::Instrument::in_current_span(run));
     handle
 }

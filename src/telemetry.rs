@@ -64,14 +64,22 @@ impl<'a, M: MakeWriter<'a>> MakeWriter<'a> for RedactingMakeWriter<M> {
 }
 
 /// Installs the binary's subscriber: `RELAY_LOG` filter (default `info,rmcp=warn`), to stderr,
-/// redacted; colours only on a terminal (a log file gets plain text).
-pub fn init() {
+/// redacted; as text (colours only on a terminal) or one JSON object per line (the event's fields
+/// at the top level, the request's id as `span.request_id`).
+pub fn init(format: crate::config::LogFormat) {
     use std::io::IsTerminal;
     let filter = tracing_subscriber::EnvFilter::try_from_env("RELAY_LOG")
         .unwrap_or_else(|_| "info,rmcp=warn".into());
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(RedactingMakeWriter(io::stderr))
-        .with_ansi(io::stderr().is_terminal())
-        .init();
+        .with_writer(RedactingMakeWriter(io::stderr));
+    match format {
+        crate::config::LogFormat::Text => builder.with_ansi(io::stderr().is_terminal()).init(),
+        crate::config::LogFormat::Json => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+    }
 }

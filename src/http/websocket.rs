@@ -88,7 +88,7 @@ pub fn accept(
     let bearer = super::responses::client_bearer(app, &req);
     let upgrade = hyper::upgrade::on(&mut req);
     let app = app.clone();
-    tokio::spawn(async move {
+    let connection = async move {
         match upgrade.await {
             Ok(io) => {
                 let config = WebSocketConfig::default()
@@ -103,7 +103,9 @@ pub fn accept(
             }
             Err(e) => tracing::warn!(error = %e, "the WebSocket upgrade did not complete"),
         }
-    });
+    };
+    // The connection's log lines (and its runs') carry the upgrade's request id.
+    tokio::spawn(tracing::Instrument::in_current_span(connection));
     Ok(Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::UPGRADE, "websocket")
@@ -171,7 +173,12 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     let gone = CancellationToken::new();
     let stall = app.config().limits.client_stall;
     let lifetime = app.config().limits.websocket_lifetime;
-    let writer = tokio::spawn(write_frames(sink, queue, stall, gone.clone()));
+    let writer = tokio::spawn(tracing::Instrument::in_current_span(write_frames(
+        sink,
+        queue,
+        stall,
+        gone.clone(),
+    )));
     let conn = Arc::new(Conn {
         app: app.clone(),
         access,
@@ -413,7 +420,11 @@ fn dispatch(
             return conn.send_error(lane.as_deref(), &e);
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        tasks.spawn(run_lane(conn.clone(), lane.clone(), rx));
+        tasks.spawn(tracing::Instrument::in_current_span(run_lane(
+            conn.clone(),
+            lane.clone(),
+            rx,
+        )));
         lanes.insert(lane.clone(), tx);
     }
     let _ = lanes[&lane].send(value);
@@ -527,7 +538,7 @@ impl Conn {
             status = e.status.as_u16(),
             code = e.body.code.as_deref().unwrap_or(""),
             param = e.body.param.as_deref().unwrap_or(""),
-            message = %e.body.message,
+            error = %e.body.message,
             "websocket error frame"
         );
         let mut frame = json!({"type": "error", "status": e.status.as_u16(), "error": e.body});

@@ -15,6 +15,7 @@ mod mcp_client;
 mod mcp_loop;
 #[path = "../../src/bin/mcp_test_server/server.rs"]
 pub mod mcp_test_server;
+mod observability;
 mod process;
 mod redis;
 mod registered;
