@@ -23,6 +23,9 @@ struct Inner {
     ids: IdSource,
     clock: Clock,
     shutdown: CancellationToken,
+    /// WebSocket-mode connections (hyper stops tracking a connection once it is upgraded): the
+    /// graceful shutdown waits for them too.
+    sockets: tokio_util::task::TaskTracker,
     runs: Arc<tokio::sync::Semaphore>,
     sealer: Arc<crate::seal::Sealer>,
 }
@@ -102,6 +105,7 @@ impl App {
                     Clock::System
                 },
                 shutdown: CancellationToken::new(),
+                sockets: tokio_util::task::TaskTracker::new(),
                 runs: Arc::new(tokio::sync::Semaphore::new(
                     config.limits.max_concurrent_runs,
                 )),
@@ -149,6 +153,11 @@ impl App {
     /// Cancelled when the relay shuts down; every run's token is a child of it.
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.inner.shutdown
+    }
+
+    /// The upgraded (WebSocket-mode) connections.
+    pub fn sockets(&self) -> &tokio_util::task::TaskTracker {
+        &self.inner.sockets
     }
 }
 

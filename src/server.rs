@@ -38,9 +38,12 @@ pub async fn serve_on(listener: TcpListener, app: App, shutdown: impl Future<Out
         }
     }
     drop(listener);
-    // End every run first: their streams then finish with a terminal event and [DONE].
+    // End every run first: their streams then finish with a terminal event and [DONE] (a
+    // WebSocket, with the close frame).
     app.shutdown_token().cancel();
-    if tokio::time::timeout(Duration::from_secs(10), graceful.shutdown())
+    app.sockets().close();
+    let drained = futures::future::join(graceful.shutdown(), app.sockets().wait());
+    if tokio::time::timeout(Duration::from_secs(10), drained)
         .await
         .is_err()
     {

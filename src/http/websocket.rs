@@ -10,8 +10,10 @@
 //!   and every event (and `error`) of a named lane carries its `stream_id`.
 //! - Every client frame is answered: with its response's events, or with an `error` frame (the
 //!   SDKs' nested shape), after which the connection serves the next one.
-//! - The connection remembers its last responses (bounded), `store: false` ones too, so the next
-//!   create may chain to them with `previous_response_id`.
+//! - The connection remembers its last `store: false` responses (bounded), so the next create may
+//!   chain to them with `previous_response_id` (stored ones chain from the store).
+//! - Upgraded connections are tracked by the app (`App::sockets`): a graceful shutdown waits for
+//!   them (their runs' terminal events, then a 1001 close), as it waits for HTTP connections.
 //! - The client gone (closed, dropped, or not reading for the stall timeout): its runs that are
 //!   not `background` are cancelled, as an SSE client's are. At most [`Limits::websocket_lifetime`]
 //!   after the upgrade, an `error` frame and a close frame say the connection is over.
@@ -45,6 +47,10 @@ const REMEMBERED: usize = 16;
 /// Bytes read from the socket at a time (tungstenite keeps a buffer this large per connection
 /// and zeroes it on each read attempt: small, as client frames are few).
 const READ_CHUNK: usize = 4096;
+/// Silence after which the writer pings the client.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Creates that may wait in one lane.
+const LANE_QUEUE: usize = 16;
 /// Named lanes one connection may open.
 const MAX_LANES: usize = 32;
 /// Events the writer takes from a run's log at a time.
@@ -87,6 +93,7 @@ pub fn accept(
     let accept_key = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
     let bearer = super::responses::client_bearer(app, &req);
     let upgrade = hyper::upgrade::on(&mut req);
+    let sockets = app.sockets().clone();
     let app = app.clone();
     let connection = async move {
         match upgrade.await {
@@ -105,7 +112,7 @@ pub fn accept(
         }
     };
     // The connection's log lines (and its runs') carry the upgrade's request id.
-    tokio::spawn(tracing::Instrument::in_current_span(connection));
+    sockets.spawn(tracing::Instrument::in_current_span(connection));
     Ok(Response::builder()
         .status(StatusCode::SWITCHING_PROTOCOLS)
         .header(header::UPGRADE, "websocket")
@@ -189,7 +196,7 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
         started: Default::default(),
     });
     tracing::info!("websocket connection opened");
-    let mut lanes: HashMap<Option<String>, mpsc::UnboundedSender<Value>> = HashMap::new();
+    let mut lanes: HashMap<Option<String>, mpsc::Sender<Value>> = HashMap::new();
     let mut tasks = tokio::task::JoinSet::new();
     let end = tokio::time::sleep(lifetime);
     let shutdown = app.shutdown_token().cancelled();
@@ -200,6 +207,13 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
         tokio::select! {
             biased;
             _ = &mut writer_gone => break None,
+            // What runs is sent to its end (the shutdown ends the runs), then the close.
+            _ = &mut shutdown => break Some((CloseCode::Away, "the relay is shutting down")),
+            _ = &mut end => {
+                conn.send_error(None, &lifetime_error());
+                conn.over.cancel();
+                break Some((CloseCode::Normal, "connection limit reached (60 minutes)"));
+            }
             frame = incoming.next() => match frame {
                 Some(Ok(Message::Text(text))) => dispatch(&conn, text, &mut lanes, &mut tasks),
                 Some(Ok(Message::Binary(_))) => {
@@ -212,13 +226,6 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
                     break None;
                 }
             },
-            // What runs is sent to its end (the shutdown ends the runs), then the close.
-            _ = &mut shutdown => break Some((CloseCode::Away, "the relay is shutting down")),
-            _ = &mut end => {
-                conn.send_error(None, &lifetime_error());
-                conn.over.cancel();
-                break Some((CloseCode::Normal, "connection limit reached (60 minutes)"));
-            }
         }
     };
     // No more creates: each lane ends with what it runs (cancelled unless `background` when the
@@ -249,17 +256,29 @@ async fn write_frames(
     let (mut taken, mut sending) = (Vec::with_capacity(16), Vec::<Sending>::new());
     let mut open = true;
     let client_gone = gone.cancelled();
-    tokio::pin!(client_gone);
+    // A ping after KEEPALIVE without a frame, as an SSE body's `: keepalive` (one timer, set
+    // again only when it fires: writes only note the time).
+    let mut wrote_at = tokio::time::Instant::now();
+    let keepalive = tokio::time::sleep(KEEPALIVE);
+    tokio::pin!(client_gone, keepalive);
     while open || !sending.is_empty() {
         match write_ready(&mut sink, &mut taken, &mut sending, stall).await {
-            Ok(false) => {}
-            Ok(true) | Err(()) => break,
+            Ok((false, 0)) => {}
+            Ok((false, _)) => wrote_at = tokio::time::Instant::now(),
+            Ok((true, _)) | Err(()) => break,
         }
         tokio::select! {
             biased;
             _ = &mut client_gone => break,
             n = queue.recv_many(&mut taken, 16), if open => open = n > 0,
             _ = wait_for_events(&sending) => {}
+            _ = &mut keepalive => {
+                if wrote_at.elapsed() >= KEEPALIVE {
+                    taken.push(Out::Frame(Message::Ping(Bytes::new())));
+                    wrote_at = tokio::time::Instant::now();
+                }
+                keepalive.as_mut().reset(wrote_at + KEEPALIVE);
+            }
         }
     }
     gone.cancel();
@@ -283,7 +302,7 @@ async fn write_ready(
     taken: &mut Vec<Out>,
     sending: &mut Vec<Sending>,
     stall: Duration,
-) -> Result<bool, ()> {
+) -> Result<(bool, usize), ()> {
     let writing = async {
         let (mut fed, mut closing) = (0usize, false);
         for out in taken.drain(..) {
@@ -317,7 +336,7 @@ async fn write_ready(
         if fed > 0 {
             ws.flush().await?;
         }
-        Ok::<_, tokio_tungstenite::tungstenite::Error>(closing)
+        Ok::<_, tokio_tungstenite::tungstenite::Error>((closing, fed))
     };
     // The stall timer starts only when a write has to wait (a timer per event costs more than
     // the event: measured).
@@ -327,7 +346,7 @@ async fn write_ready(
         std::task::Poll::Pending => tokio::time::timeout(stall, writing).await,
     };
     match wrote {
-        Ok(Ok(closing)) => Ok(closing),
+        Ok(Ok(wrote)) => Ok(wrote),
         Ok(Err(_)) => Err(()),
         Err(_) => {
             tracing::warn!(
@@ -355,7 +374,7 @@ async fn wait_for_events(sending: &[Sending]) {
 fn dispatch(
     conn: &Arc<Conn>,
     text: Utf8Bytes,
-    lanes: &mut HashMap<Option<String>, mpsc::UnboundedSender<Value>>,
+    lanes: &mut HashMap<Option<String>, mpsc::Sender<Value>>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) {
     let value: Value = match serde_json::from_str(text.as_str()) {
@@ -385,6 +404,20 @@ fn dispatch(
     };
     match value.get("type").and_then(Value::as_str) {
         Some("response.create") => {}
+        Some("response.steer") => {
+            // The SDKs' own answer for a server that does not steer.
+            let steer = json!({"input": value.get("input").cloned().unwrap_or(Value::Null),
+                "previous_response_id": value.get("previous_response_id").cloned().unwrap_or(Value::Null)});
+            let frame = json!({"type": "response.steer.failed", "sequence_number": 0,
+                "error": {"type": "invalid_request_error", "code": "steering_not_supported",
+                    "message": "This relay does not steer responses; send a new response.create."},
+                "steer": steer});
+            tracing::info!(code = "steering_not_supported", "websocket steer refused");
+            let _ = conn.out.send(Out::Frame(Message::Text(Utf8Bytes::from(
+                frame.to_string(),
+            ))));
+            return;
+        }
         Some(other) => {
             let e = ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -419,7 +452,7 @@ fn dispatch(
             );
             return conn.send_error(lane.as_deref(), &e);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(LANE_QUEUE);
         tasks.spawn(tracing::Instrument::in_current_span(run_lane(
             conn.clone(),
             lane.clone(),
@@ -427,18 +460,27 @@ fn dispatch(
         )));
         lanes.insert(lane.clone(), tx);
     }
-    let _ = lanes[&lane].send(value);
+    if lanes[&lane].try_send(value).is_err() {
+        let e = ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!(
+                "At most {LANE_QUEUE} responses may wait in one stream id; send this one when an earlier one has ended."
+            ),
+            Some("stream_id"),
+            Some("websocket_stream_limit_reached"),
+        );
+        conn.send_error(lane.as_deref(), &e);
+    }
 }
 
 /// A lane: its creates, one response after another.
-async fn run_lane(
-    conn: Arc<Conn>,
-    lane: Option<String>,
-    mut creates: mpsc::UnboundedReceiver<Value>,
-) {
+async fn run_lane(conn: Arc<Conn>, lane: Option<String>, mut creates: mpsc::Receiver<Value>) {
     while let Some(create) = creates.recv().await {
         if conn.over.is_cancelled() {
-            return;
+            // Answered still (a client past the lifetime reads it; a gone one does not).
+            conn.send_error(lane.as_deref(), &lifetime_error());
+            continue;
         }
         if let Err(e) = conn.respond(create, lane.as_deref()).await {
             conn.send_error(lane.as_deref(), &e);
@@ -492,8 +534,12 @@ impl Conn {
             request.relay.prior_history = remembered.by_id.get(prev).cloned();
         }
         let permit = app.run_permit().ok_or_else(ApiError::busy)?;
-        let prepared = run::prepare(app, request, self.bearer.clone(), tenant).await?;
-        let history = prepared.history.clone();
+        let prepared = tokio::select! {
+            prepared = run::prepare(app, request, self.bearer.clone(), tenant) => prepared?,
+            // Nobody to answer: nothing is started.
+            _ = self.over.cancelled() => return Ok(()),
+        };
+        let history = (!prepared.request.store).then(|| prepared.history.clone());
         let handle = run::start(app, prepared, permit);
         self.started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -515,10 +561,12 @@ impl Conn {
             }
             return Ok(());
         }
-        if let Some(response) = handle.log.snapshot() {
+        // A stored response chains from the store; only `store: false` ones need remembering.
+        if let Some(response) = handle.log.snapshot().filter(|r| !r.store) {
             use crate::api::ResponseStatus::{Completed, Incomplete};
-            if matches!(response.status, Completed | Incomplete) {
-                let mut chain = history;
+            if let (true, Some(mut chain)) =
+                (matches!(response.status, Completed | Incomplete), history)
+            {
                 chain.extend(
                     response
                         .output

@@ -347,3 +347,46 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     }
     assert_eq!(rows(&db), 0, "restart left journal rows of finished runs");
 }
+
+#[tokio::test]
+async fn on_sigterm_a_websocket_client_gets_its_runs_end_and_a_going_away_close() {
+    use futures::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let up = upstream().await;
+    let db = scratch("process-ws").join("relay.sqlite3");
+    let relay = relay_process(&up.base_url(), &db);
+    let host = relay.base.trim_start_matches("http://").to_string();
+    let tcp = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let (mut ws, _) = tokio_tungstenite::client_async(format!("ws://{host}/v1/responses"), tcp)
+        .await
+        .unwrap();
+    let create = json!({"type": "response.create", "model": "fake-model?delay_ms=200&deltas=100", "input": "long"});
+    ws.send(Message::Text(create.to_string().into()))
+        .await
+        .unwrap();
+    let first = ws.next().await.unwrap().unwrap();
+    assert!(first.to_text().unwrap().contains("response.created"));
+    // SIGTERM: the process ends gracefully, the socket's run ends first, then the close frame
+    // (hyper no longer tracks an upgraded connection: the relay must wait for it itself).
+    Command::new("kill")
+        .args(["-TERM", &relay.child.id().to_string()])
+        .status()
+        .unwrap();
+    let mut last = String::new();
+    let close = loop {
+        match tokio::time::timeout(std::time::Duration::from_secs(20), ws.next())
+            .await
+            .expect("frames within 20 s")
+        {
+            Some(Ok(Message::Text(t))) => last = t.to_string(),
+            Some(Ok(Message::Close(f))) => break f,
+            Some(Ok(_)) => {}
+            other => panic!("the socket ended without a close frame: {other:?} (last: {last})"),
+        }
+    };
+    assert!(
+        last.contains("\"response.failed\"") || last.contains("\"response.incomplete\""),
+        "the run's terminal event came before the close: {last}"
+    );
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
+}

@@ -218,7 +218,7 @@ async fn errors_are_error_frames_and_the_connection_serves_the_next_create() {
             None,
         ),
         (
-            json!({"type": "response.steer", "input": "faster", "previous_response_id": "resp_1"}),
+            json!({"type": "response.cancel"}),
             400,
             "type",
             Some("unsupported_client_event"),
@@ -251,6 +251,13 @@ async fn errors_are_error_frames_and_the_connection_serves_the_next_create() {
             assert_eq!(e["error"]["code"], code, "{frame}: {e}");
         }
     }
+    // A steer gets the SDKs' own refusal for a server that does not steer.
+    ws.send(json!({"type": "response.steer", "input": "faster", "previous_response_id": "resp_1"}))
+        .await;
+    let steer: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
+    assert_eq!(steer["type"], "response.steer.failed", "{steer}");
+    assert_eq!(steer["error"]["code"], "steering_not_supported");
+    assert_eq!(steer["steer"]["previous_response_id"], "resp_1");
     // Not JSON at all, then a binary frame: still answered.
     ws.socket
         .send(Message::Text("{not json".into()))
@@ -415,7 +422,7 @@ async fn a_dropped_socket_cancels_its_runs_but_not_background_ones() {
 
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     ws.send(create(
-        json!({"model": "fake-model?delay_ms=20&deltas=5", "input": "goes on", "background": true}),
+        json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "goes on", "background": true}),
     ))
     .await;
     let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
@@ -531,4 +538,78 @@ async fn another_tenants_response_is_not_found_over_the_socket() {
         check_events(&a2.response().await.events)["status"],
         "completed"
     );
+}
+
+#[tokio::test]
+async fn creates_on_one_lane_run_one_after_another() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    // Sent back to back: the second starts only after the first has ended, and the error of a
+    // bad third one comes after the second's events.
+    ws.send(create(
+        json!({"model": "fake-model?delay_ms=20&deltas=10", "input": "one"}),
+    ))
+    .await;
+    ws.send(create(json!({"model": "fake-model", "input": "two"})))
+        .await;
+    ws.send(create(
+        json!({"model": "fake-model", "input": "x", "bogus": 1}),
+    ))
+    .await;
+    let mut seen: Vec<String> = Vec::new();
+    while seen.iter().filter(|k| *k == "response.completed").count() < 2
+        || !seen.iter().any(|k| k == "error")
+    {
+        let v: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
+        seen.push(v["type"].as_str().unwrap().to_string());
+    }
+    let at = |kind: &str, nth: usize| {
+        seen.iter()
+            .enumerate()
+            .filter(|(_, k)| k.as_str() == kind)
+            .nth(nth)
+            .unwrap()
+            .0
+    };
+    assert!(
+        at("response.completed", 0) < at("response.created", 1),
+        "{seen:?}"
+    );
+    assert_eq!(seen.last().unwrap(), "error", "{seen:?}");
+}
+
+#[tokio::test]
+async fn on_shutdown_a_socket_gets_its_runs_ends_then_a_going_away_close() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    ws.send(create(
+        json!({"model": "fake-model?delay_ms=200&deltas=100", "input": "long"}),
+    ))
+    .await;
+    let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
+    assert_eq!(created["type"], "response.created");
+    let stopping = tokio::spawn(relay.shutdown());
+    let mut last = Value::Null;
+    let close = loop {
+        let m = tokio::time::timeout(Duration::from_secs(20), ws.socket.next())
+            .await
+            .expect("frames within 20 s");
+        match m {
+            Some(Ok(Message::Text(t))) => last = serde_json::from_str(&t).unwrap(),
+            Some(Ok(Message::Close(f))) => break f,
+            Some(Ok(_)) => {}
+            other => panic!("the socket ended without a close frame: {other:?}"),
+        }
+    };
+    assert!(
+        matches!(
+            last["type"].as_str(),
+            Some("response.failed" | "response.incomplete" | "response.completed")
+        ),
+        "the run's terminal event came before the close: {last}"
+    );
+    assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
+    stopping.await.unwrap();
 }

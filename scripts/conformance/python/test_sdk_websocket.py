@@ -1,7 +1,8 @@
 """WebSocket mode (issue 22) through the official Python SDK's `client.responses.connect()` and its
 lane helper (`ResponsesWebSocketSession`), over both upstream kinds: text runs, an MCP run, two
 responses chained with `store: false` on one connection, errors as `error` events after which the
-connection serves the next create, and `response.steer` answered, never left hanging."""
+connection serves the next create, and `response.steer` answered (`response.steer.failed`), never
+left hanging."""
 
 from __future__ import annotations
 
@@ -89,13 +90,13 @@ def test_an_error_then_a_good_create_on_the_same_connection(client):
     assert ok.response.output_text == "Hello! You said: still here"
 
 
-def test_steer_is_answered_with_an_error_event(client):
+def test_steer_is_answered_with_the_sdks_steer_failed_event(client):
     with client.responses.connect() as conn:
         conn.response.steer(input="faster", previous_response_id="resp_1")
-        err = until_terminal(conn)[-1]
-        assert err.type == "error"
-        assert err.error.code == "unsupported_client_event"
-        assert err.error.param == "type"
+        failed = next(iter(conn))
+        assert failed.type == "response.steer.failed"
+        assert failed.error.code == "steering_not_supported"
+        assert failed.steer.previous_response_id == "resp_1"
         conn.response.create(model=MODEL, input="after steer")
         assert until_terminal(conn)[-1].type == "response.completed"
 
