@@ -18,6 +18,7 @@ pub struct App {
 struct Inner {
     config: Config,
     upstream: Upstreams,
+    metrics: Arc<crate::metrics::Metrics>,
     store: Store,
     mcp: crate::mcp::Pool,
     ids: IdSource,
@@ -88,10 +89,24 @@ impl App {
                     config.upstream_timeouts.clone(),
                 )
             });
-        let upstream = Upstreams::new(default, config.default_upstream.clone(), named);
+        // Label values the config names: literal models of keys' `models`.
+        let configured = config
+            .keys
+            .iter()
+            .flat_map(|k| k.models.iter().flatten())
+            .filter(|m| !m.contains('*'))
+            .cloned();
+        let metrics = Arc::new(crate::metrics::Metrics::new(configured));
+        let upstream = Upstreams::new(
+            default,
+            config.default_upstream.clone(),
+            named,
+            metrics.clone(),
+        );
         App {
             inner: Arc::new(Inner {
                 upstream,
+                metrics,
                 store,
                 mcp: mcp_pool(&config),
                 ids: if config.deterministic {
@@ -121,6 +136,10 @@ impl App {
 
     pub fn upstream(&self) -> &Upstreams {
         &self.inner.upstream
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::Metrics {
+        &self.inner.metrics
     }
 
     pub fn store(&self) -> &Store {

@@ -169,6 +169,14 @@ pub struct ServeArgs {
     /// Which upstream API to drive.
     #[arg(long, env = "RELAY_UPSTREAM_API", value_enum)]
     pub upstream_api: Option<ApiArg>,
+    /// The bearer `GET /metrics` needs (default: it is open, as `/healthz` is).
+    #[arg(
+        long,
+        env = "RELAY_METRICS_KEY",
+        value_name = "KEY",
+        hide_env_values = true
+    )]
+    pub metrics_key: Option<String>,
     /// How log lines are written: `text`, or `json` (one object per line).
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
@@ -387,6 +395,7 @@ struct FileConfig {
     /// `[[upstreams]]`: named model servers.
     upstreams: Option<Vec<upstreams::FileUpstream>>,
     log_format: Option<LogFormat>,
+    metrics_key: Option<String>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -678,6 +687,8 @@ pub struct Config {
     /// Sequential ids and a fixed clock, for golden tests.
     pub deterministic: bool,
     pub log_format: LogFormat,
+    /// `--metrics-key`: never printed.
+    pub metrics_key: Option<Secret>,
 }
 
 impl Default for Config {
@@ -726,6 +737,7 @@ impl Default for Config {
             },
             deterministic: false,
             log_format: LogFormat::Text,
+            metrics_key: None,
         }
     }
 }
@@ -1032,6 +1044,11 @@ impl Config {
         }
         c.deterministic = env("RELAY_DETERMINISTIC").is_some_and(|v| v == "1");
         c.log_format = args.log_format.or(file.log_format).unwrap_or_default();
+        c.metrics_key = args
+            .metrics_key
+            .or(file.metrics_key)
+            .filter(|k| !k.is_empty())
+            .map(Secret);
         Ok(c)
     }
 }

@@ -55,6 +55,8 @@ pub enum Route<'a> {
     Models,
     McpServers,
     Health,
+    /// `GET /metrics`: Prometheus text, open like `/healthz` or behind `--metrics-key`.
+    Metrics,
     ConversationCreate,
     ConversationGet(&'a str),
     ConversationUpdate(&'a str),
@@ -83,6 +85,7 @@ impl<'a> Route<'a> {
             Route::Models => "/v1/models",
             Route::McpServers => "/v1/mcp/servers",
             Route::Health => "/healthz",
+            Route::Metrics => "/metrics",
             Route::ConversationCreate => "/v1/conversations",
             Route::ConversationGet(_)
             | Route::ConversationUpdate(_)
@@ -101,6 +104,9 @@ impl<'a> Route<'a> {
         let path = path.trim_end_matches('/');
         if path == "/healthz" && method == Method::GET {
             return Some(Route::Health);
+        }
+        if path == "/metrics" && method == Method::GET {
+            return Some(Route::Metrics);
         }
         let rest = path.strip_prefix("/v1/")?;
         let parts: Vec<&str> = rest.split('/').collect();
@@ -172,6 +178,7 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
         Err(e) => Err(e),
         Ok(access) => match Route::parse(&method, &path) {
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
+            Some(Route::Metrics) => metrics(&app, &req),
             Some(Route::Create) => responses::create(&app, req, access).await,
             Some(Route::WebSocket) if websocket::is_upgrade(&req) => {
                 websocket::accept(&app, req, access)
@@ -220,7 +227,7 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
             None => Err(ApiError::not_found_route(&method, &path)),
         },
     };
-    result.unwrap_or_else(|e| {
+    let resp = result.unwrap_or_else(|e| {
         tracing::info!(
             route = %Route::template(&method, &path),
             status = e.status.as_u16(),
@@ -230,14 +237,36 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
             "request rejected"
         );
         e.into_response()
-    })
+    });
+    app.metrics()
+        .http_request(Route::template(&method, &path), resp.status().as_u16());
+    resp
+}
+
+/// `GET /metrics`: every metric in the Prometheus text format; with `--metrics-key`, only for
+/// that bearer (relay keys do not open it: scrapers are not tenants).
+fn metrics<B>(app: &App, req: &Request<B>) -> Result<Response<Body>, ApiError> {
+    if let Some(key) = &app.config().metrics_key {
+        let given = bearer(req).unwrap_or_default();
+        if !constant_time_eq(given.as_bytes(), key.0.as_bytes()) {
+            return Err(ApiError::unauthorized());
+        }
+    }
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )
+        .body(full(app.metrics().render()))
+        .expect("valid response"))
 }
 
 /// With relay keys configured, every route but `/healthz` needs one of them as the bearer; the
 /// key decides the request's tenant. Without keys, every request is the default tenant's.
 fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Access, ApiError> {
     let keys = &app.config().keys;
-    if keys.is_empty() || req.uri().path() == "/healthz" {
+    if keys.is_empty() || matches!(req.uri().path(), "/healthz" | "/metrics") {
         return Ok(Access::default());
     }
     let given = crate::config::sha256(bearer(req).unwrap_or_default().as_bytes());

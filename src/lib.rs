@@ -16,6 +16,7 @@ pub mod eventlog;
 pub mod http;
 pub mod logs;
 pub mod mcp;
+pub mod metrics;
 pub mod redact;
 pub mod run;
 pub mod seal;

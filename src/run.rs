@@ -109,6 +109,31 @@ pub struct RunHandle {
     pub created: Arc<Response>,
 }
 
+/// A finished run's metrics: its final status, duration, time to its first text delta (from the
+/// log's time offsets) and the tokens the upstream reported.
+fn record_end(app: &App, model: &str, log: &RunLog, took: std::time::Duration) {
+    let Some(response) = log.snapshot() else {
+        return;
+    };
+    let first_token = log
+        .offset_of_first("response.output_text.delta")
+        .map(std::time::Duration::from_millis);
+    let usage = response.usage.unwrap_or_default();
+    let status = serde_json::to_value(response.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default();
+    app.metrics().run_ended(crate::metrics::RunEnd {
+        model,
+        upstream: app.upstream().name_for(model),
+        status: &status,
+        duration: took,
+        first_token,
+        input_tokens: usage.input_tokens,
+        output_tokens: usage.output_tokens,
+    });
+}
+
 /// Items as a store keeps them: each with an id (the client's, or one minted now).
 pub fn with_ids(app: &App, items: Vec<InputItem>) -> Vec<InputItem> {
     items
@@ -149,7 +174,12 @@ pub fn start(
     let app = app.clone();
     // The run's log lines carry the request's span (its request id), whoever reads the run.
     let run = async move {
-        agent::drive(app, prepared, log, cancel).await;
+        let counted = app.metrics().run_started();
+        let started = std::time::Instant::now();
+        let model = prepared.request.model.clone();
+        agent::drive(app.clone(), prepared, log.clone(), cancel).await;
+        drop(counted);
+        record_end(&app, &model, &log, started.elapsed());
         drop(permit);
     };
     tokio::spawn(tracing::Instrument::in_current_span(run));

@@ -283,6 +283,16 @@ impl RunLog {
             .unwrap_or(0)
     }
 
+    /// The time offset of the first entry of `kind`, if there is one.
+    pub fn offset_of_first(&self, kind: &str) -> Option<u64> {
+        let inner = self.inner.lock().expect("run log poisoned");
+        inner
+            .entries
+            .iter()
+            .find(|e| e.kind() == kind)
+            .map(|e| e.offset_ms)
+    }
+
     /// All appended entries, for the store.
     pub fn entries_from(&self, from: usize) -> Vec<LogEntry> {
         let inner = self.inner.lock().expect("run log poisoned");

@@ -35,6 +35,7 @@ pub async fn create(
             0,
             guard,
             app.config().limits.client_stall,
+            app.metrics().sse_stream(),
         ));
     }
     if background {
@@ -225,6 +226,7 @@ pub async fn get(
             from,
             None,
             app.config().limits.client_stall,
+            app.metrics().sse_stream(),
         ));
     }
     let response = app

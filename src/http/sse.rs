@@ -46,6 +46,7 @@ pub fn stream(
     from: usize,
     guard: Option<CancelOnDrop>,
     stall: Duration,
+    counted: crate::metrics::InFlight,
 ) -> Response<Body> {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     let started = tokio::time::Instant::now();
@@ -76,6 +77,7 @@ pub fn stream(
     }
     let body = async_stream::stream! {
         let _guard = guard;
+        let _counted = counted;
         let mut cursor = from;
         // One subscription and one keepalive timer per reader, not one per wait.
         let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);

@@ -343,11 +343,18 @@ async fn web_search(
     });
     let cfg = &app.config().mcp;
     let args = serde_json::json!({ argument.as_str(): query }).to_string();
+    let started = std::time::Instant::now();
     let called = tokio::select! {
         biased;
         stop = stopped(app, signal) => return Err(stop),
         r = app.mcp().call_tool(spec, &tool, &args, cfg.call_timeout) => r,
     };
+    let result = if called.is_ok() { "ok" } else { "error" };
+    app.metrics().mcp_called(
+        super::tools::metric_label(app, spec),
+        result,
+        started.elapsed(),
+    );
     let text = match called {
         Ok(result) => {
             item.status = ItemStatus::Completed;
@@ -810,8 +817,21 @@ async fn run_calls_with_images(
                     message: "unknown MCP server".into(),
                 });
             };
-            pool.call_tool(&spec, &c.item.name, &c.item.arguments, timeout)
-                .await
+            let started = std::time::Instant::now();
+            let outcome = pool
+                .call_tool(&spec, &c.item.name, &c.item.arguments, timeout)
+                .await;
+            let result = match &outcome {
+                Ok(_) => "ok",
+                Err(McpCallError::McpToolExecutionError { .. }) => "tool_error",
+                Err(_) => "error",
+            };
+            app.metrics().mcp_called(
+                super::tools::metric_label(app, &spec),
+                result,
+                started.elapsed(),
+            );
+            outcome
                 .map(|result| {
                     (
                         crate::mcp::result_text(&result, cap),

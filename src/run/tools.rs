@@ -399,6 +399,15 @@ fn unlisted_server(app: &App, mcp: &McpSetup) -> Result<(), StartError> {
     }
 }
 
+/// `spec`'s server as a metric label: a registered server's label (the one it is registered at,
+/// at its URL), else `request` (a client can name its own servers anything).
+pub(super) fn metric_label<'a>(app: &'a App, spec: &crate::mcp::ServerSpec) -> &'a str {
+    match app.config().mcp.registered.0.get_key_value(&spec.label) {
+        Some((label, r)) if r.server_url.as_deref() == Some(spec.url.as_str()) => label,
+        _ => "request",
+    }
+}
+
 /// A listed tool's `readOnlyHint`, as its `mcp_list_tools` entry carries it.
 pub(super) fn read_only(tool: &McpToolInfo) -> bool {
     tool.annotations
@@ -469,6 +478,8 @@ async fn mcp_setup(
         // not whichever server answers first.
         let id = app.ids().mint("mcpl");
         let listed = app.mcp().list_tools(spec, cfg.discovery_timeout).await;
+        app.metrics()
+            .mcp_listed(metric_label(app, spec), listed.is_ok());
         Ok::<_, StartError>(match listed {
             Ok(tools) => {
                 let total = tools.len();

@@ -25,6 +25,7 @@ pub struct Upstreams {
     named: Vec<(String, Upstream)>,
     /// The merged list of the last `GET /v1/models` made with the relay's own keys.
     models: Mutex<Option<(Instant, Vec<Value>)>>,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
 }
 
 impl Upstreams {
@@ -32,30 +33,48 @@ impl Upstreams {
         default: Upstream,
         default_name: Option<String>,
         named: Vec<(String, Upstream)>,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
     ) -> Self {
         Upstreams {
             default,
             default_name,
             named,
             models: Mutex::new(None),
+            metrics,
+        }
+    }
+
+    /// The name of the upstream `model` goes to (`default` for an unnamed default).
+    pub fn name_for(&self, model: &str) -> &str {
+        match self.named_route(model) {
+            Some((name, _, _)) => name,
+            None => self.default_name.as_deref().unwrap_or("default"),
         }
     }
 
     /// The upstream `model` goes to, and the model name it is sent as.
     pub fn route<'m>(&self, model: &'m str) -> (&Upstream, &'m str) {
-        if let Some((prefix, rest)) = model.split_once('/')
-            && !rest.is_empty()
-            && let Some((_, u)) = self.named.iter().find(|(n, _)| n == prefix)
-        {
-            return (u, rest);
+        match self.named_route(model) {
+            Some((_, upstream, rest)) => (upstream, rest),
+            None => (&self.default, model),
         }
-        (&self.default, model)
+    }
+
+    /// `NAME/REST` with a configured upstream `NAME`: its name, the upstream, and `REST`.
+    fn named_route<'m>(&self, model: &'m str) -> Option<(&str, &Upstream, &'m str)> {
+        let (prefix, rest) = model.split_once('/')?;
+        let (name, upstream) = self.named.iter().find(|(n, _)| n == prefix)?;
+        (!rest.is_empty()).then_some((name.as_str(), upstream, rest))
     }
 
     /// Starts one model turn at the upstream its model routes to.
     pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
         let (upstream, model) = self.route(&req.model);
-        upstream.open(req, model).await
+        let started = Instant::now();
+        let opened = upstream.open(req, model).await;
+        self.metrics
+            .upstream_request(self.name_for(&req.model), started.elapsed());
+        opened
     }
 
     /// Every upstream's models, asked concurrently: a named upstream's as `NAME/id` (`owned_by:
@@ -105,6 +124,8 @@ impl Upstreams {
             return Err(first_error.expect("at least the default upstream was asked"));
         }
         bare.append(&mut prefixed);
+        self.metrics
+            .models_listed(bare.iter().filter_map(|m| m.get("id")?.as_str()));
         if cacheable {
             *self.models.lock().expect("not poisoned") = Some((Instant::now(), bare.clone()));
         }

@@ -235,3 +235,171 @@ async fn text_logs_name_the_request_id_too() {
     assert!(line.contains("status=400"), "{line}");
     assert!(!line.contains('\u{1b}'), "no colours in a log file: {line}");
 }
+
+/// `/metrics` parsed: each sample line's name with its labels (as written) and value.
+async fn scrape(relay: &Relay, key: Option<&str>) -> std::collections::HashMap<String, f64> {
+    let mut req = client().get(relay.url("/metrics"));
+    if let Some(k) = key {
+        req = req.bearer_auth(k);
+    }
+    let r = req.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let text = r.text().await.unwrap();
+    assert!(text.trim_end().ends_with("# EOF"), "{text}");
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (series, value) = l.rsplit_once(' ').unwrap_or_else(|| panic!("{l}"));
+            (series.to_string(), value.parse::<f64>().unwrap())
+        })
+        .collect()
+}
+
+fn delta(
+    before: &std::collections::HashMap<String, f64>,
+    after: &std::collections::HashMap<String, f64>,
+    series: &str,
+) -> f64 {
+    after.get(series).copied().unwrap_or(0.0) - before.get(series).copied().unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn metrics_count_requests_runs_tokens_and_mcp_calls_with_bounded_labels() {
+    let up = upstream().await;
+    let server = crate::mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        crate::mcp_test_server::Options::default(),
+    )
+    .await
+    .unwrap();
+    let relay = relay(config(&up.base_url())).await;
+    let before = scrape(&relay, None).await;
+    let url = relay.url("/v1/responses");
+    let (status, _) = post(&url, &json!({"model": "fake-model", "input": "hi"})).await;
+    assert_eq!(status, 200);
+    let (status, _) = post(
+        &url,
+        &json!({"model": "fake-model", "input": "hi", "bogus": 1}),
+    )
+    .await;
+    assert_eq!(status, 400);
+    let tool = json!({"type": "mcp", "server_label": "mine", "server_url": server.url(), "require_approval": "never"});
+    let (status, r) = post(
+        &url,
+        &json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":2}\nCALL fail {}", "tools": [tool]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    // Forty model names no upstream listed and no config names: one label value, `other`.
+    for i in 0..40 {
+        let model = format!("fake-model-{i}-{:x}", rand::random::<u32>());
+        let (status, _) = post(&url, &json!({"model": model, "input": "x"})).await;
+        assert_eq!(status, 200);
+    }
+    let after = scrape(&relay, None).await;
+    let d = |s: &str| delta(&before, &after, s);
+    assert_eq!(
+        d(r#"relay_http_requests_total{route="POST /v1/responses",status_code="200"}"#),
+        42.0
+    );
+    assert_eq!(
+        d(r#"relay_http_requests_total{route="POST /v1/responses",status_code="400"}"#),
+        1.0
+    );
+    assert_eq!(
+        d(r#"relay_responses_total{model="other",upstream="default",status="completed"}"#),
+        42.0
+    );
+    let models: std::collections::HashSet<&str> = after
+        .keys()
+        .filter(|k| k.starts_with("relay_responses_total{"))
+        .map(|k| {
+            k.split("model=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        models,
+        ["other"].into_iter().collect(),
+        "labels stay bounded"
+    );
+    assert_eq!(
+        d(r#"relay_mcp_tool_calls_total{server_label="request",result="ok"}"#),
+        1.0
+    );
+    assert_eq!(
+        d(r#"relay_mcp_tool_calls_total{server_label="request",result="tool_error"}"#),
+        1.0
+    );
+    assert_eq!(
+        d(r#"relay_mcp_list_tools_total{server_label="request",result="ok"}"#),
+        1.0
+    );
+    assert_eq!(
+        d(r#"relay_mcp_tool_duration_seconds_count{server_label="request"}"#),
+        2.0
+    );
+    assert_eq!(d("relay_response_duration_seconds_count"), 42.0);
+    assert_eq!(d("relay_time_to_first_token_seconds_count"), 42.0);
+    assert!(d(r#"relay_tokens_total{token_type="input"}"#) >= 42.0 * 10.0);
+    assert!(d(r#"relay_tokens_total{token_type="output"}"#) > 0.0);
+    assert!(
+        d(r#"relay_upstream_request_duration_seconds_count{upstream="default"}"#) >= 43.0,
+        "one per model turn"
+    );
+    assert_eq!(after["relay_responses_in_flight"], 0.0);
+    assert_eq!(after["relay_sse_streams_active"], 0.0);
+    assert_eq!(
+        after[&format!(
+            "relay_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        )],
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.keys = vec![responses_relay::config::KeyEntry::bare("relay-key")];
+    let relay = relay(c).await;
+    // Relay keys do not close it.
+    scrape(&relay, None).await;
+    let mut c = config(&up.base_url());
+    c.metrics_key = Some(responses_relay::config::Secret("scrape-key".into()));
+    let locked = crate::support::relay(c).await;
+    let r = client().get(locked.url("/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 401);
+    let r = client()
+        .get(locked.url("/metrics"))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 401);
+    scrape(&locked, Some("scrape-key")).await;
+}
+
+#[tokio::test]
+async fn a_model_an_upstream_listed_is_its_own_label() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (status, _) = get(&relay.url("/v1/models")).await;
+    assert_eq!(status, 200);
+    let (status, _) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "hi"}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let m = scrape(&relay, None).await;
+    assert_eq!(
+        m[r#"relay_responses_total{model="fake-model",upstream="default",status="completed"}"#],
+        1.0
+    );
+}

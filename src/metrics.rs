@@ -1,0 +1,250 @@
+//! The relay's Prometheus metrics (SPEC §16): one registry per app, served as text on
+//! `GET /metrics`.
+//!
+//! Invariant: every label value is bounded whatever clients send: routes are templates, models
+//! are the ones an upstream listed or the config names (else `other`), MCP servers are registered
+//! labels (else `request`), upstreams are configured names (or `default`). Nothing here is
+//! touched per streamed event: counts are taken per request, per run, per MCP call.
+
+use std::collections::HashSet;
+use std::sync::RwLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(&'static str, String)>;
+
+/// Every metric, registered once.
+pub struct Metrics {
+    registry: Registry,
+    http_requests: Family<Labels, Counter>,
+    responses: Family<Labels, Counter>,
+    in_flight: Gauge,
+    response_duration: Histogram,
+    ttft: Histogram,
+    upstream_duration: Family<Labels, Histogram>,
+    tokens: Family<Labels, Counter>,
+    mcp_lists: Family<Labels, Counter>,
+    mcp_calls: Family<Labels, Counter>,
+    mcp_duration: Family<Labels, Histogram>,
+    sse_streams: Gauge,
+    /// Models a label may name: those an upstream listed, and those the config names.
+    models: RwLock<HashSet<String>>,
+}
+
+/// How a run ended, for its metrics.
+pub struct RunEnd<'a> {
+    pub model: &'a str,
+    pub upstream: &'a str,
+    pub status: &'a str,
+    pub duration: Duration,
+    pub first_token: Option<Duration>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+impl Metrics {
+    /// The metrics, `configured` models allowed as label values from the start.
+    pub fn new(configured: impl IntoIterator<Item = String>) -> Self {
+        let mut registry = Registry::default();
+        let http_requests = Family::<Labels, Counter>::default();
+        registry.register(
+            "relay_http_requests",
+            "HTTP requests answered, by route and status code",
+            http_requests.clone(),
+        );
+        let responses = Family::<Labels, Counter>::default();
+        registry.register(
+            "relay_responses",
+            "Responses run, by model, upstream and final status",
+            responses.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "relay_responses_in_flight",
+            "Responses running now",
+            in_flight.clone(),
+        );
+        let response_duration = Histogram::new(exponential_buckets(0.05, 2.5, 12));
+        registry.register(
+            "relay_response_duration_seconds",
+            "Time from a response's start to its terminal event",
+            response_duration.clone(),
+        );
+        let ttft = Histogram::new(exponential_buckets(0.01, 2.0, 14));
+        registry.register(
+            "relay_time_to_first_token_seconds",
+            "Time from a response's start to its first output text delta",
+            ttft.clone(),
+        );
+        let upstream_duration = Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.01, 2.0, 14))) as fn() -> Histogram,
+        );
+        registry.register(
+            "relay_upstream_request_duration_seconds",
+            "Time until the model server answered a turn's request (its headers)",
+            upstream_duration.clone(),
+        );
+        let tokens = Family::<Labels, Counter>::default();
+        registry.register(
+            "relay_tokens",
+            "Tokens the model servers reported, by type",
+            tokens.clone(),
+        );
+        let mcp_lists = Family::<Labels, Counter>::default();
+        registry.register(
+            "relay_mcp_list_tools",
+            "MCP tool listings, by server and result",
+            mcp_lists.clone(),
+        );
+        let mcp_calls = Family::<Labels, Counter>::default();
+        registry.register(
+            "relay_mcp_tool_calls",
+            "MCP tool calls, by server and result",
+            mcp_calls.clone(),
+        );
+        let mcp_duration = Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.005, 2.2, 13))) as fn() -> Histogram,
+        );
+        registry.register(
+            "relay_mcp_tool_duration_seconds",
+            "Duration of MCP tool calls, by server",
+            mcp_duration.clone(),
+        );
+        let sse_streams = Gauge::default();
+        registry.register(
+            "relay_sse_streams_active",
+            "SSE response bodies being written now",
+            sse_streams.clone(),
+        );
+        let build = Family::<Labels, Gauge>::default();
+        build
+            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
+            .set(1);
+        registry.register("relay_build_info", "The relay's version", build);
+        Metrics {
+            registry,
+            http_requests,
+            responses,
+            in_flight,
+            response_duration,
+            ttft,
+            upstream_duration,
+            tokens,
+            mcp_lists,
+            mcp_calls,
+            mcp_duration,
+            sse_streams,
+            models: RwLock::new(configured.into_iter().collect()),
+        }
+    }
+
+    /// The Prometheus text format of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        encode(&mut out, &self.registry).expect("writing to a String does not fail");
+        out
+    }
+
+    pub fn http_request(&self, route: String, status: u16) {
+        self.http_requests
+            .get_or_create(&vec![("route", route), ("status_code", status.to_string())])
+            .inc();
+    }
+
+    /// Models an upstream listed become label values.
+    pub fn models_listed<'a>(&self, ids: impl IntoIterator<Item = &'a str>) {
+        let mut models = self.models.write().expect("not poisoned");
+        for id in ids {
+            if models.len() >= 10_000 {
+                break;
+            }
+            models.insert(id.to_string());
+        }
+    }
+
+    /// `model` as a label value: itself when known, else `other`.
+    fn model_label(&self, model: &str) -> String {
+        if self.models.read().expect("not poisoned").contains(model) {
+            model.to_string()
+        } else {
+            "other".into()
+        }
+    }
+
+    /// A running response, counted until the guard drops.
+    pub fn run_started(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    pub fn run_ended(&self, end: RunEnd<'_>) {
+        self.responses
+            .get_or_create(&vec![
+                ("model", self.model_label(end.model)),
+                ("upstream", end.upstream.to_string()),
+                ("status", end.status.to_string()),
+            ])
+            .inc();
+        self.response_duration.observe(end.duration.as_secs_f64());
+        if let Some(t) = end.first_token {
+            self.ttft.observe(t.as_secs_f64());
+        }
+        for (kind, n) in [("input", end.input_tokens), ("output", end.output_tokens)] {
+            if n > 0 {
+                self.tokens
+                    .get_or_create(&vec![("token_type", kind.to_string())])
+                    .inc_by(n);
+            }
+        }
+    }
+
+    pub fn upstream_request(&self, upstream: &str, took: Duration) {
+        self.upstream_duration
+            .get_or_create(&vec![("upstream", upstream.to_string())])
+            .observe(took.as_secs_f64());
+    }
+
+    /// `server` is already bounded (a registered label or `request`).
+    pub fn mcp_listed(&self, server: &str, ok: bool) {
+        self.mcp_lists
+            .get_or_create(&vec![
+                ("server_label", server.to_string()),
+                ("result", if ok { "ok" } else { "error" }.to_string()),
+            ])
+            .inc();
+    }
+
+    /// `server` is already bounded (a registered label or `request`).
+    pub fn mcp_called(&self, server: &str, result: &str, took: Duration) {
+        self.mcp_calls
+            .get_or_create(&vec![
+                ("server_label", server.to_string()),
+                ("result", result.to_string()),
+            ])
+            .inc();
+        self.mcp_duration
+            .get_or_create(&vec![("server_label", server.to_string())])
+            .observe(took.as_secs_f64());
+    }
+
+    /// An SSE body being written, counted until the guard drops.
+    pub fn sse_stream(&self) -> InFlight {
+        self.sse_streams.inc();
+        InFlight(self.sse_streams.clone())
+    }
+}
+
+/// Holds one unit of a gauge; gives it back when dropped.
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
