@@ -106,8 +106,8 @@ impl App {
         App {
             inner: Arc::new(Inner {
                 upstream,
+                store: store.with_metrics(metrics.clone()),
                 metrics,
-                store,
                 mcp: mcp_pool(&config),
                 ids: if config.deterministic {
                     IdSource::sequential()

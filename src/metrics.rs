@@ -33,6 +33,7 @@ pub struct Metrics {
     mcp_calls: Family<Labels, Counter>,
     mcp_duration: Family<Labels, Histogram>,
     sse_streams: Gauge,
+    store_ops: Family<Labels, Histogram>,
     /// Models a label may name: those an upstream listed, and those the config names.
     models: RwLock<HashSet<String>>,
 }
@@ -122,6 +123,14 @@ impl Metrics {
             "SSE response bodies being written now",
             sse_streams.clone(),
         );
+        let store_ops = Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.0001, 3.0, 12))) as fn() -> Histogram,
+        );
+        registry.register(
+            "relay_store_operation_duration_seconds",
+            "Duration of the store's reads and deletes, by backend and operation",
+            store_ops.clone(),
+        );
         let build = Family::<Labels, Gauge>::default();
         build
             .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
@@ -140,6 +149,7 @@ impl Metrics {
             mcp_calls,
             mcp_duration,
             sse_streams,
+            store_ops,
             models: RwLock::new(configured.into_iter().collect()),
         }
     }
@@ -230,6 +240,15 @@ impl Metrics {
             .inc();
         self.mcp_duration
             .get_or_create(&vec![("server_label", server.to_string())])
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn store_operation(&self, backend: &'static str, operation: &'static str, took: Duration) {
+        self.store_ops
+            .get_or_create(&vec![
+                ("backend", backend.to_string()),
+                ("operation", operation.to_string()),
+            ])
             .observe(took.as_secs_f64());
     }
 

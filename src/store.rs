@@ -148,6 +148,8 @@ pub struct Store {
     failures: Arc<Mutex<HashMap<String, String>>>,
     /// Conversations a run of this relay holds ([`Store::lock_conversation`]).
     conversation_locks: Arc<Mutex<std::collections::HashSet<(Tenant, String)>>>,
+    /// Where the backend's reads and deletes are timed, once the app has set it.
+    metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl Store {
@@ -158,6 +160,7 @@ impl Store {
             ttl: None,
             failures: Arc::default(),
             conversation_locks: Arc::default(),
+            metrics: None,
         }
     }
 
@@ -174,7 +177,33 @@ impl Store {
             ttl,
             failures: Arc::default(),
             conversation_locks: Arc::default(),
+            metrics: None,
         })
+    }
+
+    /// The store, its backend operations timed in `metrics`.
+    pub fn with_metrics(mut self, metrics: Arc<crate::metrics::Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Runs one backend operation, timing it.
+    async fn timed<T>(
+        &self,
+        operation: &'static str,
+        op: impl std::future::Future<Output = T>,
+    ) -> T {
+        let started = std::time::Instant::now();
+        let out = op.await;
+        if let Some(m) = &self.metrics {
+            let backend = match self.backend {
+                Backend::Memory(_) => "memory",
+                Backend::Sqlite(_) => "sqlite",
+                Backend::Redis(_) => "redis",
+            };
+            m.store_operation(backend, operation, started.elapsed());
+        }
+        out
     }
 
     /// The sink `tenant`'s run `id`'s emitter appends through: the backend's when the run is
@@ -300,11 +329,14 @@ impl Store {
                 input: l.input.to_vec(),
             }));
         }
-        match &self.backend {
-            Backend::Memory(m) => Ok(m.record(tenant, id)),
-            Backend::Sqlite(s) => s.record(tenant, id).await,
-            Backend::Redis(r) => r.record(tenant, id).await,
-        }
+        self.timed("record", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.record(tenant, id)),
+                Backend::Sqlite(s) => s.record(tenant, id).await,
+                Backend::Redis(r) => r.record(tenant, id).await,
+            }
+        })
+        .await
     }
 
     /// A run's event log, if the run is `tenant`'s: the live one, or the kept one of a finished
@@ -313,11 +345,14 @@ impl Store {
         if let Some(l) = self.live(tenant, id) {
             return Ok(Some(l.log));
         }
-        match &self.backend {
-            Backend::Memory(m) => Ok(m.log(tenant, id)),
-            Backend::Sqlite(s) => s.log(tenant, id).await,
-            Backend::Redis(r) => r.log(tenant, id).await,
-        }
+        self.timed("log", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.log(tenant, id)),
+                Backend::Sqlite(s) => s.log(tenant, id).await,
+                Backend::Redis(r) => r.log(tenant, id).await,
+            }
+        })
+        .await
     }
 
     /// What the model saw and said along `tenant`'s chain ending at `id`, oldest first: every
@@ -376,11 +411,14 @@ impl Store {
                 return Ok(output_as_input(o));
             }
         }
-        match &self.backend {
-            Backend::Memory(m) => Ok(m.find_item(tenant, id)),
-            Backend::Sqlite(s) => s.find_item(tenant, id).await,
-            Backend::Redis(r) => r.find_item(tenant, id).await,
-        }
+        self.timed("find_item", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.find_item(tenant, id)),
+                Backend::Sqlite(s) => s.find_item(tenant, id).await,
+                Backend::Redis(r) => r.find_item(tenant, id).await,
+            }
+        })
+        .await
     }
 
     /// Removes `tenant`'s run, its items and its log (cancelling it if it is live); false if
@@ -394,11 +432,15 @@ impl Store {
             let _ = tokio::time::timeout(DELETE_WAIT, l.log.wait_finished()).await;
             self.live.lock().expect("store poisoned").remove(id);
         }
-        let kept = match &self.backend {
-            Backend::Memory(m) => m.delete(tenant, id),
-            Backend::Sqlite(s) => s.delete(tenant, id).await?,
-            Backend::Redis(r) => r.delete(tenant, id).await?,
-        };
+        let kept = self
+            .timed("delete", async {
+                match &self.backend {
+                    Backend::Memory(m) => Ok(m.delete(tenant, id)),
+                    Backend::Sqlite(s) => s.delete(tenant, id).await,
+                    Backend::Redis(r) => r.delete(tenant, id).await,
+                }
+            })
+            .await?;
         Ok(kept || running.is_some())
     }
 
@@ -411,11 +453,14 @@ impl Store {
             .keys()
             .cloned()
             .collect();
-        match &self.backend {
-            Backend::Memory(m) => Ok(m.expire(now, &live)),
-            Backend::Sqlite(s) => s.expire(now, live).await,
-            Backend::Redis(r) => r.expire(now, live).await,
-        }
+        self.timed("expire", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.expire(now, &live)),
+                Backend::Sqlite(s) => s.expire(now, live).await,
+                Backend::Redis(r) => r.expire(now, live).await,
+            }
+        })
+        .await
     }
 
     /// Waits until everything appended so far is kept (SQLite); at once for memory.

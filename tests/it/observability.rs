@@ -391,15 +391,34 @@ async fn a_model_an_upstream_listed_is_its_own_label() {
     let relay = relay(config(&up.base_url())).await;
     let (status, _) = get(&relay.url("/v1/models")).await;
     assert_eq!(status, 200);
-    let (status, _) = post(
+    let (status, r) = post(
         &relay.url("/v1/responses"),
         &json!({"model": "fake-model", "input": "hi"}),
     )
     .await;
     assert_eq!(status, 200);
+    // Read back from the store once the run has ended: a timed store read.
+    let url = relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()));
     let m = scrape(&relay, None).await;
     assert_eq!(
         m[r#"relay_responses_total{model="fake-model",upstream="default",status="completed"}"#],
         1.0
     );
+    let reads = |m: &std::collections::HashMap<String, f64>| {
+        m.get(
+            r#"relay_store_operation_duration_seconds_count{backend="memory",operation="record"}"#,
+        )
+        .copied()
+        .unwrap_or(0.0)
+    };
+    let mut after = m.clone();
+    for _ in 0..100 {
+        assert_eq!(get(&url).await.0, 200);
+        after = scrape(&relay, None).await;
+        if reads(&after) > reads(&m) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(reads(&after) > reads(&m), "the store read was timed");
 }
