@@ -3,58 +3,38 @@
 //! the log lines of what the request started, `--log-format json` one object per line. The relay
 //! runs as a process, its stderr read back.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-
 use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
-
+/// The relay as a process (killed when this drops), its stderr written to `log`.
 struct Proc {
-    child: Child,
+    _relay: RelayProcess,
     base: String,
     log: std::path::PathBuf,
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn spawn(upstream: &str, format: &str) -> Proc {
     let log = scratch("observability").join("relay.err");
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream-url",
-            upstream,
-            "--store",
-            "memory",
-            "--log-format",
-            format,
-        ])
-        .env("RELAY_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let base = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .to_string();
-    Proc { child, base, log }
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-url",
+        upstream,
+        "--store",
+        "memory",
+        "--log-format",
+        format,
+    ];
+    let stderr = std::fs::File::create(&log).unwrap();
+    let relay = spawn_relay(&args, &[("RELAY_LOG", "info")], stderr.into());
+    Proc {
+        base: relay.base.clone(),
+        _relay: relay,
+        log,
+    }
 }
 
 impl Proc {

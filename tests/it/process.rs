@@ -1,44 +1,18 @@
 //! The relay as a process over its SQLite store: `kill -9` mid-run then restart (every unfinished
 //! run ends failed, finished runs intact), and export → show → replay round trips.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::json;
 
 use crate::support::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
+const BIN: &str = RELAY_BIN;
 
-struct Proc {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Proc = RelayProcess;
 
 fn spawn(args: &[&str]) -> Proc {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .to_string();
-    Proc { child, base: addr }
+    spawn_relay(args, &[], Stdio::null())
 }
 
 fn relay_process(upstream: &str, db: &std::path::Path) -> Proc {

@@ -3,8 +3,7 @@
 //! Redis going away mid-run fails the run for its live clients (also when only its end is lost),
 //! and the relay recovers with it.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -184,43 +183,17 @@ async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     );
 }
 
-struct Proc {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn relay_process(upstream: &str, store: &str) -> Proc {
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream-url",
-            upstream,
-            "--store",
-            store,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
-        .to_string();
-    Proc { child, base: addr }
+fn relay_process(upstream: &str, store: &str) -> RelayProcess {
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-url",
+        upstream,
+        "--store",
+        store,
+    ];
+    spawn_relay(&args, &[], std::process::Stdio::null())
 }
 
 #[tokio::test]

@@ -2,7 +2,7 @@
 //! one by `server_label` (no `server_url`) or `connector_id`; its URL and token stay on the relay;
 //! a request can only narrow it; a key's `mcp_servers` bounds which it may use.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::mcp_test_server;
 use crate::support::*;
@@ -12,20 +12,6 @@ use responses_relay::config::Config;
 /// store; MCP servers on loopback are allowed only as the file registers them.
 fn from_file(upstream: &str, toml: &str) -> Config {
     serve_config(&["--store", "memory", "--upstream-url", upstream], toml).unwrap()
-}
-
-async fn call(url: &str, key: Option<&str>, body: Option<&Value>) -> (u16, Value) {
-    let c = client();
-    let req = match body {
-        Some(b) => c.post(url).json(b),
-        None => c.get(url),
-    };
-    let req = match key {
-        Some(k) => req.bearer_auth(k),
-        None => req,
-    };
-    let r = req.send().await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
 #[tokio::test]

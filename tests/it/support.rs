@@ -104,6 +104,65 @@ async fn relay_on(app: App, listener: tokio::net::TcpListener) -> Relay {
     }
 }
 
+/// The relay binary.
+pub const RELAY_BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
+
+/// The relay as a process; killed when dropped.
+pub struct RelayProcess {
+    pub child: std::process::Child,
+    /// `http://ADDR`, from its `listening on` line.
+    pub base: String,
+}
+
+impl Drop for RelayProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `responses-relay ARGS` started with `env` set and its stderr going to `stderr`; returns once
+/// it printed `listening on`.
+pub fn spawn_relay(
+    args: &[&str],
+    env: &[(&str, &str)],
+    stderr: std::process::Stdio,
+) -> RelayProcess {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(RELAY_BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::piped())
+        .stderr(stderr)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let base = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"))
+        .to_string();
+    RelayProcess { child, base }
+}
+
+/// A GET (no body) or a POST of `body`, with `bearer` if given: the status and the JSON answer.
+pub async fn call(url: &str, bearer: Option<&str>, body: Option<&Value>) -> (u16, Value) {
+    let c = client();
+    let req = match body {
+        Some(b) => c.post(url).json(b),
+        None => c.get(url),
+    };
+    let req = match bearer {
+        Some(k) => req.bearer_auth(k),
+        None => req,
+    };
+    let r = req.send().await.unwrap();
+    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
+}
+
 /// The config `serve ARGS --config FILE` makes, FILE holding `toml`; deterministic.
 pub fn serve_config(
     args: &[&str],

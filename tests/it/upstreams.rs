@@ -2,7 +2,7 @@
 //! `NAME/REST` goes to upstream NAME as REST with that upstream's key, timeouts and retries; any
 //! other model to the default unchanged; `GET /v1/models` merges them all.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::mcp_test_server;
 use crate::support::*;
@@ -13,20 +13,6 @@ fn refused_url() -> String {
     let addr = l.local_addr().unwrap();
     drop(l);
     format!("http://{addr}/v1")
-}
-
-async fn send(url: &str, bearer: Option<&str>, body: Option<&Value>) -> (u16, Value) {
-    let c = client();
-    let req = match body {
-        Some(b) => c.post(url).json(b),
-        None => c.get(url),
-    };
-    let req = match bearer {
-        Some(k) => req.bearer_auth(k),
-        None => req,
-    };
-    let r = req.send().await.unwrap();
-    (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
 }
 
 /// The model names and bearers of the turns an upstream got, in order.
@@ -75,7 +61,7 @@ async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstre
         ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
         ("fake-model", "fake-model"),
     ] {
-        let (status, r) = send(&url, None, Some(&json!({"model": model, "input": "hi"}))).await;
+        let (status, r) = call(&url, None, Some(&json!({"model": model, "input": "hi"}))).await;
         assert_eq!(status, 200, "{model}: {r}");
         assert_eq!(r["model"], model, "the Response echoes the client's model");
         let last = turns(&a).pop().unwrap();
@@ -95,7 +81,7 @@ async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstre
 
     // A Responses upstream with its key from the environment; every turn of an MCP run goes there.
     let mcp = json!({"type": "mcp", "server_label": "t", "server_url": server.url(), "require_approval": "never"});
-    let (status, r) = send(
+    let (status, r) = call(
         &url,
         None,
         Some(&json!({"model": "cloud/fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "tools": [mcp]})),
@@ -129,7 +115,7 @@ async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstre
 
     // An upstream from the command line with no key: the client's own bearer goes there (the
     // relay has no keys of its own), as Chat Completions.
-    let (status, r) = send(
+    let (status, r) = call(
         &url,
         Some("CLIENT-TOKEN"),
         Some(&json!({"model": "bare/x/y", "input": "hi"})),
@@ -163,7 +149,7 @@ async fn each_upstream_retries_as_its_own_entry_says() {
     let relay = relay(c).await;
     let url = relay.url("/v1/responses");
     let body = |m: &str| json!({"model": m, "input": "hi"});
-    let (status, r) = send(
+    let (status, r) = call(
         &url,
         None,
         Some(&body("once/fake-model?fault=status429_once")),
@@ -171,7 +157,7 @@ async fn each_upstream_retries_as_its_own_entry_says() {
     .await;
     assert_eq!(status, 429, "no retry where retries = 0: {r}");
     assert_eq!(turns(&a).len(), 1);
-    let (status, r) = send(
+    let (status, r) = call(
         &url,
         None,
         Some(&body("again/fake-model?fault=status429_once")),
@@ -196,7 +182,7 @@ async fn v1_models_lists_every_upstream_prefixed_and_the_default_bare_leaving_ou
         refused_url()
     );
     let relay = relay(serve_config(&["--store", "memory"], &toml).unwrap()).await;
-    let (status, list) = send(&relay.url("/v1/models"), Some("all-key"), None).await;
+    let (status, list) = call(&relay.url("/v1/models"), Some("all-key"), None).await;
     assert_eq!(status, 200, "{list}");
     assert_eq!(list["object"], "list");
     let ids: Vec<(&str, &str)> = list["data"]
@@ -219,11 +205,11 @@ async fn v1_models_lists_every_upstream_prefixed_and_the_default_bare_leaving_ou
     );
 
     // A key sees only the models it may use, and may not run another.
-    let (status, list) = send(&relay.url("/v1/models"), Some("cloud-key"), None).await;
+    let (status, list) = call(&relay.url("/v1/models"), Some("cloud-key"), None).await;
     assert_eq!(status, 200);
     assert_eq!(list["data"].as_array().unwrap().len(), 1, "{list}");
     assert_eq!(list["data"][0]["id"], "cloud/fake-model");
-    let (status, e) = send(
+    let (status, e) = call(
         &relay.url("/v1/responses"),
         Some("cloud-key"),
         Some(&json!({"model": "local/fake-model", "input": "hi"})),
@@ -245,7 +231,7 @@ async fn v1_models_lists_every_upstream_prefixed_and_the_default_bare_leaving_ou
         .unwrap(),
     )
     .await;
-    let (status, e) = send(&relay.url("/v1/models"), None, None).await;
+    let (status, e) = call(&relay.url("/v1/models"), None, None).await;
     assert_eq!(status, 502, "{e}");
     assert_eq!(e["error"]["code"], "upstream_error", "{e}");
 }

@@ -44,6 +44,17 @@ pub struct Stats {
 const MAX_SAMPLES: usize = 20_000_000;
 
 impl Stats {
+    /// Adds one run's latency samples (up to the bound on all samples).
+    fn keep_latencies(&self, lat: &[u32]) {
+        if lat.is_empty() {
+            return;
+        }
+        let mut all = self.latency_us.lock().expect("lock");
+        if all.len() < MAX_SAMPLES {
+            all.extend_from_slice(lat);
+        }
+    }
+
     pub fn error(&self, e: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().expect("lock");
@@ -186,12 +197,7 @@ pub async fn one_run(
         buf.drain(..start);
         st.events.fetch_add(n, Ordering::Relaxed);
     }
-    if !lat.is_empty() {
-        let mut all = st.latency_us.lock().expect("lock");
-        if all.len() < MAX_SAMPLES {
-            all.extend_from_slice(&lat);
-        }
-    }
+    st.keep_latencies(&lat);
     if let Some(f) = failure {
         return Err(format!("{}: {f}", req.url));
     }
@@ -283,12 +289,7 @@ async fn one_socket_run(
                 ));
             }
         }
-        if !lat.is_empty() {
-            let mut all = st.latency_us.lock().expect("lock");
-            if all.len() < MAX_SAMPLES {
-                all.extend_from_slice(&lat);
-            }
-        }
+        st.keep_latencies(&lat);
         Ok(out)
     }
     .await;
