@@ -10,8 +10,9 @@
 //!   and every event (and `error`) of a named lane carries its `stream_id`.
 //! - Every client frame is answered: with its response's events, or with an `error` frame (the
 //!   SDKs' nested shape), after which the connection serves the next one.
-//! - The connection remembers its last `store: false` responses (bounded), so the next create may
-//!   chain to them with `previous_response_id` (stored ones chain from the store).
+//! - The connection remembers its last `store: false` responses (bounded) from their start, so a
+//!   later create may chain to them with `previous_response_id` (stored ones chain from the
+//!   store); one naming a response still running waits for its end.
 //! - Upgraded connections are tracked by the app (`App::sockets`): a graceful shutdown waits for
 //!   them (their runs' terminal events, then a 1001 close), as it waits for HTTP connections.
 //! - The client gone (closed, dropped, or not reading for the stall timeout): its runs that are
@@ -148,16 +149,24 @@ struct Conn {
     started: std::sync::atomic::AtomicU64,
 }
 
-/// The histories of the connection's last responses, by id (oldest forgotten first).
+/// The connection's last `store: false` responses, by id (oldest forgotten first), each
+/// remembered from its start: a create on another lane may name one the moment it ends.
 #[derive(Default)]
 struct Remembered {
     order: VecDeque<String>,
-    by_id: HashMap<String, Arc<Vec<InputItem>>>,
+    by_id: HashMap<String, Earlier>,
+}
+
+/// A remembered response: what its model saw before its output, and its log (its output).
+#[derive(Clone)]
+struct Earlier {
+    history: Arc<Vec<InputItem>>,
+    log: Arc<crate::eventlog::log::RunLog>,
 }
 
 impl Remembered {
-    fn insert(&mut self, id: String, history: Arc<Vec<InputItem>>) {
-        if self.by_id.insert(id.clone(), history).is_none() {
+    fn insert(&mut self, id: String, earlier: Earlier) {
+        if self.by_id.insert(id.clone(), earlier).is_none() {
             self.order.push_back(id);
         }
         while self.order.len() > REMEMBERED {
@@ -530,8 +539,7 @@ impl Conn {
         request.stream = true;
         request.relay.generate = generate;
         if let Some(prev) = &request.previous_response_id {
-            let remembered = self.remembered.lock().expect("not poisoned");
-            request.relay.prior_history = remembered.by_id.get(prev).cloned();
+            request.relay.prior_history = self.chain_of(prev).await;
         }
         let permit = app.run_permit().ok_or_else(ApiError::busy)?;
         let prepared = tokio::select! {
@@ -539,8 +547,17 @@ impl Conn {
             // Nobody to answer: nothing is started.
             _ = self.over.cancelled() => return Ok(()),
         };
-        let history = (!prepared.request.store).then(|| prepared.history.clone());
+        let history = (!prepared.request.store).then(|| Arc::new(prepared.history.clone()));
         let handle = run::start(app, prepared, permit);
+        // A stored response chains from the store; only `store: false` ones need remembering.
+        if let Some(history) = history {
+            let earlier = Earlier {
+                history,
+                log: handle.log.clone(),
+            };
+            let mut remembered = self.remembered.lock().expect("not poisoned");
+            remembered.insert(handle.id.clone(), earlier);
+        }
         self.started
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (done, sent) = tokio::sync::oneshot::channel();
@@ -561,23 +578,37 @@ impl Conn {
             }
             return Ok(());
         }
-        // A stored response chains from the store; only `store: false` ones need remembering.
-        if let Some(response) = handle.log.snapshot().filter(|r| !r.store) {
-            use crate::api::ResponseStatus::{Completed, Incomplete};
-            if let (true, Some(mut chain)) =
-                (matches!(response.status, Completed | Incomplete), history)
-            {
-                chain.extend(
-                    response
-                        .output
-                        .iter()
-                        .filter_map(crate::api::history::output_as_input),
-                );
-                let mut remembered = self.remembered.lock().expect("not poisoned");
-                remembered.insert(response.id.clone(), Arc::new(chain));
-            }
-        }
         Ok(())
+    }
+
+    /// The chain a remembered response stands for (its history, then its output), once it has
+    /// ended (a create naming one still running waits for it); `None` when the connection does
+    /// not remember `id` or it did not end `completed` or `incomplete`.
+    async fn chain_of(&self, id: &str) -> Option<Arc<Vec<InputItem>>> {
+        use crate::api::ResponseStatus::{Completed, Incomplete};
+        let earlier = self
+            .remembered
+            .lock()
+            .expect("not poisoned")
+            .by_id
+            .get(id)
+            .cloned()?;
+        tokio::select! {
+            _ = earlier.log.wait_finished() => {}
+            _ = self.over.cancelled() => return None,
+        }
+        let response = earlier.log.snapshot()?;
+        if !matches!(response.status, Completed | Incomplete) {
+            return None;
+        }
+        let mut chain = earlier.history.to_vec();
+        chain.extend(
+            response
+                .output
+                .iter()
+                .filter_map(crate::api::history::output_as_input),
+        );
+        Some(Arc::new(chain))
     }
 
     /// Sends `e` as an `error` frame (logged: a rejection always is).

@@ -613,3 +613,42 @@ async fn on_shutdown_a_socket_gets_its_runs_ends_then_a_going_away_close() {
     assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
     stopping.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_create_on_another_lane_chains_to_a_response_still_running() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    ws.send(create(
+        json!({"model": "fake-model?delay_ms=30&deltas=10", "input": "first words",
+        "store": false, "stream_id": "a"}),
+    ))
+    .await;
+    let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
+    let id = created["response"]["id"].clone();
+    // Named while it still runs: the fork waits for its end, then sees its output.
+    ws.send(create(
+        json!({"model": "fake-model", "input": "and then", "store": false,
+        "previous_response_id": id, "stream_id": "b"}),
+    ))
+    .await;
+    let mut ended = std::collections::HashMap::new();
+    while ended.len() < 2 {
+        let v: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
+        if matches!(v["type"].as_str(), Some("response.completed" | "error")) {
+            ended.insert(v["stream_id"].as_str().unwrap().to_string(), v);
+        }
+    }
+    assert_eq!(ended["b"]["type"], "response.completed", "{}", ended["b"]);
+    let sent = up.requests().last().unwrap().body["messages"].clone();
+    let texts: Vec<&str> = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["content"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(
+        texts,
+        ["first words", "Hello! You said: first words", "and then"]
+    );
+}
