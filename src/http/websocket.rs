@@ -230,6 +230,19 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
                     conn.send_error(None, &e);
                 }
                 Some(Ok(Message::Ping(_) | Message::Pong(_) | Message::Frame(_))) => {}
+                // A frame the relay will not read: said, then closed (1009 too large, 1007 not
+                // UTF-8), as the client's runs are cancelled.
+                Some(Err(tokio_tungstenite::tungstenite::Error::Capacity(e))) => {
+                    let limit = app.config().max_body_bytes;
+                    let e = invalid(None, &format!("The frame is too large ({e}); at most {limit} bytes."));
+                    conn.send_error(None, &e);
+                    conn.over.cancel();
+                    break Some((CloseCode::Size, "frame too large"));
+                }
+                Some(Err(tokio_tungstenite::tungstenite::Error::Utf8(_))) => {
+                    conn.over.cancel();
+                    break Some((CloseCode::Invalid, "a text frame was not UTF-8"));
+                }
                 Some(Ok(Message::Close(_))) | Some(Err(_)) | None => {
                     gone.cancel();
                     break None;

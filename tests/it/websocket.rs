@@ -652,3 +652,28 @@ async fn a_create_on_another_lane_chains_to_a_response_still_running() {
         ["first words", "Hello! You said: first words", "and then"]
     );
 }
+
+#[tokio::test]
+async fn a_frame_over_the_body_limit_is_refused_and_the_socket_closed_with_1009() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.max_body_bytes = 4096;
+    let relay = relay(c).await;
+    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let input = "x".repeat(10_000);
+    ws.send(create(json!({"model": "fake-model", "input": input})))
+        .await;
+    let e: Value = serde_json::from_str(&ws.next_text().await.expect("an error frame")).unwrap();
+    assert_eq!(e["type"], "error");
+    assert!(
+        e["error"]["message"].as_str().unwrap().contains("4096"),
+        "{e}"
+    );
+    let close = tokio::time::timeout(Duration::from_secs(10), ws.socket.next())
+        .await
+        .unwrap();
+    match close {
+        Some(Ok(Message::Close(Some(f)))) => assert_eq!(u16::from(f.code), 1009),
+        other => panic!("expected a 1009 close, got {other:?}"),
+    }
+}
