@@ -157,11 +157,39 @@ struct Remembered {
     by_id: HashMap<String, Earlier>,
 }
 
-/// A remembered response: what its model saw before its output, and its log (its output).
+/// A remembered response: while it runs, what its model saw and its log; once it has ended, only
+/// the chain it stands for (its log, every event of it, is not kept: measured, 16 logs per
+/// socket were most of a busy socket's memory).
 #[derive(Clone)]
-struct Earlier {
-    history: Arc<Vec<InputItem>>,
-    log: Arc<crate::eventlog::log::RunLog>,
+enum Earlier {
+    Running {
+        history: Arc<Vec<InputItem>>,
+        log: Arc<crate::eventlog::log::RunLog>,
+    },
+    /// Its chain; `None` when it did not end `completed` or `incomplete` (nothing to chain to).
+    Ended(Option<Arc<Vec<InputItem>>>),
+}
+
+impl Earlier {
+    /// The chain of a response that has ended: its history, then its output.
+    fn chain(
+        history: &[InputItem],
+        log: &crate::eventlog::log::RunLog,
+    ) -> Option<Arc<Vec<InputItem>>> {
+        use crate::api::ResponseStatus::{Completed, Incomplete};
+        let response = log.snapshot()?;
+        if !matches!(response.status, Completed | Incomplete) {
+            return None;
+        }
+        let mut chain = history.to_vec();
+        chain.extend(
+            response
+                .output
+                .iter()
+                .filter_map(crate::api::history::output_as_input),
+        );
+        Some(Arc::new(chain))
+    }
 }
 
 impl Remembered {
@@ -189,12 +217,10 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     let gone = CancellationToken::new();
     let stall = app.config().limits.client_stall;
     let lifetime = app.config().limits.websocket_lifetime;
-    let writer = tokio::spawn(tracing::Instrument::in_current_span(write_frames(
-        sink,
-        queue,
-        stall,
-        gone.clone(),
-    )));
+    // Not instrumented (a span entered on every poll is a cost per event an SSE body does not
+    // pay): the writer enters the request's span only to log.
+    let span = tracing::Span::current();
+    let writer = tokio::spawn(write_frames(sink, queue, stall, gone.clone(), span));
     let conn = Arc::new(Conn {
         app: app.clone(),
         access,
@@ -274,6 +300,7 @@ async fn write_frames(
     mut queue: mpsc::UnboundedReceiver<Out>,
     stall: Duration,
     gone: CancellationToken,
+    span: tracing::Span,
 ) {
     let (mut taken, mut sending) = (Vec::with_capacity(16), Vec::<Sending>::new());
     let mut open = true;
@@ -284,7 +311,7 @@ async fn write_frames(
     let keepalive = tokio::time::sleep(KEEPALIVE);
     tokio::pin!(client_gone, keepalive);
     while open || !sending.is_empty() {
-        match write_ready(&mut sink, &mut taken, &mut sending, stall).await {
+        match write_ready(&mut sink, &mut taken, &mut sending, stall, &span).await {
             Ok((false, 0)) => {}
             Ok((false, _)) => wrote_at = tokio::time::Instant::now(),
             Ok((true, _)) | Err(()) => break,
@@ -324,6 +351,7 @@ async fn write_ready(
     taken: &mut Vec<Out>,
     sending: &mut Vec<Sending>,
     stall: Duration,
+    span: &tracing::Span,
 ) -> Result<(bool, usize), ()> {
     let writing = async {
         let (mut fed, mut closing) = (0usize, false);
@@ -371,10 +399,12 @@ async fn write_ready(
         Ok(Ok(wrote)) => Ok(wrote),
         Ok(Err(_)) => Err(()),
         Err(_) => {
-            tracing::warn!(
-                stalled_ms = stall.as_millis() as u64,
-                "the WebSocket client stopped reading; cancelling its runs"
-            );
+            span.in_scope(|| {
+                tracing::warn!(
+                    stalled_ms = stall.as_millis() as u64,
+                    "the WebSocket client stopped reading; cancelling its runs"
+                )
+            });
             Err(())
         }
     }
@@ -563,9 +593,9 @@ impl Conn {
         let history = (!prepared.request.store).then(|| Arc::new(prepared.history.clone()));
         let handle = run::start(app, prepared, permit);
         // A stored response chains from the store; only `store: false` ones need remembering.
-        if let Some(history) = history {
-            let earlier = Earlier {
-                history,
+        if let Some(history) = &history {
+            let earlier = Earlier::Running {
+                history: history.clone(),
                 log: handle.log.clone(),
             };
             let mut remembered = self.remembered.lock().expect("not poisoned");
@@ -591,6 +621,13 @@ impl Conn {
             }
             return Ok(());
         }
+        if let Some(history) = history {
+            let ended = Earlier::Ended(Earlier::chain(&history, &handle.log));
+            let mut remembered = self.remembered.lock().expect("not poisoned");
+            if let Some(entry) = remembered.by_id.get_mut(&handle.id) {
+                *entry = ended;
+            }
+        }
         Ok(())
     }
 
@@ -598,7 +635,6 @@ impl Conn {
     /// ended (a create naming one still running waits for it); `None` when the connection does
     /// not remember `id` or it did not end `completed` or `incomplete`.
     async fn chain_of(&self, id: &str) -> Option<Arc<Vec<InputItem>>> {
-        use crate::api::ResponseStatus::{Completed, Incomplete};
         let earlier = self
             .remembered
             .lock()
@@ -606,22 +642,16 @@ impl Conn {
             .by_id
             .get(id)
             .cloned()?;
-        tokio::select! {
-            _ = earlier.log.wait_finished() => {}
-            _ = self.over.cancelled() => return None,
+        match earlier {
+            Earlier::Ended(chain) => chain,
+            Earlier::Running { history, log } => {
+                tokio::select! {
+                    _ = log.wait_finished() => {}
+                    _ = self.over.cancelled() => return None,
+                }
+                Earlier::chain(&history, &log)
+            }
         }
-        let response = earlier.log.snapshot()?;
-        if !matches!(response.status, Completed | Incomplete) {
-            return None;
-        }
-        let mut chain = earlier.history.to_vec();
-        chain.extend(
-            response
-                .output
-                .iter()
-                .filter_map(crate::api::history::output_as_input),
-        );
-        Some(Arc::new(chain))
     }
 
     /// Sends `e` as an `error` frame (logged: a rejection always is).
