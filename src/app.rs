@@ -180,21 +180,25 @@ impl App {
     }
 }
 
-/// The MCP pool, sending through a client that connects only where the SSRF policy allows.
+/// The MCP pool, sending through clients that connect only where the SSRF policies allow: the
+/// request's, and the registered servers' (which also reaches their hosts).
 fn mcp_pool(config: &Config) -> crate::mcp::Pool {
     let pool = crate::mcp::PoolConfig {
         tools_ttl: config.mcp.tools_ttl,
         ..Default::default()
     };
-    let builder = reqwest::Client::builder()
-        .connect_timeout(pool.connect_timeout)
-        .read_timeout(pool.read_timeout)
-        // Keep-alive to MCP servers (a fresh TCP connection per MCP request dominated the CPU
-        // per MCP run in the benchmark); no Nagle delay.
-        .pool_idle_timeout(std::time::Duration::from_secs(90))
-        .tcp_nodelay(true);
-    let http = crate::ssrf::guarded_client(config.mcp.ssrf.clone(), builder);
-    crate::mcp::Pool::with_http_client(pool, http)
+    let builder = || {
+        reqwest::Client::builder()
+            .connect_timeout(pool.connect_timeout)
+            .read_timeout(pool.read_timeout)
+            // Keep-alive to MCP servers (a fresh TCP connection per MCP request dominated the CPU
+            // per MCP run in the benchmark); no Nagle delay.
+            .pool_idle_timeout(std::time::Duration::from_secs(90))
+            .tcp_nodelay(true)
+    };
+    let http = crate::ssrf::guarded_client(config.mcp.ssrf.clone(), builder());
+    let registered = crate::ssrf::guarded_client(config.mcp.registered_ssrf.clone(), builder());
+    crate::mcp::Pool::with_http_clients(pool, http, registered)
 }
 
 /// The relay's sealing key: `--secret-key`, else the key file beside the SQLite store (made

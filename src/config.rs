@@ -445,8 +445,9 @@ fn registered(
     let mut out = std::collections::BTreeMap::new();
     for (label, s) in table {
         let at = format!("mcp_servers.{label}");
-        match s.transport.as_deref() {
-            None | Some("auto") | Some("streamable-http") => {}
+        let transport = match s.transport.as_deref() {
+            None | Some("auto") => crate::mcp::Transport::Auto,
+            Some("streamable-http") => crate::mcp::Transport::StreamableHttp,
             Some(other) => {
                 return Err(bad(
                     &format!("{at}.transport"),
@@ -455,7 +456,7 @@ fn registered(
                     ),
                 ));
             }
-        }
+        };
         let authorization = match (s.authorization, s.authorization_env) {
             (Some(_), Some(_)) => {
                 return Err(bad(
@@ -477,9 +478,13 @@ fn registered(
             server_description: s.description,
             ..Default::default()
         };
-        crate::mcp::validate_registered(&param, default_approval)
+        let server = crate::mcp::RegisteredServer {
+            tool: param,
+            transport,
+        };
+        crate::mcp::validate_registered(&server, default_approval)
             .map_err(|e| bad(&at, e.message.replace("tools[0].", "")))?;
-        out.insert(label, param);
+        out.insert(label, server);
     }
     Ok(crate::mcp::Registered(out))
 }
@@ -622,9 +627,11 @@ pub struct McpConfig {
     pub max_output_bytes: usize,
     /// Calls of one model turn run at most this many at a time.
     pub max_concurrent_calls: usize,
-    /// Which MCP servers may be reached (`--mcp-allow-private-networks`, `--mcp-allow-host`, and
-    /// the registered servers' hosts); strict by default.
+    /// Which MCP servers a request may name by URL (`--mcp-allow-private-networks`,
+    /// `--mcp-allow-host`); strict by default.
     pub ssrf: crate::ssrf::Policy,
+    /// What registered servers' sessions may reach: `ssrf` and the registered servers' hosts.
+    pub registered_ssrf: crate::ssrf::Policy,
     /// `[mcp_servers.LABEL]`.
     pub registered: crate::mcp::Registered,
     /// `[hosted_tools] web_search = "LABEL:TOOL"`: the registered server and its tool.
@@ -732,6 +739,7 @@ impl Default for Config {
                 max_output_bytes: 64 * 1024,
                 max_concurrent_calls: 8,
                 ssrf: crate::ssrf::Policy::strict(),
+                registered_ssrf: crate::ssrf::Policy::strict(),
                 registered: crate::mcp::Registered::default(),
                 web_search: None,
             },
@@ -1026,16 +1034,19 @@ impl Config {
                 ));
             }
         }
-        // A registered server may be on a private network: the operator chose it.
-        let mut allow_hosts = allow_hosts;
-        allow_hosts.extend(c.mcp.registered.0.values().filter_map(|m| {
-            reqwest::Url::parse(m.server_url.as_deref()?)
+        c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts)
+            .map_err(|e| bad("--mcp-allow-host", e))?;
+        // A registered server may be on a private network: the operator chose it. Only its own
+        // sessions get that reach; a request naming the same host by URL does not.
+        let mut registered_hosts = allow_hosts;
+        registered_hosts.extend(c.mcp.registered.0.values().filter_map(|r| {
+            reqwest::Url::parse(r.tool.server_url.as_deref()?)
                 .ok()?
                 .host_str()
                 .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
         }));
-        c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts)
-            .map_err(|e| bad("--mcp-allow-host", e))?;
+        c.mcp.registered_ssrf = crate::ssrf::Policy::from_flags(allow_private, &registered_hosts)
+            .map_err(|e| bad("mcp_servers", e))?;
         if let Some(n) = args.mcp_max_output_bytes.or(file.mcp_max_output_bytes) {
             if n < 64 {
                 return Err(bad("--mcp-max-output-bytes", format!("'{n}': at least 64")));

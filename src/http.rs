@@ -363,9 +363,9 @@ fn mcp_servers(app: &App, access: &Access) -> Response<Body> {
         .0
         .iter()
         .filter(|(label, _)| access.may_use_server(label))
-        .map(|(label, m)| {
-            serde_json::json!({"label": label, "description": m.server_description,
-                "transport": "streamable-http"})
+        .map(|(label, r)| {
+            serde_json::json!({"label": label, "description": r.tool.server_description,
+                "transport": r.transport.as_str()})
         })
         .collect();
     json_response(

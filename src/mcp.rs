@@ -46,9 +46,42 @@ impl ToolFilter {
 }
 
 /// MCP servers the operator registered (`[mcp_servers.LABEL]`), each as the `mcp` tool a request
-/// would send for it, secrets included: they never leave the relay (`Debug` shows labels only).
+/// would send for it (secrets included: they never leave the relay; `Debug` shows labels only)
+/// and the transport the operator chose.
 #[derive(Clone, Default)]
-pub struct Registered(pub std::collections::BTreeMap<String, crate::api::request::McpToolParam>);
+pub struct Registered(pub std::collections::BTreeMap<String, RegisteredServer>);
+
+/// One `[mcp_servers.LABEL]`.
+#[derive(Clone)]
+pub struct RegisteredServer {
+    pub tool: crate::api::request::McpToolParam,
+    pub transport: Transport,
+}
+
+/// How the relay talks to an MCP server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum Transport {
+    /// Streamable HTTP, falling back to the legacy HTTP+SSE transport when the server answers a
+    /// POST with 404 or 405, or when the URL's path ends in `/sse`.
+    #[default]
+    Auto,
+    /// Streamable HTTP only.
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport (protocol 2024-11-05): a GET opens an event stream whose
+    /// `endpoint` event names where to POST.
+    Sse,
+}
+
+impl Transport {
+    /// As `transport` says it in the config file and `GET /v1/mcp/servers`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Auto => "auto",
+            Transport::StreamableHttp => "streamable-http",
+            Transport::Sse => "sse",
+        }
+    }
+}
 
 impl std::fmt::Debug for Registered {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -143,6 +176,10 @@ pub struct ServerSpec {
     pub approval: ApprovalPolicy,
     pub description: Option<String>,
     pub defer_loading: bool,
+    /// A registered server: reached with the operator's network reach (its host may be private),
+    /// never shared with a request-declared server's session.
+    pub registered: bool,
+    pub transport: Transport,
 }
 
 impl std::fmt::Debug for ServerSpec {
@@ -163,6 +200,8 @@ impl std::fmt::Debug for ServerSpec {
             .field("approval", &self.approval)
             .field("description", &self.description)
             .field("defer_loading", &self.defer_loading)
+            .field("registered", &self.registered)
+            .field("transport", &self.transport)
             .finish()
     }
 }

@@ -161,7 +161,10 @@ pub struct Pool {
 
 struct Inner {
     config: PoolConfig,
+    /// For request-declared servers.
     http: reqwest::Client,
+    /// For registered servers (the operator's reach: their hosts may be private).
+    registered_http: reqwest::Client,
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     epoch: Instant,
 }
@@ -170,6 +173,8 @@ struct Inner {
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct Key {
     url: String,
+    registered: bool,
+    transport: super::Transport,
     headers: Vec<(String, String)>,
     authorization: Option<String>,
 }
@@ -190,6 +195,8 @@ impl Key {
         headers.sort();
         Key {
             url: spec.url.clone(),
+            registered: spec.registered,
+            transport: spec.transport,
             headers,
             authorization: spec.authorization.clone(),
         }
@@ -239,9 +246,20 @@ impl Pool {
     /// A pool that sends through `http` (for example one whose resolver refuses private
     /// addresses). `http` should have a connect and a read timeout, not a total timeout.
     pub fn with_http_client(config: PoolConfig, http: reqwest::Client) -> Pool {
+        Pool::with_http_clients(config, http.clone(), http)
+    }
+
+    /// A pool that sends to request-declared servers through `http` and to registered ones
+    /// through `registered_http`.
+    pub fn with_http_clients(
+        config: PoolConfig,
+        http: reqwest::Client,
+        registered_http: reqwest::Client,
+    ) -> Pool {
         let inner = Arc::new(Inner {
             config,
             http,
+            registered_http,
             slots: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
         });
@@ -550,7 +568,12 @@ impl Pool {
         // Dropping `alive` (this attempt timing out, or the session going away) stops its requests.
         let alive = tokio_util::sync::CancellationToken::new();
         let guard = alive.clone().drop_guard();
-        let http = super::http::SessionClient::new(self.inner.http.clone(), alive);
+        let http = if spec.registered {
+            &self.inner.registered_http
+        } else {
+            &self.inner.http
+        };
+        let http = super::http::SessionClient::new(http.clone(), alive);
         let transport = StreamableHttpClientTransport::with_client(http, config);
         let info = ClientConfig::new(
             ClientCapabilities::default(),

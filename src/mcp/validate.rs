@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
-use super::{Approval, ApprovalPolicy, Registered, ServerSpec, ToolFilter};
+use super::{Approval, ApprovalPolicy, Registered, RegisteredServer, ServerSpec, ToolFilter};
 use crate::api::error::FieldError;
 use crate::api::request::{McpToolParam, ToolParam};
 
@@ -46,10 +46,13 @@ pub fn specs(
 
 /// A registered server's `mcp` tool, checked as a request's would be.
 pub fn validate_registered(
-    m: &McpToolParam,
+    r: &RegisteredServer,
     default_approval: Approval,
 ) -> Result<ServerSpec, FieldError> {
-    spec(0, m, default_approval)
+    let mut s = spec(0, &r.tool, default_approval)?;
+    s.registered = true;
+    s.transport = r.transport;
+    Ok(s)
 }
 
 /// [`specs`], where an `mcp` tool without `server_url` names a registered server (by
@@ -104,7 +107,7 @@ fn registered_for<'a>(
     m: &McpToolParam,
     registered: &'a Registered,
     may_use: Option<&[String]>,
-) -> Result<Option<&'a McpToolParam>, FieldError> {
+) -> Result<Option<&'a RegisteredServer>, FieldError> {
     if m.server_url.is_some() {
         return Ok(None);
     }
@@ -130,10 +133,13 @@ fn registered_for<'a>(
 fn narrowed(
     i: usize,
     m: &McpToolParam,
-    r: &McpToolParam,
+    registered: &RegisteredServer,
     default_approval: Approval,
 ) -> Result<ServerSpec, FieldError> {
+    let r = &registered.tool;
     let mut s = spec(i, r, default_approval)?;
+    s.registered = true;
+    s.transport = registered.transport;
     s.label = validate_label(
         &format!("tools[{i}].server_label"),
         m.server_label.as_deref(),
@@ -239,6 +245,8 @@ fn spec(i: usize, m: &McpToolParam, default_approval: Approval) -> Result<Server
             .clone()
             .filter(|d| !d.trim().is_empty()),
         defer_loading: m.defer_loading.unwrap_or(false),
+        registered: false,
+        transport: super::Transport::Auto,
     })
 }
 

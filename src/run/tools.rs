@@ -403,7 +403,11 @@ fn unlisted_server(app: &App, mcp: &McpSetup) -> Result<(), StartError> {
 /// at its URL), else `request` (a client can name its own servers anything).
 pub(super) fn metric_label<'a>(app: &'a App, spec: &crate::mcp::ServerSpec) -> &'a str {
     match app.config().mcp.registered.0.get_key_value(&spec.label) {
-        Some((label, r)) if r.server_url.as_deref() == Some(spec.url.as_str()) => label,
+        Some((label, r))
+            if spec.registered && r.tool.server_url.as_deref() == Some(spec.url.as_str()) =>
+        {
+            label
+        }
         _ => "request",
     }
 }
@@ -431,7 +435,12 @@ pub(super) fn mcp_specs(
         request.relay.mcp_servers_allowed.as_deref(),
     )?;
     for (i, spec) in &specs {
-        cfg.ssrf.check_url(&spec.url).map_err(|r| {
+        let policy = if spec.registered {
+            &cfg.registered_ssrf
+        } else {
+            &cfg.ssrf
+        };
+        policy.check_url(&spec.url).map_err(|r| {
             FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string())
         })?;
     }

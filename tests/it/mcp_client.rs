@@ -35,6 +35,8 @@ fn spec(url: &str) -> ServerSpec {
         approval: ApprovalPolicy::Never,
         description: None,
         defer_loading: false,
+        registered: false,
+        transport: Default::default(),
     }
 }
 

@@ -115,13 +115,52 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
     assert_eq!(status, 200);
     assert_eq!(
         listed,
-        json!({"object": "list", "data": [{"label": "team", "description": "The team's tools", "transport": "streamable-http"}]})
+        json!({"object": "list", "data": [{"label": "team", "description": "The team's tools", "transport": "auto"}]})
     );
     let sent = server.requests_seen();
     assert!(
         sent.iter().any(|r| r.rpc_method == "tools/call"),
         "the server was called"
     );
+}
+
+#[tokio::test]
+async fn a_registered_servers_private_host_is_not_opened_to_urls_a_request_names() {
+    let up = upstream().await;
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
+        .await
+        .unwrap();
+    let toml = format!(
+        "[mcp_servers.team]\nurl = \"{}\"\nrequire_approval = \"never\"\n",
+        server.url()
+    );
+    let relay = relay(from_file(&up.base_url(), &toml)).await;
+    let url = relay.url("/v1/responses");
+    let (status, r) = call(
+        &url,
+        None,
+        Some(&json!({"model": "fake-model", "input": "CALL whoami {}",
+        "tools": [{"type": "mcp", "server_label": "team"}]})),
+    )
+    .await;
+    assert_eq!(status, 200, "the registered server is reached: {r}");
+    // The same host by URL, on the registered port or any other (Redis, the relay itself...),
+    // is refused before any connection: only the operator's server got the private reach.
+    let other_port = server.url().replace(
+        &format!(":{}/", server.addr.port()),
+        &format!(":{}/", relay.addr.port()),
+    );
+    for declared in [server.url(), other_port] {
+        let before = server.requests_seen().len();
+        let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x",
+            "tools": [{"type": "mcp", "server_label": "mine", "server_url": declared, "require_approval": "never"}]}))).await;
+        assert_eq!(
+            (status, err["error"]["param"].as_str()),
+            (400, Some("tools[0].server_url")),
+            "{declared}: {err}"
+        );
+        assert_eq!(server.requests_seen().len(), before, "nothing was sent");
+    }
 }
 
 #[tokio::test]

@@ -785,6 +785,8 @@ fn spec(url: &str) -> responses_relay::mcp::ServerSpec {
         approval: responses_relay::mcp::ApprovalPolicy::Never,
         description: None,
         defer_loading: false,
+        registered: false,
+        transport: Default::default(),
     }
 }
 
