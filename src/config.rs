@@ -448,12 +448,11 @@ fn registered(
         let transport = match s.transport.as_deref() {
             None | Some("auto") => crate::mcp::Transport::Auto,
             Some("streamable-http") => crate::mcp::Transport::StreamableHttp,
+            Some("sse") => crate::mcp::Transport::Sse,
             Some(other) => {
                 return Err(bad(
                     &format!("{at}.transport"),
-                    format!(
-                        "'{other}': this relay speaks Streamable HTTP ('streamable-http' or 'auto')"
-                    ),
+                    format!("'{other}': expected 'auto', 'streamable-http' or 'sse'"),
                 ));
             }
         };

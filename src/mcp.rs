@@ -12,6 +12,7 @@ mod http;
 mod names;
 mod pool;
 mod result;
+mod sse;
 mod validate;
 
 pub use names::model_names;

@@ -107,6 +107,19 @@ pub(super) fn init_failure(e: &ClientInitializeError) -> Failure {
     }
 }
 
+/// A legacy SSE transport failure.
+pub(super) fn sse_failure(e: &super::sse::SseError) -> Failure {
+    use super::sse::SseError;
+    match e {
+        SseError::Status { status } => status_failure(*status, None),
+        SseError::Request(re) => reqwest_failure(re),
+        SseError::Stream(m) => Failure::Http {
+            status: 0,
+            message: m.clone(),
+        },
+    }
+}
+
 /// Walks the error chain for an HTTP status and a message that does not carry the request URL.
 fn transport_failure(e: &(dyn StdError + Send + Sync + 'static)) -> Failure {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(e);
@@ -147,6 +160,9 @@ fn transport_failure(e: &(dyn StdError + Send + Sync + 'static)) -> Failure {
                     };
                 }
             }
+        }
+        if let Some(se) = c.downcast_ref::<super::sse::SseError>() {
+            return sse_failure(se);
         }
         if let Some(h) = c.downcast_ref::<HttpStatusError>() {
             return status_failure(h.status, None);

@@ -1,5 +1,8 @@
-//! MCP client sessions (rmcp Streamable HTTP), pooled across requests and keyed by (url, headers,
-//! authorization): list a server's tools, call a tool. Idle sessions are evicted, the pool is
+//! MCP client sessions, pooled across requests and keyed by (url, headers, authorization, whether
+//! the server is registered, its transport): list a server's tools, call a tool. A session
+//! speaks the `2026-07-28` lifecycle (`server/discover`) or the `initialize` handshake, over
+//! Streamable HTTP or the legacy HTTP+SSE transport ([`super::sse`]), whichever the server
+//! answers to, tried in that order; the way that worked is kept for the key's next session. Idle sessions are evicted, the pool is
 //! bounded (least recently used goes first), and a session that failed at the transport level is
 //! dropped and re-made on next use. A server's tool list is reused for `tools_ttl` under the same
 //! key, and forgotten at once when the server says `notifications/tools/list_changed`, when its
@@ -12,12 +15,15 @@ use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderName, HeaderValue};
 use rmcp::{
-    ClientHandler, ServiceExt,
+    ClientHandler, ErrorData,
     model::{
         CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation,
         PaginatedRequestParams, ProtocolVersion,
     },
-    service::{ClientCacheConfig, NotificationContext, RoleClient, RunningService},
+    service::{
+        ClientCacheConfig, ClientLifecycleMode, ClientServiceExt, NotificationContext,
+        RequestContext, RoleClient, RunningService,
+    },
     transport::{
         StreamableHttpClientTransport, streamable_http_client::StreamableHttpClientTransportConfig,
     },
@@ -115,7 +121,44 @@ impl ClientHandler for Listener {
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         self.tools.forget();
     }
+
+    // A server's requests mid-call are answered at once: the relay declares no client
+    // capability, so sampling is refused (rmcp's default: method not found), elicitation is
+    // declined (rmcp's default), and roots are refused here (rmcp would answer an empty list).
+    #[allow(deprecated)] // roots are deprecated by the 2026-07-28 revision, still sent by older servers
+    async fn list_roots(
+        &self,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, ErrorData> {
+        Err(ErrorData::method_not_found::<
+            rmcp::model::ListRootsRequestMethod,
+        >())
+    }
 }
+
+/// The wire a server was reached on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wire {
+    StreamableHttp,
+    /// The legacy HTTP+SSE transport.
+    Sse,
+}
+
+/// The lifecycle a server spoke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    /// `2026-07-28`: `server/discover`, no session, the version in every request.
+    Modern,
+    /// The `initialize` handshake (`2025-11-25` down to `2024-11-05`).
+    Handshake,
+}
+
+/// How a server was last reached: the key's next session tries that way first, then the others
+/// (so a server that changed is probed again).
+type Way = (Wire, Era);
+
+/// Ways remembered at most (past it the memory starts over).
+const MAX_REMEMBERED: usize = 4096;
 
 /// One key's last tool list. Invariant: a listing stores its result only if nothing made the
 /// cache forget since the listing began (`generation` unchanged), so a list that was already
@@ -166,6 +209,8 @@ struct Inner {
     /// For registered servers (the operator's reach: their hosts may be private).
     registered_http: reqwest::Client,
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
+    /// How each key's server was last reached; outlives its slot.
+    ways: Mutex<HashMap<Key, Way>>,
     epoch: Instant,
 }
 
@@ -261,6 +306,7 @@ impl Pool {
             http,
             registered_http,
             slots: Mutex::new(HashMap::new()),
+            ways: Mutex::new(HashMap::new()),
             epoch: Instant::now(),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -475,11 +521,12 @@ impl Pool {
             return Ok(s.clone());
         }
         // A broken session is closed here (dropping it cancels its worker). A new session may
-        // find a server that changed (restarted, redeployed): its tools are listed again.
+        // find a server that changed (restarted, redeployed): its tools are listed again, and
+        // the way it was reached tried first.
         *current = None;
         slot.tools.forget();
         let init_timeout = timeout.min(self.inner.config.init_timeout);
-        let session = Arc::new(self.connect(spec, slot.tools.clone(), init_timeout).await?);
+        let session = Arc::new(self.reach(spec, slot, init_timeout).await?);
         *current = Some(session.clone());
         Ok(session)
     }
@@ -534,10 +581,109 @@ impl Pool {
         slot
     }
 
+    /// A new session with `spec`'s server within `timeout`: the way it was last reached, else
+    /// the modern lifecycle, then the handshake, then (for `auto` servers whose Streamable HTTP
+    /// endpoint answered 404 or 405) the legacy SSE transport. What worked is remembered.
+    async fn reach(
+        &self,
+        spec: &ServerSpec,
+        slot: &Slot,
+        timeout: Duration,
+    ) -> Result<Session, Failure> {
+        use super::Transport;
+        let key = Key::of(spec);
+        let remembered = self
+            .inner
+            .ways
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .copied();
+        let sse_path = reqwest::Url::parse(&spec.url)
+            .is_ok_and(|u| u.path().trim_end_matches('/').ends_with("/sse"));
+        let mut ways: Vec<Way> = match spec.transport {
+            Transport::Sse => vec![(Wire::Sse, Era::Handshake)],
+            Transport::Auto if sse_path => vec![(Wire::Sse, Era::Handshake)],
+            Transport::StreamableHttp => vec![
+                (Wire::StreamableHttp, Era::Modern),
+                (Wire::StreamableHttp, Era::Handshake),
+            ],
+            Transport::Auto => vec![
+                (Wire::StreamableHttp, Era::Modern),
+                (Wire::StreamableHttp, Era::Handshake),
+                (Wire::Sse, Era::Handshake),
+            ],
+        };
+        if let Some(way) = remembered
+            && let Some(at) = ways.iter().position(|w| *w == way)
+        {
+            ways[..=at].rotate_right(1);
+        }
+        let started = Instant::now();
+        let mut last = None;
+        for (wire, era) in ways {
+            match &last {
+                // A timeout spent the budget.
+                Some(Failure::Timeout { .. }) => break,
+                // The SSE fallback follows only a Streamable HTTP endpoint answering 404 or 405.
+                Some(f)
+                    if wire == Wire::Sse
+                        && !matches!(
+                            f,
+                            Failure::Http {
+                                status: 404 | 405,
+                                ..
+                            }
+                        ) =>
+                {
+                    break;
+                }
+                _ => {}
+            }
+            let left = timeout.saturating_sub(started.elapsed());
+            match self
+                .connect(spec, slot.tools.clone(), wire, era, left)
+                .await
+            {
+                Ok(session) => {
+                    if remembered != Some((wire, era)) {
+                        let mut ways = self.inner.ways.lock().unwrap_or_else(|e| e.into_inner());
+                        if ways.len() >= MAX_REMEMBERED {
+                            ways.clear();
+                        }
+                        ways.insert(key.clone(), (wire, era));
+                    }
+                    return Ok(session);
+                }
+                Err(Failure::Timeout { .. }) => {
+                    last = Some(Failure::Timeout { after: timeout });
+                }
+                Err(f) => {
+                    tracing::debug!(server_label = %spec.label, ?wire, ?era, failure = ?f, "MCP server not reached this way");
+                    // A fallback to SSE that found no event stream either: the server's answer
+                    // to the POST says more.
+                    let no_stream = matches!(
+                        f,
+                        Failure::Http {
+                            status: 400 | 404 | 405,
+                            ..
+                        }
+                    );
+                    if !(wire == Wire::Sse && no_stream && last.is_some()) {
+                        last = Some(f);
+                    }
+                }
+            }
+        }
+        Err(last.unwrap_or(Failure::Timeout { after: timeout }))
+    }
+
     async fn connect(
         &self,
         spec: &ServerSpec,
         tools: Arc<ToolCache>,
+        wire: Wire,
+        era: Era,
         timeout: Duration,
     ) -> Result<Session, Failure> {
         let mut headers: HashMap<HeaderName, HeaderValue> = HashMap::new();
@@ -553,44 +699,77 @@ impl Pool {
             };
             headers.insert(name, value);
         }
-        let mut config =
-            StreamableHttpClientTransportConfig::with_uri(spec.url.clone()).custom_headers(headers);
-        if let Some(token) = &spec.authorization {
-            config = config.auth_header(token.clone());
-        }
-        // Reconnects of the session's event stream are few and quick: a server that went away is
-        // reported, not waited for until the call times out.
-        let mut retry = rmcp::transport::common::client_side_sse::ExponentialBackoff::default();
-        retry.max_times = Some(2);
-        retry.base_duration = Duration::from_millis(100);
-        retry.max_delay = Some(Duration::from_secs(1));
-        config.retry_config = Arc::new(retry);
-        // Dropping `alive` (this attempt timing out, or the session going away) stops its requests.
-        let alive = tokio_util::sync::CancellationToken::new();
-        let guard = alive.clone().drop_guard();
         let http = if spec.registered {
             &self.inner.registered_http
         } else {
             &self.inner.http
         };
-        let http = super::http::SessionClient::new(http.clone(), alive);
-        let transport = StreamableHttpClientTransport::with_client(http, config);
+        // Dropping `alive` (this attempt timing out, or the session going away) stops its requests.
+        let alive = tokio_util::sync::CancellationToken::new();
+        let guard = alive.clone().drop_guard();
         let info = ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("responses-relay", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-        let client =
-            match tokio::time::timeout(timeout, Listener { info, tools }.serve(transport)).await {
-                Err(_) => return Err(Failure::Timeout { after: timeout }),
-                Ok(Err(e)) => return Err(init_failure(&e)),
-                Ok(Ok(c)) => c,
-            };
+        let lifecycle = match era {
+            Era::Modern => ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+            Era::Handshake => ClientLifecycleMode::Initialize,
+        };
+        let listener = Listener { info, tools };
+        let work = async {
+            match wire {
+                Wire::StreamableHttp => {
+                    let mut config =
+                        StreamableHttpClientTransportConfig::with_uri(spec.url.clone())
+                            .custom_headers(headers);
+                    if let Some(token) = &spec.authorization {
+                        config = config.auth_header(token.clone());
+                    }
+                    // Reconnects of the session's event stream are few and quick: a server that
+                    // went away is reported, not waited for until the call times out.
+                    let mut retry =
+                        rmcp::transport::common::client_side_sse::ExponentialBackoff::default();
+                    retry.max_times = Some(2);
+                    retry.base_duration = Duration::from_millis(100);
+                    retry.max_delay = Some(Duration::from_secs(1));
+                    config.retry_config = Arc::new(retry);
+                    let http = super::http::SessionClient::new(http.clone(), alive.clone());
+                    let transport = StreamableHttpClientTransport::with_client(http, config);
+                    listener
+                        .serve_with_lifecycle(transport, lifecycle)
+                        .await
+                        .map_err(|e| init_failure(&e))
+                }
+                Wire::Sse => {
+                    let transport = super::sse::connect(
+                        http.clone(),
+                        &spec.url,
+                        spec.authorization.as_deref(),
+                        &headers,
+                        alive.clone(),
+                    )
+                    .await
+                    .map_err(|e| super::errors::sse_failure(&e))?;
+                    listener
+                        .serve_with_lifecycle(transport, lifecycle)
+                        .await
+                        .map_err(|e| init_failure(&e))
+                }
+            }
+        };
+        let client = match tokio::time::timeout(timeout, work).await {
+            Err(_) => return Err(Failure::Timeout { after: timeout }),
+            Ok(Err(f)) => return Err(f),
+            Ok(Ok(c)) => c,
+        };
         client
             .peer()
             .set_response_cache_config(ClientCacheConfig::disabled())
             .await;
-        tracing::debug!(server_label = %spec.label, "MCP session initialized");
+        tracing::debug!(server_label = %spec.label, ?wire, ?era, "MCP session initialized");
         Ok(Session {
             client,
             broken: AtomicBool::new(false),
@@ -640,21 +819,13 @@ fn list_error(spec: &ServerSpec, f: Failure) -> ListError {
         spec.label
     );
     match f {
-        Failure::Http { status, message } if status != 0 => {
+        Failure::Http { status, .. } if status != 0 => {
             let reason = reqwest::StatusCode::from_u16(status)
                 .ok()
                 .and_then(|s| s.canonical_reason())
                 .unwrap_or("Unknown");
-            // What a server speaking only the legacy HTTP+SSE transport answers a POST (a 404
-            // for a session the server forgot is not that).
-            let hint = if matches!(status, 404 | 405) && !message.contains("session expired") {
-                " The relay speaks MCP Streamable HTTP only (POST to the server URL); a legacy \
-                 SSE endpoint (often `/sse`) is not supported."
-            } else {
-                ""
-            };
             ListError {
-                message: format!("{head} Http status code: {status} ({reason}){hint}"),
+                message: format!("{head} Http status code: {status} ({reason})"),
                 status: Some(status),
                 timed_out: false,
             }

@@ -609,7 +609,7 @@ async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
     )
     .await;
     assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
-    assert_eq!(server.count("initialize"), 1);
+    assert_eq!(server.sessions_begun(), 1);
     server.expire_sessions().await;
     assert_eq!(server.session_count().await, 0);
     let (body, second) = streamed_and_stored(
@@ -629,7 +629,7 @@ async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
         "{call}"
     );
     assert_eq!(
-        server.count("initialize"),
+        server.sessions_begun(),
         2,
         "the pool did not start a new session"
     );
@@ -674,7 +674,7 @@ async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
         "{call}"
     );
     assert_eq!(
-        server.count("initialize"),
+        server.sessions_begun(),
         1,
         "no new session on the restarted server"
     );

@@ -603,7 +603,7 @@ async fn a_bearer_token_sent_as_an_authorization_header_reaches_the_server() {
 }
 
 #[tokio::test]
-async fn a_server_refusing_the_post_is_told_to_be_maybe_a_legacy_sse_endpoint() {
+async fn a_server_refusing_the_post_is_tried_as_a_legacy_sse_server_and_its_status_reported() {
     for status in [404, 405] {
         let srv = server(Options {
             fail_http: Some(status),
@@ -613,10 +613,18 @@ async fn a_server_refusing_the_post_is_told_to_be_maybe_a_legacy_sse_endpoint() 
         let err = pool().list_tools(&spec(&srv.url()), T).await.unwrap_err();
         assert_eq!(err.status, Some(status));
         assert!(
-            err.message.contains(&format!("Http status code: {status}"))
-                && err.message.contains("Streamable HTTP only")
-                && err.message.contains("legacy SSE"),
+            err.message.contains(&format!("Http status code: {status}")),
             "{err:?}"
+        );
+        let methods: Vec<String> = srv
+            .requests_seen()
+            .into_iter()
+            .map(|r| r.http_method)
+            .collect();
+        assert_eq!(
+            methods.last().map(String::as_str),
+            Some("GET"),
+            "the SSE stream was asked for last: {methods:?}"
         );
     }
 }
@@ -800,38 +808,45 @@ async fn a_refused_connection_is_http_error_code_0() {
 
 #[tokio::test]
 async fn a_slow_call_times_out_and_the_server_sees_the_cancellation() {
-    let srv = server(Options::default()).await;
-    let s = spec(&srv.url());
-    let pool = pool();
-    let started = Instant::now();
-    let e = pool
-        .call_tool(&s, "slow", r#"{"ms":10000}"#, Duration::from_millis(400))
-        .await
-        .unwrap_err();
-    assert!(started.elapsed() < Duration::from_secs(3));
-    assert_eq!(
-        e,
-        McpCallError::McpProtocolError {
-            code: -32001,
-            message: "Request timed out after 400ms".into()
-        }
-    );
-    eventually("the server's slow call to be cancelled", || {
-        srv.cancelled_calls() == 1
-    })
-    .await;
-    assert!(srv.count("notifications/cancelled") >= 1);
-    // The session is still good for the next call.
-    assert_eq!(
-        text_of(
-            &pool
-                .call_tool(&s, "echo", r#"{"text":"after"}"#, T)
-                .await
-                .unwrap()
-        ),
-        "after"
-    );
-    assert_eq!(srv.count("initialize"), 1);
+    // The handshake era cancels with notifications/cancelled; 2026-07-28 by closing the stream.
+    for handshake_only in [true, false] {
+        let srv = server(Options {
+            handshake_only,
+            ..Default::default()
+        })
+        .await;
+        let s = spec(&srv.url());
+        let pool = pool();
+        let started = Instant::now();
+        let e = pool
+            .call_tool(&s, "slow", r#"{"ms":10000}"#, Duration::from_millis(400))
+            .await
+            .unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(
+            e,
+            McpCallError::McpProtocolError {
+                code: -32001,
+                message: "Request timed out after 400ms".into()
+            }
+        );
+        eventually("the server's slow call to be cancelled", || {
+            srv.cancelled_calls() == 1
+        })
+        .await;
+        assert_eq!(srv.count("notifications/cancelled") >= 1, handshake_only);
+        // The session is still good for the next call.
+        assert_eq!(
+            text_of(
+                &pool
+                    .call_tool(&s, "echo", r#"{"text":"after"}"#, T)
+                    .await
+                    .unwrap()
+            ),
+            "after"
+        );
+        assert_eq!(srv.sessions_begun(), 1);
+    }
 }
 
 // ---------------------------------------------------------------- pooling
@@ -849,7 +864,7 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
         .await
         .unwrap();
     pool.list_tools(&s, T).await.unwrap();
-    assert_eq!(srv.count("initialize"), 1);
+    assert_eq!(srv.sessions_begun(), 1);
     assert_eq!(pool.len(), 1);
 
     // Concurrent calls share the session too.
@@ -863,7 +878,7 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     for r in futures::future::join_all(calls).await {
         r.unwrap();
     }
-    assert_eq!(srv.count("initialize"), 1);
+    assert_eq!(srv.sessions_begun(), 1);
 
     // Other headers: another session.
     let mut other = s.clone();
@@ -871,7 +886,7 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     pool.call_tool(&other, "echo", r#"{"text":"3"}"#, T)
         .await
         .unwrap();
-    assert_eq!(srv.count("initialize"), 2);
+    assert_eq!(srv.sessions_begun(), 2);
     assert_eq!(pool.len(), 2);
 }
 
@@ -904,7 +919,7 @@ async fn a_dead_session_is_remade_after_the_server_restarts() {
         .unwrap();
     assert_eq!(text_of(&r), "after");
     assert_eq!(
-        srv.count("initialize"),
+        srv.sessions_begun(),
         1,
         "a new session was made on the new server"
     );
@@ -912,31 +927,39 @@ async fn a_dead_session_is_remade_after_the_server_restarts() {
 
 #[tokio::test]
 async fn a_session_survives_a_server_restart_while_idle() {
-    let srv = server(Options::default()).await;
-    let addr = srv.addr;
-    let s = spec(&srv.url());
-    let pool = pool();
-    pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T)
-        .await
-        .unwrap();
-    srv.shutdown().await;
-    let srv = mcp_test_server::start(addr, Options::default())
-        .await
-        .expect("restart on the same port");
-    // The old session id is unknown to the new server: the call still succeeds, at most one retry.
-    let mut ok = false;
-    for _ in 0..2 {
-        if pool
-            .call_tool(&s, "echo", r#"{"text":"x"}"#, T)
+    // A handshake session's id is forgotten by the restarted server; a 2026-07-28 client has no
+    // session to lose.
+    for handshake_only in [true, false] {
+        let options = || Options {
+            handshake_only,
+            ..Default::default()
+        };
+        let srv = server(options()).await;
+        let addr = srv.addr;
+        let s = spec(&srv.url());
+        let pool = pool();
+        pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T)
             .await
-            .is_ok()
-        {
-            ok = true;
-            break;
+            .unwrap();
+        srv.shutdown().await;
+        let srv = mcp_test_server::start(addr, options())
+            .await
+            .expect("restart on the same port");
+        // The old session id is unknown to the new server: the call still succeeds, at most one retry.
+        let mut ok = false;
+        for _ in 0..2 {
+            if pool
+                .call_tool(&s, "echo", r#"{"text":"x"}"#, T)
+                .await
+                .is_ok()
+            {
+                ok = true;
+                break;
+            }
         }
+        assert!(ok);
+        assert_eq!(srv.sessions_begun() >= 1, handshake_only);
     }
-    assert!(ok);
-    assert!(srv.count("initialize") >= 1);
 }
 
 #[tokio::test]
@@ -955,7 +978,7 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
         .await
         .unwrap();
     assert_eq!(
-        srv.count("initialize"),
+        srv.sessions_begun(),
         2,
         "the idle session was closed and re-made"
     );
@@ -972,8 +995,8 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
             .unwrap();
         assert_eq!(pool.len(), 1);
     }
-    assert_eq!(srv.count("initialize"), 4);
-    assert_eq!(srv2.count("initialize"), 2);
+    assert_eq!(srv.sessions_begun(), 4);
+    assert_eq!(srv2.sessions_begun(), 2);
 }
 
 // ---------------------------------------------------------------- result text
@@ -1050,8 +1073,9 @@ impl Drop for Child {
     }
 }
 
-#[tokio::test]
-async fn python_mcp_sdk_server_interoperates() {
+/// The official Python MCP SDK's server (scripts/mcp_python_server.py) with `args`, on a free
+/// loopback port; its URL (`.../mcp`, or `.../sse` with `--transport sse`).
+async fn python_server(args: &[&str]) -> (Child, String) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = std::env::var("RELAY_TEST_PYTHON")
         .map(std::path::PathBuf::from)
@@ -1071,11 +1095,12 @@ async fn python_mcp_sdk_server_interoperates() {
     let child = std::process::Command::new(&python)
         .arg(root.join("scripts/mcp_python_server.py"))
         .args(["--port", &port.to_string()])
+        .args(args)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start the Python MCP server");
-    let _child = Child(child);
+    let child = Child(child);
     let started = Instant::now();
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
@@ -1087,13 +1112,18 @@ async fn python_mcp_sdk_server_interoperates() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let path = if args.contains(&"sse") { "sse" } else { "mcp" };
+    (child, format!("http://127.0.0.1:{port}/{path}"))
+}
 
-    let mut s = spec(&format!("http://127.0.0.1:{port}/mcp"));
-    s.label = "py".into();
-    let pool = pool();
-    let tools = pool.list_tools(&s, T).await.unwrap();
+/// Lists the Python server's tools and calls each kind through `pool`.
+async fn python_tools_work(pool: &Pool, s: &ServerSpec) {
+    let tools = pool.list_tools(s, T).await.unwrap();
     let names: HashSet<_> = tools.iter().map(|t| t.name.as_str()).collect();
-    assert_eq!(names, HashSet::from(["shout", "multiply", "explode"]));
+    assert_eq!(
+        names,
+        HashSet::from(["shout", "multiply", "explode", "confirm"])
+    );
     assert_eq!(
         tools
             .iter()
@@ -1102,18 +1132,17 @@ async fn python_mcp_sdk_server_interoperates() {
             .input_schema["properties"]["text"]["type"],
         "string"
     );
-
     let r = pool
-        .call_tool(&s, "shout", r#"{"text":"hi there"}"#, T)
+        .call_tool(s, "shout", r#"{"text":"hi there"}"#, T)
         .await
         .unwrap();
     assert_eq!(text_of(&r), "HI THERE");
     let r = pool
-        .call_tool(&s, "multiply", r#"{"a":6,"b":7}"#, T)
+        .call_tool(s, "multiply", r#"{"a":6,"b":7}"#, T)
         .await
         .unwrap();
     assert!(text_of(&r).starts_with("42"), "{}", text_of(&r));
-    let e = pool.call_tool(&s, "explode", "{}", T).await.unwrap_err();
+    let e = pool.call_tool(s, "explode", "{}", T).await.unwrap_err();
     let McpCallError::McpToolExecutionError { content } = &e else {
         panic!("{e:?}")
     };
@@ -1121,4 +1150,94 @@ async fn python_mcp_sdk_server_interoperates() {
         content.to_string().contains("exploded on purpose"),
         "{content}"
     );
+}
+
+#[tokio::test]
+async fn python_mcp_sdk_servers_of_either_lifecycle_and_transport_list_and_call_tools() {
+    for args in [
+        &["--era", "both"][..],
+        &["--era", "modern"],
+        &["--era", "handshake"],
+        &["--transport", "sse"],
+    ] {
+        let (_child, url) = python_server(args).await;
+        let mut s = spec(&url);
+        s.label = "py".into();
+        let pool = pool();
+        python_tools_work(&pool, &s).await;
+        // A new session (the old ones closed) goes the way that worked, and works.
+        pool.clear();
+        let r = pool
+            .call_tool(&s, "shout", r#"{"text":"again"}"#, T)
+            .await
+            .unwrap_or_else(|e| panic!("{args:?}: {e:?}"));
+        assert_eq!(text_of(&r), "AGAIN", "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_server_speaking_one_lifecycle_is_reached_and_the_way_that_worked_goes_first_next_time() {
+    for (handshake_only, modern_only) in [(true, false), (false, true)] {
+        let srv = server(Options {
+            handshake_only,
+            modern_only,
+            ..Default::default()
+        })
+        .await;
+        let s = spec(&srv.url());
+        let pool = pool();
+        for round in 1..=2 {
+            let listed = pool.list_tools(&s, T).await.unwrap();
+            assert!(listed.iter().any(|t| t.name == "echo"));
+            let r = pool
+                .call_tool(&s, "echo", r#"{"text":"hi"}"#, T)
+                .await
+                .unwrap();
+            assert_eq!(text_of(&r), "hi");
+            assert_eq!(srv.sessions_begun(), round);
+            pool.clear();
+        }
+        // The handshake-only server was probed with server/discover once, the modern-only one
+        // never sent an initialize.
+        assert_eq!(
+            srv.count("server/discover"),
+            if handshake_only { 1 } else { 2 }
+        );
+        assert_eq!(srv.count("initialize"), if handshake_only { 2 } else { 0 });
+    }
+}
+
+#[tokio::test]
+async fn a_registered_sse_server_is_reached_on_the_legacy_transport_at_any_path() {
+    // `transport = "sse"` needs no `/sse` in the URL: the operator said so.
+    let (_child, url) = python_server(&["--transport", "sse"]).await;
+    let mut s = spec(&url.replace("/sse", "/sse?x=1"));
+    s.transport = responses_relay::mcp::Transport::Sse;
+    python_tools_work(&pool(), &s).await;
+    // Told to speak Streamable HTTP only, the same server cannot be reached.
+    s.transport = responses_relay::mcp::Transport::StreamableHttp;
+    assert!(pool().list_tools(&s, T).await.is_err());
+}
+
+#[tokio::test]
+async fn a_servers_request_for_input_mid_call_is_declined_and_the_call_ends() {
+    for args in [
+        &["--era", "handshake"][..],
+        &["--era", "modern"],
+        &["--transport", "sse"],
+    ] {
+        let (_child, url) = python_server(args).await;
+        let s = spec(&url);
+        let started = Instant::now();
+        let outcome = pool().call_tool(&s, "confirm", "{}", T).await;
+        assert!(started.elapsed() < T, "{args:?}: the call did not hang");
+        let text = match &outcome {
+            Ok(r) => text_of(r),
+            Err(e) => format!("{e:?}"),
+        };
+        assert!(
+            text.contains("elicitation: decline") || text.contains("elicitation failed"),
+            "{args:?}: {text}"
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! `mcp-test-server`: the test MCP server as a process, for manual runs and out-of-process tests.
 //!
-//! `mcp-test-server --listen 127.0.0.1:0 [--require-bearer TOKEN] [--catalog N] [--fail-http STATUS] [--bad-json]`
+//! `mcp-test-server --listen 127.0.0.1:0 [--require-bearer TOKEN] [--catalog N] [--fail-http STATUS] [--bad-json]
+//! [--handshake-only|--modern-only]`
 //! prints `listening on http://ADDR/mcp` and serves until interrupted.
 
 mod server;
@@ -30,6 +31,12 @@ struct Args {
     /// Answer every POST with `200 application/json` and an invalid JSON body.
     #[arg(long)]
     bad_json: bool,
+    /// Speak only the `initialize` handshake (refuse `server/discover`).
+    #[arg(long, conflicts_with = "modern_only")]
+    handshake_only: bool,
+    /// Speak only the `2026-07-28` lifecycle (refuse `initialize`).
+    #[arg(long)]
+    modern_only: bool,
 }
 
 #[tokio::main]
@@ -42,6 +49,8 @@ async fn main() -> std::io::Result<()> {
         catalog_seed: 0,
         bad_json: args.bad_json,
         repeat_cursor: false,
+        handshake_only: args.handshake_only,
+        modern_only: args.modern_only,
     };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());

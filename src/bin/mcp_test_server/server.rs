@@ -68,6 +68,11 @@ pub struct Options {
     /// With a catalog: every page of `tools/list` names the same next cursor (a broken server
     /// that would page forever).
     pub repeat_cursor: bool,
+    /// Speak only the `initialize` handshake: `server/discover` is answered with JSON-RPC
+    /// `-32601` (method not found), as a server of an earlier revision answers it.
+    pub handshake_only: bool,
+    /// Speak only the `2026-07-28` lifecycle: `initialize` is answered with JSON-RPC `-32601`.
+    pub modern_only: bool,
 }
 
 /// The body of a `bad_json` answer.
@@ -167,6 +172,23 @@ impl McpTestServer {
             .unwrap()
             .iter()
             .filter(|r| r.rpc_method == rpc_method)
+            .count()
+    }
+
+    /// How many sessions clients began: `initialize` handshakes plus `server/discover` probes
+    /// that were answered (a modern client makes no session, but probes once per connection).
+    pub fn sessions_begun(&self) -> usize {
+        let refused = |m: &str| {
+            (m == "server/discover" && self.state.opts.handshake_only)
+                || (m == "initialize" && self.state.opts.modern_only)
+        };
+        self.state
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|r| matches!(r.rpc_method.as_str(), "initialize" | "server/discover"))
+            .filter(|r| !refused(&r.rpc_method))
             .count()
     }
 
@@ -289,6 +311,8 @@ const STANDARD_HEADERS: &[&str] = &[
     "content-type",
     "host",
     "last-event-id",
+    "mcp-method",
+    "mcp-name",
     "mcp-protocol-version",
     "mcp-session-id",
     "user-agent",
@@ -620,6 +644,24 @@ async fn handle(
             .header("content-type", "text/plain")
             .body(Full::new(Bytes::from_static(b"injected failure")).boxed())
             .unwrap_or_else(|_| text_resp(500, "bad status"));
+    }
+    if parts.method == hyper::Method::POST {
+        let method = rpc_method(&body);
+        if (state.opts.handshake_only && method == "server/discover")
+            || (state.opts.modern_only && method == "initialize")
+        {
+            let id = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("id").cloned())
+                .unwrap_or(serde_json::Value::Null);
+            let answer = serde_json::json!({"jsonrpc": "2.0", "id": id,
+                "error": {"code": -32601, "message": format!("Method not found: {method}")}});
+            return Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(answer.to_string())).boxed())
+                .unwrap_or_else(|_| text_resp(500, "bad response"));
+        }
     }
     if state.bad_json.load(Ordering::SeqCst) && parts.method == hyper::Method::POST {
         return Response::builder()
