@@ -560,7 +560,12 @@ async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model()
 #[tokio::test]
 async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
     let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
+    let server = mcp_server(Options {
+        // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
+        handshake_only: true,
+        ..Default::default()
+    })
+    .await;
     let mut c = sqlite_config(&up);
     c.mcp.call_timeout = std::time::Duration::from_secs(10);
     let relay = relay(c).await;
@@ -600,7 +605,12 @@ async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
 #[tokio::test]
 async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
     let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
+    let server = mcp_server(Options {
+        // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
+        handshake_only: true,
+        ..Default::default()
+    })
+    .await;
     let relay = relay(sqlite_config(&up)).await;
     let tools = json!([tool("s", &server.url())]);
     let (_, first) = streamed_and_stored(
@@ -643,7 +653,12 @@ async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
 #[tokio::test]
 async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
     let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
+    let server = mcp_server(Options {
+        // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
+        handshake_only: true,
+        ..Default::default()
+    })
+    .await;
     let addr = server.addr;
     let relay = relay(sqlite_config(&up)).await;
     let tools = json!([tool("s", &server.url())]);
@@ -654,9 +669,15 @@ async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
     .await;
     assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
     server.shutdown().await;
-    let server = mcp_test_server::start(addr, Options::default())
-        .await
-        .expect("restart on the same port");
+    let server = mcp_test_server::start(
+        addr,
+        Options {
+            handshake_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("restart on the same port");
     let (body, second) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"two\"}", "stream": true, "tools": tools,

@@ -422,7 +422,16 @@ async fn with_a_zero_ttl_every_request_lists_the_server() {
 #[tokio::test]
 async fn a_server_announcing_new_tools_is_listed_again_at_once() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    // notifications/tools/list_changed arrives on a handshake session's event stream.
+    let server = mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        mcp_test_server::Options {
+            handshake_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let relay = relay(config(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
     let first = listing(&relay, &tool).await;
