@@ -13,6 +13,7 @@ mod names;
 mod pool;
 mod result;
 mod sse;
+mod tasks;
 mod validate;
 
 pub use names::model_names;

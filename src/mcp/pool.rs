@@ -250,6 +250,8 @@ impl Key {
 
 struct Slot {
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// Tools the server said must be called as tasks.
+    tasked: Mutex<HashSet<String>>,
     /// Shared with the session's [`Listener`].
     tools: Arc<ToolCache>,
     /// Milliseconds since the pool's epoch.
@@ -474,8 +476,31 @@ impl Pool {
             Err(_) => return Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
         };
         let remaining = timeout.saturating_sub(started.elapsed());
-        let params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
-        let outcome = tokio::time::timeout(remaining, session.client.call_tool(params)).await;
+        let call = async {
+            let tasked = slot
+                .tasked
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(name);
+            if !tasked {
+                let params =
+                    CallToolRequestParams::new(name.to_string()).with_arguments(arguments.clone());
+                let answer = session.client.call_tool(params).await;
+                if !super::tasks::needs_task(&answer) {
+                    return answer;
+                }
+            }
+            // The server wants a task (SPEC §15): the call stays in progress while it runs.
+            let r = super::tasks::call(session.client.peer(), name, arguments, remaining).await;
+            if r.is_ok() && !tasked {
+                slot.tasked
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.to_string());
+            }
+            r
+        };
+        let outcome = tokio::time::timeout(remaining, call).await;
         self.touch(&slot);
         match outcome {
             Err(_) => Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
@@ -554,6 +579,7 @@ impl Pool {
                 .or_insert_with(|| {
                     Arc::new(Slot {
                         session: tokio::sync::Mutex::new(None),
+                        tasked: Mutex::new(HashSet::new()),
                         tools: Arc::default(),
                         last_used: AtomicU64::new(now),
                     })

@@ -164,6 +164,28 @@ async fn a_registered_servers_private_host_is_not_opened_to_urls_a_request_names
 }
 
 #[tokio::test]
+async fn a_registered_legacy_sse_server_runs_tools_through_the_relay() {
+    let up = upstream().await;
+    let (_child, url) = crate::mcp_client::python_server(&["--transport", "sse"]).await;
+    let toml = format!(
+        "[mcp_servers.legacy]\nurl = \"{url}\"\ntransport = \"sse\"\nrequire_approval = \"never\"\n"
+    );
+    let relay = relay(from_file(&up.base_url(), &toml)).await;
+    let (status, r) = call(&relay.url("/v1/responses"), None, Some(&json!({"model": "fake-model",
+        "input": "CALL shout {\"text\": \"old but gold\"}", "tools": [{"type": "mcp", "server_label": "legacy"}]}))).await;
+    assert_eq!(status, 200, "{r}");
+    let mcp_call = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "mcp_call")
+        .unwrap_or_else(|| panic!("{r}"));
+    assert_eq!(mcp_call["output"], "OLD BUT GOLD", "{mcp_call}");
+    let (_, listed) = call(&relay.url("/v1/mcp/servers"), None, None).await;
+    assert_eq!(listed["data"][0]["transport"], "sse", "{listed}");
+}
+
+#[tokio::test]
 async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
     let up = upstream().await;
     let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())

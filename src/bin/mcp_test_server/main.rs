@@ -51,6 +51,7 @@ async fn main() -> std::io::Result<()> {
         repeat_cursor: false,
         handshake_only: args.handshake_only,
         modern_only: args.modern_only,
+        task_tool: false,
     };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 use std::{
+    collections::HashMap,
     convert::Infallible,
     io,
     net::SocketAddr,
@@ -14,7 +15,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
-    time::Duration,
+    time::{Duration, Instant},
 };
 
 use bytes::Bytes;
@@ -73,6 +74,10 @@ pub struct Options {
     pub handshake_only: bool,
     /// Speak only the `2026-07-28` lifecycle: `initialize` is answered with JSON-RPC `-32601`.
     pub modern_only: bool,
+    /// List `research(ms)`, a tool with `execution.taskSupport: "required"` (protocol
+    /// `2025-11-25` tasks): a plain call is refused with `-32601`; a call with `task` creates a
+    /// task that completes after `ms` milliseconds (`tasks/get`, `tasks/result`, `tasks/cancel`).
+    pub task_tool: bool,
 }
 
 /// The body of a `bad_json` answer.
@@ -142,6 +147,8 @@ struct State {
     catalog: AtomicUsize,
     /// Every initialized session's client, to send it notifications.
     peers: Mutex<Vec<rmcp::Peer<RoleServer>>>,
+    /// `research` tasks: id -> (created, ms, cancelled).
+    tasks: Mutex<HashMap<String, (Instant, u64, bool)>>,
 }
 
 /// A running test server.
@@ -189,6 +196,17 @@ impl McpTestServer {
             .iter()
             .filter(|r| matches!(r.rpc_method.as_str(), "initialize" | "server/discover"))
             .filter(|r| !refused(&r.rpc_method))
+            .count()
+    }
+
+    /// `research` tasks cancelled with `tasks/cancel` before they completed.
+    pub fn tasks_cancelled(&self) -> usize {
+        self.state
+            .tasks
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|t| t.2)
             .count()
     }
 
@@ -448,6 +466,15 @@ impl ServerHandler for TestServer {
         let mut all = self.tool_router.list_all();
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.extend(self.catalog_tools());
+        if self.state.opts.task_tool {
+            let schema = serde_json::json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]});
+            let research = Tool::new(
+                "research",
+                "Researches for ms milliseconds (a task)",
+                Arc::new(schema.as_object().cloned().unwrap_or_default()),
+            );
+            all.push(research);
+        }
         if self.state.catalog.load(Ordering::SeqCst) == 0 {
             return Ok(ListToolsResult::with_all_items(all));
         }
@@ -526,6 +553,59 @@ fn rpc_method(body: &[u8]) -> String {
         Ok(v @ serde_json::Value::Object(_)) => one(&v),
         _ => String::new(),
     }
+}
+
+/// The answer to a `research` call or a task request, as a `2025-11-25` task server gives it;
+/// `None` for every other message.
+fn task_answer(state: &State, body: &[u8]) -> Option<serde_json::Value> {
+    use serde_json::json;
+    let rpc: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let id = rpc.get("id")?.clone();
+    let params = rpc.get("params").cloned().unwrap_or_default();
+    let task_id = params.get("taskId").and_then(|t| t.as_str()).unwrap_or("");
+    let mut tasks = state.tasks.lock().unwrap();
+    let status = |t: &(Instant, u64, bool)| {
+        if t.2 {
+            "cancelled"
+        } else if t.0.elapsed() >= Duration::from_millis(t.1) {
+            "completed"
+        } else {
+            "working"
+        }
+    };
+    let result = match rpc.get("method")?.as_str()? {
+        "tools/call" if params.get("name")? == "research" => {
+            if params.get("task").is_none() {
+                return Some(json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+                    "message": "Tool research requires task augmentation (taskSupport: 'required')"}}));
+            }
+            let ms = params
+                .pointer("/arguments/ms")
+                .and_then(|m| m.as_u64())
+                .unwrap_or(0);
+            let task = format!("task-{}", tasks.len() + 1);
+            tasks.insert(task.clone(), (Instant::now(), ms, false));
+            json!({"task": {"taskId": task, "status": "working", "pollInterval": 50,
+                "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": null}})
+        }
+        "tasks/get" => {
+            let t = tasks.get(task_id)?;
+            json!({"taskId": task_id, "status": status(t), "pollInterval": 50,
+                "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": null})
+        }
+        "tasks/result" => {
+            let t = tasks.get(task_id)?;
+            json!({"content": [{"type": "text", "text": format!("researched for {} ms", t.1)}]})
+        }
+        "tasks/cancel" => {
+            let t = tasks.get_mut(task_id)?;
+            t.2 = true;
+            json!({"taskId": task_id, "status": "cancelled",
+                "createdAt": "2026-01-01T00:00:00Z", "lastUpdatedAt": "2026-01-01T00:00:00Z", "ttl": null})
+        }
+        _ => return None,
+    };
+    Some(json!({"jsonrpc": "2.0", "id": id, "result": result}))
 }
 
 /// Starts the server on `addr` (use port 0 for any port).
@@ -662,6 +742,16 @@ async fn handle(
                 .body(Full::new(Bytes::from(answer.to_string())).boxed())
                 .unwrap_or_else(|_| text_resp(500, "bad response"));
         }
+    }
+    if state.opts.task_tool
+        && parts.method == hyper::Method::POST
+        && let Some(answer) = task_answer(&state, &body)
+    {
+        return Response::builder()
+            .status(200)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(answer.to_string())).boxed())
+            .unwrap_or_else(|_| text_resp(500, "bad response"));
     }
     if state.bad_json.load(Ordering::SeqCst) && parts.method == hyper::Method::POST {
         return Response::builder()
