@@ -745,7 +745,7 @@ async fn handle(
     }
     if state.opts.task_tool
         && parts.method == hyper::Method::POST
-        && let Some(answer) = task_answer(&state, &body)
+        && let Some(answer) = task_answer(state, &body)
     {
         return Response::builder()
             .status(200)
