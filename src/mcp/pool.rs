@@ -540,8 +540,10 @@ impl Pool {
         timeout: Duration,
     ) -> Result<Arc<Session>, Failure> {
         let mut current = slot.session.lock().await;
+        // A session whose transport ended (a legacy SSE stream that dropped) is as good as broken.
         if let Some(s) = current.as_ref()
             && !s.broken.load(Ordering::SeqCst)
+            && !s.client.peer().is_transport_closed()
         {
             return Ok(s.clone());
         }

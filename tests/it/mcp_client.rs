@@ -1076,6 +1076,11 @@ impl Drop for Child {
 /// The official Python MCP SDK's server (scripts/mcp_python_server.py) with `args`, on a free
 /// loopback port; its URL (`.../mcp`, or `.../sse` with `--transport sse`).
 pub(crate) async fn python_server(args: &[&str]) -> (Child, String) {
+    python_server_on(dead_port().await.port(), args).await
+}
+
+/// [`python_server`] on `port`.
+async fn python_server_on(port: u16, args: &[&str]) -> (Child, String) {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let python = std::env::var("RELAY_TEST_PYTHON")
         .map(std::path::PathBuf::from)
@@ -1091,7 +1096,6 @@ pub(crate) async fn python_server(args: &[&str]) -> (Child, String) {
             python.display()
         ),
     }
-    let port = dead_port().await.port();
     let child = std::process::Command::new(&python)
         .arg(root.join("scripts/mcp_python_server.py"))
         .args(["--port", &port.to_string()])
@@ -1344,6 +1348,26 @@ async fn a_registered_sse_server_is_reached_on_the_legacy_transport_at_any_path(
     // Told to speak Streamable HTTP only, the same server cannot be reached.
     s.transport = responses_relay::mcp::Transport::StreamableHttp;
     assert!(pool().list_tools(&s, T).await.is_err());
+}
+
+#[tokio::test]
+async fn a_legacy_sse_session_whose_stream_ended_is_made_again_without_a_failed_call() {
+    let port = dead_port().await.port();
+    let (child, url) = python_server_on(port, &["--transport", "sse"]).await;
+    let s = spec(&url);
+    let pool = pool();
+    let r = pool
+        .call_tool(&s, "shout", r#"{"text":"a"}"#, T)
+        .await
+        .unwrap();
+    assert_eq!(text_of(&r), "A");
+    drop(child);
+    let (_child, _) = python_server_on(port, &["--transport", "sse"]).await;
+    let r = pool
+        .call_tool(&s, "shout", r#"{"text":"b"}"#, T)
+        .await
+        .unwrap_or_else(|e| panic!("the first call after the restart: {e:?}"));
+    assert_eq!(text_of(&r), "B");
 }
 
 #[tokio::test]
