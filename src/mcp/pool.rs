@@ -746,7 +746,10 @@ impl Pool {
             },
             Era::Handshake => ClientLifecycleMode::Initialize,
         };
-        let listener = Listener { info, tools };
+        let listener = Listener {
+            info,
+            tools: tools.clone(),
+        };
         let work = async {
             match wire {
                 Wire::StreamableHttp => {
@@ -797,12 +800,65 @@ impl Pool {
             .peer()
             .set_response_cache_config(ClientCacheConfig::disabled())
             .await;
+        if era == Era::Modern
+            && client
+                .peer()
+                .peer_info()
+                .and_then(|i| i.capabilities.tools.as_ref()?.list_changed)
+                == Some(true)
+        {
+            tokio::spawn(listen_for_tool_changes(
+                client.peer().clone(),
+                tools,
+                alive.clone(),
+            ));
+        }
         tracing::debug!(server_label = %spec.label, ?wire, ?era, "MCP session initialized");
         Ok(Session {
             client,
             broken: AtomicBool::new(false),
             _alive: guard,
         })
+    }
+}
+
+/// A 2026-07-28 session has no event stream of its own: it asks for tool-list changes with
+/// `subscriptions/listen`, and forgets the key's tool list at each one, until the session goes
+/// (`alive` cancelled). A stream that ends is opened again a second later; one the server refuses
+/// is not (the tool list then lives for `--mcp-tools-ttl`).
+async fn listen_for_tool_changes(
+    peer: rmcp::Peer<RoleClient>,
+    tools: Arc<ToolCache>,
+    alive: tokio_util::sync::CancellationToken,
+) {
+    use rmcp::model::{ServerNotification, SubscriptionFilter};
+    loop {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut subscription = tokio::select! {
+            s = peer.listen(filter) => match s {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::debug!(error = %e, "the MCP server refused subscriptions/listen");
+                    return;
+                }
+            },
+            _ = alive.cancelled() => return,
+        };
+        loop {
+            let next = tokio::select! {
+                n = subscription.next() => n,
+                _ = alive.cancelled() => return,
+            };
+            match next {
+                Ok(Some(ServerNotification::ToolListChangedNotification(_))) => tools.forget(),
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => break,
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            _ = alive.cancelled() => return,
+        }
     }
 }
 

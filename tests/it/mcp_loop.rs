@@ -421,43 +421,52 @@ async fn with_a_zero_ttl_every_request_lists_the_server() {
 
 #[tokio::test]
 async fn a_server_announcing_new_tools_is_listed_again_at_once() {
-    let up = upstream().await;
-    // notifications/tools/list_changed arrives on a handshake session's event stream.
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options {
-            handshake_only: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
-    let relay = relay(config(&up.base_url())).await;
-    let tool = mcp_tool("s", &server.url());
-    let first = listing(&relay, &tool).await;
-    assert_eq!(
-        server.set_catalog(3, true).await,
-        1,
-        "the relay's session was told"
-    );
-    // The notice travels on the session's event stream: poll (a liveness bound) until a request
-    // shows the new tools; requests before it may still get the old list.
-    let mut now = first.clone();
-    for _ in 0..500 {
-        now = listing(&relay, &tool).await;
-        if now != first {
-            break;
+    // The notice arrives on a handshake session's event stream, or (2026-07-28) on the
+    // subscriptions/listen stream the relay opens for the session.
+    for handshake_only in [true, false] {
+        let up = upstream().await;
+        let server = mcp_test_server::start(
+            "127.0.0.1:0".parse().unwrap(),
+            mcp_test_server::Options {
+                handshake_only,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+        let relay = relay(config(&up.base_url())).await;
+        let tool = mcp_tool("s", &server.url());
+        let first = listing(&relay, &tool).await;
+        if !handshake_only {
+            eventually("the relay to listen for changes", || {
+                server.listening() == 1
+            })
+            .await;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        assert_eq!(
+            server.set_catalog(3, true).await,
+            1,
+            "the relay's session was told"
+        );
+        // The notice travels on an event stream: poll (a liveness bound) until a request shows
+        // the new tools; requests before it may still get the old list.
+        let mut now = first.clone();
+        for _ in 0..500 {
+            now = listing(&relay, &tool).await;
+            if now != first {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(now.len(), first.len() + 3, "{now:?}");
+        assert!(now.contains(&"tool_002".to_string()));
+        // One page before the notice; two pages (of 10) for the 12 tools after it, once.
+        assert_eq!(
+            server.count("tools/list"),
+            3,
+            "listed once before and once after the notice"
+        );
     }
-    assert_eq!(now.len(), first.len() + 3, "{now:?}");
-    assert!(now.contains(&"tool_002".to_string()));
-    // One page before the notice; two pages (of 10) for the 12 tools after it, once.
-    assert_eq!(
-        server.count("tools/list"),
-        3,
-        "listed once before and once after the notice"
-    );
 }
 
 #[tokio::test]

@@ -147,6 +147,8 @@ struct State {
     catalog: AtomicUsize,
     /// Every initialized session's client, to send it notifications.
     peers: Mutex<Vec<rmcp::Peer<RoleServer>>>,
+    /// Every open `subscriptions/listen` (2026-07-28) stream, to send it notifications.
+    listeners: Mutex<Vec<rmcp::service::SubscriptionSink>>,
     /// `research` tasks: id -> (created, ms, cancelled).
     tasks: Mutex<HashMap<String, (Instant, u64, bool)>>,
 }
@@ -199,6 +201,11 @@ impl McpTestServer {
             .count()
     }
 
+    /// How many `subscriptions/listen` streams are open.
+    pub fn listening(&self) -> usize {
+        self.state.listeners.lock().unwrap().len()
+    }
+
     /// `research` tasks cancelled with `tasks/cancel` before they completed.
     pub fn tasks_cancelled(&self) -> usize {
         self.state
@@ -241,6 +248,14 @@ impl McpTestServer {
         let mut told = 0;
         for peer in peers {
             if peer.notify_tool_list_changed().await.is_ok() {
+                told += 1;
+            }
+        }
+        let listeners = self.state.listeners.lock().unwrap().clone();
+        for sink in listeners {
+            let changed =
+                rmcp::model::ServerNotification::ToolListChangedNotification(Default::default());
+            if sink.send(changed).await.is_ok() {
                 told += 1;
             }
         }
@@ -514,6 +529,27 @@ impl ServerHandler for TestServer {
         self.tool_router
             .call(ToolCallContext::new(self, request, context))
             .await
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        Some(
+            rmcp::model::SubscriptionFilter::builder()
+                .tools_list_changed()
+                .build(),
+        )
+    }
+
+    async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), ErrorData> {
+        self.state
+            .listeners
+            .lock()
+            .unwrap()
+            .push(context.sink().clone());
+        context.cancelled().await;
+        Ok(())
     }
 
     async fn on_initialized(&self, context: rmcp::service::NotificationContext<RoleServer>) {
