@@ -125,6 +125,50 @@ async fn websocket_frames_are_the_sse_events_of_the_same_run() {
         &body,
         &[(&server.url(), "http://mcp-test-server/mcp")],
     );
+
+    // A call needing approval: the listing and the approval request, then the run's end.
+    let relay = crate::support::relay(config(&up.base_url())).await;
+    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
+    ws.send(create(json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": [tool]})))
+        .await;
+    let body = ws.response().await;
+    golden_at(
+        "mcp_approval_request",
+        &body,
+        &[(&server.url(), "http://mcp-test-server/mcp")],
+    );
+}
+
+#[tokio::test]
+async fn a_connection_remembers_its_last_16_store_false_responses() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let mut ids = Vec::new();
+    for i in 0..17 {
+        ws.send(create(
+            json!({"model": "fake-model", "input": format!("n{i}"), "store": false}),
+        ))
+        .await;
+        let done = check_events(&ws.response().await.events);
+        ids.push(done["id"].clone());
+    }
+    // The oldest was forgotten; the 16 after it chain.
+    ws.send(create(json!({"model": "fake-model", "input": "x", "store": false,
+        "previous_response_id": ids[0]})))
+        .await;
+    let e = ws.response().await.events.pop().unwrap();
+    assert_eq!(
+        (e["type"].as_str(), e["error"]["code"].as_str()),
+        (Some("error"), Some("previous_response_not_found")),
+        "{e}"
+    );
+    ws.send(create(json!({"model": "fake-model", "input": "x", "store": false,
+        "previous_response_id": ids[1]})))
+        .await;
+    let done = check_events(&ws.response().await.events);
+    assert_eq!(done["status"], "completed", "{done}");
 }
 
 #[tokio::test]
