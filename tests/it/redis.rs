@@ -22,11 +22,6 @@ async fn relay_over(up: &fake_upstream::FakeUpstream, url: &str) -> Relay {
     relay(c).await
 }
 
-async fn get_text(url: &str) -> (u16, String) {
-    let r = client().get(url).send().await.unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
 /// Reads a streaming response until it holds at least `n` whole events; returns the text read.
 async fn read_events(resp: &mut reqwest::Response, n: usize) -> String {
     let mut seen = String::new();

@@ -276,6 +276,30 @@ async fn full_run(relay_base: String, mcp_url: String, seen: &mut Seen) -> Value
     .await;
     assert_eq!(status, 200, "{text}");
     seen.add("the non-streaming answer", text);
+    // The registered server, by label: its token reaches the server only.
+    let body = json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true,
+        "tools": [{"type": "mcp", "server_label": "reg"}]});
+    let (status, text) = send(
+        "POST",
+        &format!("{relay_base}/v1/responses"),
+        Some("Bearer SECRET-RELAY-5"),
+        Some(&body),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        text.contains("authorized; headers"),
+        "the registered server got its token: {text}"
+    );
+    seen.add("the registered server's run", text);
+    let (_, text) = send(
+        "GET",
+        &format!("{relay_base}/v1/mcp/servers"),
+        Some("Bearer SECRET-RELAY-5"),
+        None,
+    )
+    .await;
+    seen.add("GET /v1/mcp/servers", text);
     // A failing request whose error echoes the request.
     let (_, text) = send(
         "POST",
@@ -402,13 +426,28 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         .enable_all()
         .build()
         .unwrap();
-    let keyed = |c: Config| Config {
-        keys: vec![
-            KeyEntry::bare("SECRET-RELAY-5"),
-            KeyEntry::of_tenant("SECRET-TENANT-6", "team"),
-        ],
-        upstream_api_key: Some(responses_relay::config::Secret("SECRET-UP-4".into())),
-        ..c
+    let registered_url = server.url();
+    let keyed = |c: Config| {
+        let mut c = Config {
+            keys: vec![
+                KeyEntry::bare("SECRET-RELAY-5"),
+                KeyEntry::of_tenant("SECRET-TENANT-6", "team"),
+            ],
+            upstream_api_key: Some(responses_relay::config::Secret("SECRET-UP-4".into())),
+            ..c
+        };
+        // A registered server holding the MCP token: clients name it, never see it.
+        c.mcp.registered.0.insert(
+            "reg".into(),
+            responses_relay::mcp::RegisteredServer {
+                tool: serde_json::from_value(json!({"server_label": "reg",
+                    "server_url": registered_url, "authorization": "SECRET-AUTH-1",
+                    "require_approval": "never"}))
+                .unwrap(),
+                transport: Default::default(),
+            },
+        );
+        c
     };
     let mut seen = Seen::default();
     let folded = rt.block_on(async {
@@ -456,6 +495,10 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
             .all(|r| r.header("authorization") == Some("Bearer SECRET-UP-4"))
     );
 
+    // What the model server was sent (its own key aside, in a header) holds no secret.
+    for r in up.requests() {
+        seen.add("a request to the model server", r.body.to_string());
+    }
     let log = logs.text();
     assert!(
         log.contains("MCP session initialized"),

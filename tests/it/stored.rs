@@ -24,11 +24,6 @@ fn responses_rows(path: &std::path::Path, id: &str) -> i64 {
     .unwrap()
 }
 
-async fn get_text(url: &str) -> (u16, String) {
-    let r = client().get(url).send().await.unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
 /// Polls `GET /v1/responses/{id}` until the run has ended.
 async fn wait_done(relay: &Relay, id: &str) -> Value {
     for _ in 0..1000 {

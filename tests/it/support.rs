@@ -68,6 +68,7 @@ pub fn config(upstream_base: &str) -> Config {
         ..Config::default()
     };
     c.mcp.ssrf = responses_relay::ssrf::Policy::allow_private_networks();
+    c.mcp.registered_ssrf = c.mcp.ssrf.clone();
     c
 }
 
@@ -544,4 +545,10 @@ impl Drop for BlackHole {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// A GET's status and body as text.
+pub async fn get_text(url: &str) -> (u16, String) {
+    let r = client().get(url).send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
 }

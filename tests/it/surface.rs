@@ -588,4 +588,36 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     )
     .await;
     assert_eq!(check_events(&sse.events)["status"], "completed");
+
+    // A background run made there is resumed and cancelled through /v1/responses.
+    let (status, created) = post(
+        &relay.url("/v1/agent"),
+        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+    )
+    .await;
+    assert_eq!(status, 200, "{created}");
+    let id = created["id"].as_str().unwrap().to_string();
+    eventually("the upstream stream is open", || up.open_streams() >= 1).await;
+    let (status, cancelled) = post(
+        &relay.url(&format!("/v1/responses/{id}/cancel")),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(
+        (status, cancelled["status"].as_str()),
+        (200, Some("cancelled"))
+    );
+    let (_, log) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let body = parse_sse(&log);
+    assert_eq!(
+        check_events(&body.events)["status"],
+        "cancelled",
+        "the stored run resumes to its end"
+    );
+    // Errors are the create endpoint's own.
+    let bad = json!({"model": "fake-model", "input": "x", "temperature": "hot"});
+    let via_agent = post(&relay.url("/v1/agent"), &bad).await;
+    let via_responses = post(&relay.url("/v1/responses"), &bad).await;
+    assert_eq!(via_agent.0, 400);
+    assert_eq!(via_agent.1["error"], via_responses.1["error"]);
 }

@@ -317,3 +317,51 @@ async fn the_readmes_team_config_is_a_config_the_relay_starts_with() {
     assert_eq!(c.mcp.registered.0.len(), 2);
     assert_eq!(c.mcp.web_search, Some(("docs".into(), "search".into())));
 }
+
+#[tokio::test]
+async fn v1_models_leaves_out_an_upstream_that_hangs_and_serves_the_merged_list_briefly_from_memory()
+ {
+    let a = upstream().await;
+    // An upstream that accepts connections and never answers.
+    let hanging = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hanging_url = format!("http://{}", hanging.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((conn, _)) = hanging.accept().await {
+            open.push(conn);
+        }
+    });
+    let toml = format!(
+        "[[upstreams]]\nname = \"local\"\nurl = \"{}\"\ndefault = true\n\n\
+         [[upstreams]]\nname = \"slow\"\nurl = \"{hanging_url}\"\nretries = 0\n",
+        a.base_url(),
+    );
+    let relay = relay(serve_config(&["--store", "memory"], &toml).unwrap()).await;
+    let listed = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        call(&relay.url("/v1/models"), None, None),
+    )
+    .await
+    .expect("the hanging upstream was given up on");
+    let (status, list) = listed;
+    assert_eq!(status, 200, "{list}");
+    let ids: Vec<&str> = list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["fake-model", "local/fake-model"]);
+    let asked = |up: &fake_upstream::FakeUpstream| {
+        up.requests()
+            .iter()
+            .filter(|r| r.path == "/v1/models")
+            .count()
+    };
+    assert_eq!(asked(&a), 1);
+    // Asked again at once: the merged list is served from memory.
+    let (status, again) = call(&relay.url("/v1/models"), None, None).await;
+    assert_eq!((status, &again), (200, &list));
+    assert_eq!(asked(&a), 1, "served from memory");
+    held.abort();
+}

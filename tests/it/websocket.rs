@@ -130,8 +130,10 @@ async fn websocket_frames_are_the_sse_events_of_the_same_run() {
     let relay = crate::support::relay(config(&up.base_url())).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
-    ws.send(create(json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": [tool]})))
-        .await;
+    ws.send(create(
+        json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": [tool]}),
+    ))
+    .await;
     let body = ws.response().await;
     golden_at(
         "mcp_approval_request",
@@ -155,18 +157,22 @@ async fn a_connection_remembers_its_last_16_store_false_responses() {
         ids.push(done["id"].clone());
     }
     // The oldest was forgotten; the 16 after it chain.
-    ws.send(create(json!({"model": "fake-model", "input": "x", "store": false,
-        "previous_response_id": ids[0]})))
-        .await;
+    ws.send(create(
+        json!({"model": "fake-model", "input": "x", "store": false,
+        "previous_response_id": ids[0]}),
+    ))
+    .await;
     let e = ws.response().await.events.pop().unwrap();
     assert_eq!(
         (e["type"].as_str(), e["error"]["code"].as_str()),
         (Some("error"), Some("previous_response_not_found")),
         "{e}"
     );
-    ws.send(create(json!({"model": "fake-model", "input": "x", "store": false,
-        "previous_response_id": ids[1]})))
-        .await;
+    ws.send(create(
+        json!({"model": "fake-model", "input": "x", "store": false,
+        "previous_response_id": ids[1]}),
+    ))
+    .await;
     let done = check_events(&ws.response().await.events);
     assert_eq!(done["status"], "completed", "{done}");
 }
