@@ -7,6 +7,8 @@ HTTP+SSE transport, `--transport sse`) with four tools:
   multiply(a, b) -> a * b
   explode()      -> raises ToolError, so the call result has isError: true
   confirm()      -> asks the client for input (elicitation) and says what the client answered
+  ask(kind)      -> sends the client a `sampling/createMessage` or `roots/list` request and says
+                    whether it was answered or refused
 
 `--era` narrows which lifecycles the Streamable HTTP server speaks (the SDK speaks both):
   both        the SDK as it is: 2026-07-28 (server/discover) and the initialize handshake
@@ -21,12 +23,15 @@ Usage: mcp_python_server.py --port PORT [--host 127.0.0.1] [--transport streamab
 import argparse
 import json
 import sys
+import warnings
 
 import uvicorn
 from pydantic import BaseModel
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import SamplingMessage, TextContent
 
 server = MCPServer("relay-python-test-server", instructions="responses-relay interop test server")
 
@@ -58,6 +63,24 @@ async def confirm(ctx: Context) -> str:
     except Exception as e:  # the client refused the request outright
         return f"elicitation failed: {e}"
     return f"elicitation: {result.action}"
+
+
+@server.tool(description="Sends the client a sampling or roots request and says what happened")
+async def ask(kind: str, ctx: Context) -> str:
+    session = ctx.session
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # both capabilities are deprecated as of 2026-07-28
+            if kind == "sampling":
+                message = SamplingMessage(role="user", content=TextContent(type="text", text="hi"))
+                answer = await session.create_message([message], max_tokens=1, related_request_id=ctx.request_id)
+            else:
+                answer = await session.list_roots()
+    except MCPError as e:
+        return f"refused: JSON-RPC {e.code}: {e.message}"
+    except Exception as e:
+        return f"refused: {e}"
+    return f"answered: {answer}"
 
 
 def refusing(app, era: str):

@@ -1371,7 +1371,7 @@ async fn a_legacy_sse_session_whose_stream_ended_is_made_again_without_a_failed_
 }
 
 #[tokio::test]
-async fn a_servers_request_for_input_mid_call_is_declined_and_the_call_ends() {
+async fn a_servers_requests_mid_call_are_refused_or_declined_at_once_and_the_call_ends() {
     for args in [
         &["--era", "handshake"][..],
         &["--era", "modern"],
@@ -1394,5 +1394,21 @@ async fn a_servers_request_for_input_mid_call_is_declined_and_the_call_ends() {
             "elicitation: decline"
         };
         assert!(text.starts_with(expected), "{args:?}: {text}");
+        // Sampling and roots are refused with a JSON-RPC error (over a handshake session; a
+        // 2026-07-28 request gives the server no channel to ask on).
+        for kind in ["sampling", "roots"] {
+            let r = pool()
+                .call_tool(&s, "ask", &format!(r#"{{"kind":"{kind}"}}"#), T)
+                .await
+                .unwrap_or_else(|e| panic!("{args:?} {kind}: {e:?}"));
+            let text = text_of(&r);
+            assert!(text.starts_with("refused: "), "{args:?} {kind}: {text}");
+            if !args.contains(&"modern") {
+                assert!(
+                    text.starts_with("refused: JSON-RPC -32601"),
+                    "{args:?} {kind}: {text}"
+                );
+            }
+        }
     }
 }
