@@ -211,6 +211,8 @@ struct Inner {
     slots: Mutex<HashMap<Key, Arc<Slot>>>,
     /// How each key's server was last reached; outlives its slot.
     ways: Mutex<HashMap<Key, Way>>,
+    /// The next call's progress token.
+    progress: std::sync::atomic::AtomicI64,
     epoch: Instant,
 }
 
@@ -309,6 +311,7 @@ impl Pool {
             registered_http,
             slots: Mutex::new(HashMap::new()),
             ways: Mutex::new(HashMap::new()),
+            progress: std::sync::atomic::AtomicI64::new(1),
             epoch: Instant::now(),
         });
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
@@ -483,8 +486,15 @@ impl Pool {
                 .unwrap_or_else(|e| e.into_inner())
                 .contains(name);
             if !tasked {
-                let params =
+                let mut params =
                     CallToolRequestParams::new(name.to_string()).with_arguments(arguments.clone());
+                // Asking for progress lets a slow tool keep its call from looking idle: each
+                // notice is read from the call's stream, which restarts the read timeout.
+                params.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+                    rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(
+                        self.inner.progress.fetch_add(1, Ordering::Relaxed),
+                    )),
+                ));
                 let answer = session.client.call_tool(params).await;
                 if !super::tasks::needs_task(&answer) {
                     return answer;

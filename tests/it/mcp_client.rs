@@ -1339,6 +1339,29 @@ async fn a_task_tool_is_polled_to_its_result_and_a_call_out_of_time_cancels_its_
 }
 
 #[tokio::test]
+async fn calls_ask_for_progress_and_a_call_sending_notices_outlasts_the_read_timeout() {
+    for handshake_only in [true, false] {
+        let srv = server(Options {
+            handshake_only,
+            ..Default::default()
+        })
+        .await;
+        let s = spec(&srv.url());
+        // Silence longer than this reading a call's answer is a failure.
+        let pool = Pool::new(PoolConfig {
+            read_timeout: Duration::from_millis(500),
+            ..PoolConfig::default()
+        });
+        let r = pool
+            .call_tool(&s, "progress", r#"{"ms":1500,"every":100}"#, T)
+            .await
+            .unwrap_or_else(|e| panic!("handshake_only {handshake_only}: {e:?}"));
+        // The tool fails when the call carries no progress token.
+        assert!(text_of(&r).starts_with("worked 1500 ms"), "{}", text_of(&r));
+    }
+}
+
+#[tokio::test]
 async fn a_registered_sse_server_is_reached_on_the_legacy_transport_at_any_path() {
     // `transport = "sse"` needs no `/sse` in the URL: the operator said so.
     let (_child, url) = python_server(&["--transport", "sse"]).await;

@@ -307,6 +307,14 @@ pub struct AddOut {
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+pub struct ProgressArgs {
+    /// Milliseconds to work.
+    pub ms: u64,
+    /// Milliseconds between progress notifications.
+    pub every: u64,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 pub struct SlowArgs {
     /// Milliseconds to wait.
     pub ms: u64,
@@ -384,6 +392,33 @@ impl TestServer {
     #[tool(description = "Answers with a JSON-RPC error")]
     async fn boom(&self) -> Result<CallToolResult, ErrorData> {
         Err(ErrorData::new(ErrorCode(-32042), "boom", None))
+    }
+
+    #[tool(
+        description = "Works ms milliseconds, notifying progress every `every` ms (to the call's progress token)"
+    )]
+    async fn progress(
+        &self,
+        Parameters(ProgressArgs { ms, every }): Parameters<ProgressArgs>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<String, String> {
+        let token = context
+            .meta
+            .get_progress_token()
+            .ok_or("the call asked for no progress")?;
+        let started = std::time::Instant::now();
+        let mut sent = 0u32;
+        while started.elapsed() < Duration::from_millis(ms) {
+            tokio::time::sleep(Duration::from_millis(every.max(1))).await;
+            sent += 1;
+            let note = rmcp::model::ProgressNotificationParam::new(token.clone(), f64::from(sent));
+            context
+                .peer
+                .notify_progress(note)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(format!("worked {ms} ms, {sent} progress notifications"))
     }
 
     #[tool(description = "Waits ms milliseconds; stops when cancelled")]
