@@ -1126,7 +1126,7 @@ async fn python_tools_work(pool: &Pool, s: &ServerSpec) {
     let names: HashSet<_> = tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(
         names,
-        HashSet::from(["shout", "multiply", "explode", "confirm"])
+        HashSet::from(["shout", "multiply", "explode", "confirm", "ask"])
     );
     assert_eq!(
         tools
@@ -1300,7 +1300,7 @@ async fn the_everything_servers_tools_run_including_one_that_requires_a_task() {
 async fn a_task_tool_is_polled_to_its_result_and_a_call_out_of_time_cancels_its_task() {
     for handshake_only in [true, false] {
         let srv = server(Options {
-            task_tool: true,
+            long_tools: true,
             handshake_only,
             ..Default::default()
         })
@@ -1343,6 +1343,7 @@ async fn calls_ask_for_progress_and_a_call_sending_notices_outlasts_the_read_tim
     for handshake_only in [true, false] {
         let srv = server(Options {
             handshake_only,
+            long_tools: true,
             ..Default::default()
         })
         .await;

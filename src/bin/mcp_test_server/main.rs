@@ -51,7 +51,7 @@ async fn main() -> std::io::Result<()> {
         repeat_cursor: false,
         handshake_only: args.handshake_only,
         modern_only: args.modern_only,
-        task_tool: false,
+        long_tools: false,
     };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());

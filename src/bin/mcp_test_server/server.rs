@@ -74,10 +74,11 @@ pub struct Options {
     pub handshake_only: bool,
     /// Speak only the `2026-07-28` lifecycle: `initialize` is answered with JSON-RPC `-32601`.
     pub modern_only: bool,
-    /// List `research(ms)`, a tool with `execution.taskSupport: "required"` (protocol
-    /// `2025-11-25` tasks): a plain call is refused with `-32601`; a call with `task` creates a
-    /// task that completes after `ms` milliseconds (`tasks/get`, `tasks/result`, `tasks/cancel`).
-    pub task_tool: bool,
+    /// List the long-running tools: `progress(ms, every)` (notifies progress while it works), and
+    /// `research(ms)`, a tool with `execution.taskSupport: "required"` (protocol `2025-11-25`
+    /// tasks): a plain call is refused with `-32601`; a call with `task` creates a task that
+    /// completes after `ms` milliseconds (`tasks/get`, `tasks/result`, `tasks/cancel`).
+    pub long_tools: bool,
 }
 
 /// The body of a `bad_json` answer.
@@ -514,9 +515,12 @@ impl ServerHandler for TestServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let mut all = self.tool_router.list_all();
+        if !self.state.opts.long_tools {
+            all.retain(|t| t.name != "progress");
+        }
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.extend(self.catalog_tools());
-        if self.state.opts.task_tool {
+        if self.state.opts.long_tools {
             let schema = serde_json::json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]});
             let research = Tool::new(
                 "research",
@@ -814,7 +818,7 @@ async fn handle(
                 .unwrap_or_else(|_| text_resp(500, "bad response"));
         }
     }
-    if state.opts.task_tool
+    if state.opts.long_tools
         && parts.method == hyper::Method::POST
         && let Some(answer) = task_answer(state, &body)
     {
