@@ -1181,10 +1181,12 @@ async fn python_mcp_sdk_servers_of_either_lifecycle_and_transport_list_and_call_
 
 #[tokio::test]
 async fn a_server_speaking_one_lifecycle_is_reached_and_the_way_that_worked_goes_first_next_time() {
+    // The handshake-only server counters the relay's 2025-11-25 with the oldest revision.
     for (handshake_only, modern_only) in [(true, false), (false, true)] {
         let srv = server(Options {
             handshake_only,
             modern_only,
+            oldest: handshake_only,
             ..Default::default()
         })
         .await;
@@ -1208,6 +1210,20 @@ async fn a_server_speaking_one_lifecycle_is_reached_and_the_way_that_worked_goes
             if handshake_only { 1 } else { 2 }
         );
         assert_eq!(srv.count("initialize"), if handshake_only { 2 } else { 0 });
+        if handshake_only {
+            let versions: HashSet<String> = srv
+                .requests_seen()
+                .into_iter()
+                .filter(|r| r.rpc_method == "tools/call")
+                .filter_map(|r| {
+                    r.headers
+                        .into_iter()
+                        .find(|(k, _)| k == "mcp-protocol-version")
+                        .map(|(_, v)| v)
+                })
+                .collect();
+            assert_eq!(versions, HashSet::from(["2024-11-05".to_string()]));
+        }
     }
 }
 

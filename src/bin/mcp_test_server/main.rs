@@ -52,6 +52,7 @@ async fn main() -> std::io::Result<()> {
         handshake_only: args.handshake_only,
         modern_only: args.modern_only,
         long_tools: false,
+        oldest: false,
     };
     let server = server::start(args.listen, options).await?;
     println!("listening on {}", server.url());

@@ -74,6 +74,9 @@ pub struct Options {
     pub handshake_only: bool,
     /// Speak only the `2026-07-28` lifecycle: `initialize` is answered with JSON-RPC `-32601`.
     pub modern_only: bool,
+    /// Answer `initialize` with the oldest revision, `2024-11-05`, whatever the client offers (as a
+    /// server that knows no later one does).
+    pub oldest: bool,
     /// List the long-running tools: `progress(ms, every)` (notifies progress while it works), and
     /// `research(ms)`, a tool with `execution.taskSupport: "required"` (protocol `2025-11-25`
     /// tasks): a plain call is refused with `-32601`; a call with `task` creates a task that
@@ -596,13 +599,14 @@ impl ServerHandler for TestServer {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
+        let info = ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
         )
-        .with_instructions("responses-relay test server")
+        .with_instructions("responses-relay test server");
+        info
     }
 }
 
@@ -838,6 +842,15 @@ async fn handle(
     if parts.uri.path() != "/mcp" {
         return text_resp(404, "not found");
     }
+    let mut parts = parts;
+    let body = if state.opts.oldest && rpc_method(&body) == "initialize" {
+        let mut v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        v["params"]["protocolVersion"] = "2024-11-05".into();
+        parts.headers.remove(hyper::header::CONTENT_LENGTH);
+        Bytes::from(v.to_string())
+    } else {
+        body
+    };
     let req = Request::from_parts(parts, Full::new(body));
     match tower_service::Service::call(mcp, req).await {
         Ok(resp) => resp,
