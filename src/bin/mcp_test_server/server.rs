@@ -599,14 +599,13 @@ impl ServerHandler for TestServer {
     }
 
     fn get_info(&self) -> ServerConfig {
-        let info = ServerConfig::new(
+        ServerConfig::new(
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_tool_list_changed()
                 .build(),
         )
-        .with_instructions("responses-relay test server");
-        info
+        .with_instructions("responses-relay test server")
     }
 }
 
