@@ -17,7 +17,7 @@ HTTP+SSE transport, `--transport sse`) with four tools:
               header) is answered with JSON-RPC -32601, as an older server answers it
 
 Usage: mcp_python_server.py --port PORT [--host 127.0.0.1] [--transport streamable-http|sse]
-       [--era both|modern|handshake]
+       [--era both|modern|handshake] [--sse-path /sse]
 """
 
 import argparse
@@ -133,10 +133,11 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--transport", choices=["streamable-http", "sse"], default="streamable-http")
     parser.add_argument("--era", choices=["both", "modern", "handshake"], default="both")
+    parser.add_argument("--sse-path", default="/sse", help="where the legacy SSE stream is served")
     args = parser.parse_args()
     if args.transport == "sse":
-        app = server.sse_app(host=args.host)
-        path = "/sse"
+        app = server.sse_app(sse_path=args.sse_path, host=args.host)
+        path = args.sse_path
     else:
         app = refusing(server.streamable_http_app(streamable_http_path="/mcp", host=args.host), args.era)
         path = "/mcp"

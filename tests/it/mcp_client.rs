@@ -1116,7 +1116,11 @@ async fn python_server_on(port: u16, args: &[&str]) -> (Child, String) {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let path = if args.contains(&"sse") { "sse" } else { "mcp" };
+    let path = match args.iter().position(|a| *a == "--sse-path") {
+        Some(i) => args[i + 1].trim_start_matches('/'),
+        None if args.contains(&"sse") => "sse",
+        None => "mcp",
+    };
     (child, format!("http://127.0.0.1:{port}/{path}"))
 }
 
@@ -1376,6 +1380,23 @@ async fn calls_ask_for_progress_and_a_call_sending_notices_outlasts_the_read_tim
         // The tool fails when the call carries no progress token.
         assert!(text_of(&r).starts_with("worked 1500 ms"), "{}", text_of(&r));
     }
+}
+
+#[tokio::test]
+async fn a_legacy_sse_server_at_any_path_is_found_when_its_post_is_refused() {
+    // Served at /events: nothing in the URL says SSE; the POST is answered 405 (GET only there).
+    let (_child, url) = python_server(&["--transport", "sse", "--sse-path", "/events"]).await;
+    assert!(url.ends_with("/events"), "{url}");
+    let s = spec(&url);
+    let pool = pool();
+    python_tools_work(&pool, &s).await;
+    pool.clear();
+    // The next session goes straight to the event stream.
+    let r = pool
+        .call_tool(&s, "shout", r#"{"text":"direct"}"#, T)
+        .await
+        .unwrap();
+    assert_eq!(text_of(&r), "DIRECT");
 }
 
 #[tokio::test]
