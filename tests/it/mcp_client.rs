@@ -1073,6 +1073,28 @@ impl Drop for Child {
     }
 }
 
+/// `command` started (output discarded), once something listens on loopback `port`.
+async fn listening(mut command: std::process::Command, port: u16, what: &str) -> Child {
+    let child = command
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {what}: {e}"));
+    let child = Child(child);
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what} did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child
+}
+
 /// The official Python MCP SDK's server (scripts/mcp_python_server.py) with `args`, on a free
 /// loopback port; its URL (`.../mcp`, or `.../sse` with `--transport sse`).
 pub(crate) async fn python_server(args: &[&str]) -> (Child, String) {
@@ -1096,26 +1118,12 @@ async fn python_server_on(port: u16, args: &[&str]) -> (Child, String) {
             python.display()
         ),
     }
-    let child = std::process::Command::new(&python)
+    let mut command = std::process::Command::new(&python);
+    command
         .arg(root.join("scripts/mcp_python_server.py"))
         .args(["--port", &port.to_string()])
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the Python MCP server");
-    let child = Child(child);
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the Python MCP server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        .args(args);
+    let child = listening(command, port, "the Python MCP server").await;
     let path = match args.iter().position(|a| *a == "--sse-path") {
         Some(i) => args[i + 1].trim_start_matches('/'),
         None if args.contains(&"sse") => "sse",
@@ -1244,28 +1252,14 @@ async fn everything_server() -> (Child, String) {
         "the MCP everything server is not installed (run: bash scripts/test.sh --install-only)"
     );
     let port = dead_port().await.port();
-    let child = std::process::Command::new(node)
+    let mut command = std::process::Command::new(node);
+    command
         .arg("--import")
         .arg(root.join("scripts/loopback_listen.mjs"))
         .arg(server)
         .arg("streamableHttp")
-        .env("PORT", port.to_string())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the everything server");
-    let child = Child(child);
-    let started = Instant::now();
-    while tokio::net::TcpStream::connect(("127.0.0.1", port))
-        .await
-        .is_err()
-    {
-        assert!(
-            started.elapsed() < Duration::from_secs(30),
-            "the everything server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        .env("PORT", port.to_string());
+    let child = listening(command, port, "the everything server").await;
     (child, format!("http://127.0.0.1:{port}/mcp"))
 }
 
