@@ -134,6 +134,39 @@ async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstre
 }
 
 #[tokio::test]
+async fn each_upstream_times_out_as_its_own_entry_says() {
+    let (a, b) = (upstream().await, upstream().await);
+    let toml = format!(
+        "[[upstreams]]\nname = \"quick\"\nurl = \"{}\"\nfirst_byte_timeout = 0.2\nretries = 0\n\n\
+         [[upstreams]]\nname = \"patient\"\nurl = \"{}\"\nretries = 0\n",
+        a.base_url(),
+        b.base_url()
+    );
+    let c = serve_config(
+        &["--store", "memory", "--upstream-url", &refused_url()],
+        &toml,
+    )
+    .unwrap();
+    let relay = relay(c).await;
+    let url = relay.url("/v1/responses");
+    let slow = "fake-model?fault=slow_headers&delay_ms=1000";
+    let (status, r) = call(
+        &url,
+        None,
+        Some(&json!({"model": format!("quick/{slow}"), "input": "hi"})),
+    )
+    .await;
+    assert_eq!(status, 504, "the quick upstream's 0.2 s: {r}");
+    let (status, r) = call(
+        &url,
+        None,
+        Some(&json!({"model": format!("patient/{slow}"), "input": "hi"})),
+    )
+    .await;
+    assert_eq!(status, 200, "the default first-byte timeout: {r}");
+}
+
+#[tokio::test]
 async fn each_upstream_retries_as_its_own_entry_says() {
     let (a, b) = (upstream().await, upstream().await);
     let toml = format!(
