@@ -124,14 +124,9 @@ start mcp-python "$PY" "$ROOT/scripts/mcp_python_server.py" --port "$PY_MCP_PORT
 export RELAY_MCP_PY_URL=$ADDR
 wait_port mcp-python "127.0.0.1:$PY_MCP_PORT"
 
-# Both MCP servers are on loopback. The SSRF guard (src/ssrf.rs) will refuse loopback by default
-# once it is wired into `serve`; `--mcp-allow-private-networks` then allows it.
-# TODO(ssrf): pass --mcp-allow-private-networks unconditionally once `serve` has it. Until then it
-# is passed only when this build's `serve --help` lists it (today's build does not).
-RELAY_MCP_FLAGS=()
-if "$BIN_DIR/responses-relay" serve --help 2>/dev/null | grep -q -- '--mcp-allow-private-networks'; then
-  RELAY_MCP_FLAGS+=(--mcp-allow-private-networks)
-fi
+# Both MCP servers are on loopback, which the SSRF guard (src/ssrf.rs) refuses by default:
+# `--mcp-allow-private-networks` allows it.
+RELAY_MCP_FLAGS=(--mcp-allow-private-networks)
 # The relays' config file: the Python SDK server registered as `search`, and OpenAI's `web_search`
 # run through its `shout` tool (the Codex suite's web search goes there).
 cat >"$LOGS/relay.toml" <<TOML

@@ -2,7 +2,7 @@
 //! the server is registered, its transport): list a server's tools, call a tool. A session
 //! speaks the `2026-07-28` lifecycle (`server/discover`) or the `initialize` handshake, over
 //! Streamable HTTP or the legacy HTTP+SSE transport ([`super::sse`]), whichever the server
-//! answers to, tried in that order; the way that worked is kept for the key's next session. Idle sessions are evicted, the pool is
+//! answers to, tried in that order; the way that worked is kept for the key's next MCP session. Idle sessions are evicted, the pool is
 //! bounded (least recently used goes first), and a session that failed at the transport level is
 //! dropped and re-made on next use. A server's tool list is reused for `tools_ttl` under the same
 //! key, and forgotten at once when the server says `notifications/tools/list_changed`, when its
@@ -153,7 +153,7 @@ enum Era {
     Handshake,
 }
 
-/// How a server was last reached: the key's next session tries that way first, then the others
+/// How a server was last reached: the key's next MCP session tries that way first, then the others
 /// (so a server that changed is probed again).
 type Way = (Wire, Era);
 

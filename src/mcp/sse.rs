@@ -80,7 +80,7 @@ pub(super) async fn connect(
         });
     }
     let mut events = Box::pin(bounded(response.bytes_stream()).eventsource());
-    // The first event names the endpoint; anything before it is not a message of this session.
+    // The first event names the endpoint; anything before it is not a message of this MCP session.
     let endpoint = loop {
         let next = tokio::select! {
             e = events.next() => e,

@@ -1385,7 +1385,7 @@ async fn a_legacy_sse_server_at_any_path_is_found_when_its_post_is_refused() {
     let pool = pool();
     python_tools_work(&pool, &s).await;
     pool.clear();
-    // The next session goes straight to the event stream.
+    // The next MCP session goes straight to the event stream.
     let r = pool
         .call_tool(&s, "shout", r#"{"text":"direct"}"#, T)
         .await
