@@ -143,7 +143,7 @@ for kind in chat responses; do
     --upstream-first-byte-timeout 5 --upstream-idle-timeout 3 ${RELAY_MCP_FLAGS[@]+"${RELAY_MCP_FLAGS[@]}"}
   export "RELAY_URL_${kind^^}=$ADDR"
 done
-echo "  relay MCP flags: ${RELAY_MCP_FLAGS[*]:-none, serve --help lists no --mcp-allow-private-networks}"
+echo "  relay MCP flags: ${RELAY_MCP_FLAGS[*]}"
 
 PASSED=0
 FAILED=0
