@@ -186,6 +186,65 @@ async fn a_registered_legacy_sse_server_runs_tools_through_the_relay() {
 }
 
 #[tokio::test]
+async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_and_defer_loading_narrows()
+ {
+    let up = upstream().await;
+    let opts = mcp_test_server::Options {
+        require_bearer: Some("ENV-TOKEN-8".into()),
+        ..Default::default()
+    };
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
+        .await
+        .unwrap();
+    // SAFETY of the variable: its name is this test's own.
+    unsafe { std::env::set_var("RELAY_TEST_REGISTERED_TOKEN_8", "ENV-TOKEN-8") };
+    let toml = format!(
+        "[mcp_servers.team]\nurl = \"{}\"\nauthorization_env = \"RELAY_TEST_REGISTERED_TOKEN_8\"\n\
+         headers = {{ \"X-Team\" = \"blue\" }}\nrequire_approval = \"never\"\n",
+        server.url()
+    );
+    let relay = relay(from_file(&up.base_url(), &toml)).await;
+    let url = relay.url("/v1/responses");
+    let (status, r) = call(
+        &url,
+        None,
+        Some(&json!({"model": "fake-model", "input": "CALL whoami {}",
+        "tools": [{"type": "mcp", "server_label": "team"}]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let text = r.to_string();
+    assert!(
+        text.contains("authorized; headers: x-team"),
+        "the token from the environment and the header arrived: {text}"
+    );
+    assert!(
+        !text.contains("ENV-TOKEN-8") && !text.contains("blue"),
+        "{text}"
+    );
+    // The request may defer the server's tools (a narrowing): they are searched, not listed.
+    let (status, r) = call(
+        &url,
+        None,
+        Some(&json!({"model": "fake-model", "input": "hi",
+        "tools": [{"type": "mcp", "server_label": "team", "defer_loading": true}]})),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let sent = up.requests();
+    assert!(
+        sent[0].body["tools"].to_string().contains("whoami"),
+        "not deferred, the tools are offered: {}",
+        sent[0].body
+    );
+    let offered = sent.last().unwrap().body["tools"].to_string();
+    assert!(
+        !offered.contains("whoami"),
+        "a deferred server's tools are not offered up front: {offered}"
+    );
+}
+
+#[tokio::test]
 async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
     let up = upstream().await;
     let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
@@ -204,6 +263,17 @@ async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
     let (closed, unknown) = (
         call(&url, Some("limited-key-1"), Some(&body("closed"))).await,
         call(&url, Some("limited-key-1"), Some(&body("nonesuch"))).await,
+    );
+    assert_eq!(closed.0, 400);
+    assert_eq!(
+        closed.1.to_string().replace("closed", "X"),
+        unknown.1.to_string().replace("nonesuch", "X")
+    );
+    // By connector_id too: a barred connector is answered as an unknown one.
+    let by_connector = |id: &str| json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "mine", "connector_id": id}]});
+    let (closed, unknown) = (
+        call(&url, Some("limited-key-1"), Some(&by_connector("closed"))).await,
+        call(&url, Some("limited-key-1"), Some(&by_connector("nonesuch"))).await,
     );
     assert_eq!(closed.0, 400);
     assert_eq!(
