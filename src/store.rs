@@ -83,6 +83,25 @@ pub struct Record {
     pub input: Vec<InputItem>,
 }
 
+/// Which of a tenant's runs a listing wants ([`Store::runs`]): newest first, those with this
+/// stored `status` and `model` (exactly), after the run `after` (the last one of the page before),
+/// `limit` of them.
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    pub status: Option<String>,
+    pub model: Option<String>,
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+impl RunQuery {
+    /// Whether a stored run with this status and model is one the query wants.
+    pub fn wants(&self, status: &str, model: &str) -> bool {
+        self.status.as_deref().is_none_or(|s| s == status)
+            && self.model.as_deref().is_none_or(|m| m == model)
+    }
+}
+
 /// A Response's status as stored (`in_progress`, `completed`...).
 pub(crate) fn status_of(r: &Response) -> String {
     serde_json::to_value(r.status)
@@ -419,6 +438,32 @@ impl Store {
             }
         })
         .await
+    }
+
+    /// `tenant`'s stored runs, newest first, as [`RunQuery`] filters and pages them: up to
+    /// `limit + 1` Responses (one more than asked, so a caller can tell there are more). A live
+    /// run is shown as it is now.
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        query: &RunQuery,
+    ) -> Result<Vec<Response>, StoreError> {
+        let found = self
+            .timed("runs", async {
+                match &self.backend {
+                    Backend::Memory(m) => Ok(m.runs(tenant, query)),
+                    Backend::Sqlite(s) => s.runs(tenant, query).await,
+                    Backend::Redis(r) => r.runs(tenant, query).await,
+                }
+            })
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|r| match self.live(tenant, &r.id) {
+                Some(l) => l.response(),
+                None => r,
+            })
+            .collect())
     }
 
     /// Removes `tenant`'s run, its items and its log (cancelling it if it is live); false if

@@ -15,7 +15,8 @@
 //! their tenant's key prefix, so one tenant's request cannot reach another's run or item.
 //!
 //! Two sorted sets index runs: `relay:leases` (unfinished runs by lease expiry) and
-//! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]).
+//! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]); a third per tenant,
+//! `relay:runs:{tenant}`, holds its runs by the time they were stored (for [`Redis::runs`]).
 //!
 //! Every write is a Lua script (atomic per event), sent by one writer task per process in
 //! pipelined batches, in the order the emitter appended; the events of one batch (of any runs)
@@ -36,7 +37,7 @@ use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Record, StoreError, Tenant, status_of, unfinished};
+use super::{Record, RunQuery, StoreError, Tenant, status_of, unfinished};
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
@@ -84,6 +85,7 @@ if ttl > 0 then
   redis.call('ZADD', 'relay:expiry', ARGV[9], ARGV[1])
 end
 redis.call('ZADD', 'relay:leases', lease, ARGV[1])
+redis.call('ZADD', 'relay:runs:' .. ARGV[11], now, ARGV[1])
 for i = 12, #ARGV, 2 do
   local k = ARGV[10] .. ARGV[i]
   -- An input item keeps the run that first stored it (a later run that sends it again by id
@@ -207,6 +209,7 @@ end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', 'relay:leases', ARGV[1])
 redis.call('ZREM', 'relay:expiry', ARGV[1])
+redis.call('ZREM', 'relay:runs:' .. t, ARGV[1])
 return existed
 "#;
 
@@ -697,6 +700,52 @@ impl Redis {
         drop(tails);
         tokio::spawn(tail(self.clone(), id.to_string(), log.clone(), next));
         Ok(Some(log))
+    }
+
+    /// `tenant`'s runs as `query` wants them, newest stored first (up to `limit + 1`): the
+    /// tenant's index read a page at a time from after `query.after`, each run's hash read for
+    /// its status and Response.
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        query: &RunQuery,
+    ) -> Result<Vec<Response>, StoreError> {
+        let index = format!("relay:runs:{}", tenant.as_str());
+        let mut from: i64 = match &query.after {
+            Some(after) => {
+                let mut cmd = ::redis::cmd("ZREVRANK");
+                cmd.arg(&index).arg(after);
+                let rank: Option<i64> = self.inner.conn.query(&cmd).await?;
+                match rank {
+                    Some(r) => r + 1,
+                    None => return Ok(Vec::new()),
+                }
+            }
+            None => 0,
+        };
+        const PAGE: i64 = 100;
+        let mut found = Vec::new();
+        loop {
+            let mut cmd = ::redis::cmd("ZREVRANGE");
+            cmd.arg(&index).arg(from).arg(from + PAGE - 1);
+            let ids: Vec<String> = self.inner.conn.query(&cmd).await?;
+            for id in &ids {
+                // A run whose hash expired (its time to live) is gone, though still indexed.
+                let Some((record, status)) = self.raw_record(tenant, id).await? else {
+                    continue;
+                };
+                if query.wants(&status, &record.response.model) {
+                    found.push(record.response);
+                    if found.len() > query.limit {
+                        return Ok(found);
+                    }
+                }
+            }
+            if (ids.len() as i64) < PAGE {
+                return Ok(found);
+            }
+            from += PAGE;
+        }
     }
 
     pub async fn find_item(

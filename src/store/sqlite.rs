@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{Record, StoreError, Tenant, status_of, unfinished};
+use super::{Record, RunQuery, StoreError, Tenant, status_of, unfinished};
 use crate::api::Response;
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
@@ -330,6 +330,41 @@ impl Sqlite {
                 &id,
                 unfinished(&status),
             )?))))
+        })
+        .await
+    }
+
+    /// `tenant`'s runs as `query` wants them, newest stored first (up to `limit + 1`).
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        query: &RunQuery,
+    ) -> Result<Vec<Response>, StoreError> {
+        let (tenant, query) = (tenant.clone(), query.clone());
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT response FROM responses WHERE tenant = ?1
+                   AND (?2 IS NULL OR status = ?2)
+                   AND (?3 IS NULL OR json_extract(response, '$.model') = ?3)
+                   AND (?4 IS NULL OR rowid < (SELECT rowid FROM responses WHERE id = ?4 AND tenant = ?1))
+                 ORDER BY rowid DESC LIMIT ?5",
+            )?;
+            let rows = stmt.query_map(
+                rusqlite::params![
+                    tenant.as_str(),
+                    query.status,
+                    query.model,
+                    query.after,
+                    (query.limit + 1) as i64
+                ],
+                |r| r.get::<_, String>(0),
+            )?;
+            rows.map(|row| {
+                let json = row?;
+                serde_json::from_str(&json)
+                    .map_err(|e| StoreError(format!("a stored response is unreadable: {e}")))
+            })
+            .collect()
         })
         .await
     }
