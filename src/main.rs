@@ -65,6 +65,28 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             })
         }
+        Command::Demo(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let mut out = std::io::stdout();
+                match responses_relay::demo::run(args.listen, &mut out, server::shutdown_signal())
+                    .await
+                {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(if e.starts_with("invalid value") {
+                            64
+                        } else {
+                            1
+                        })
+                    }
+                }
+            })
+        }
         Command::Serve(args) => {
             let config = match Config::from_args(args, |k| std::env::var(k).ok()) {
                 Ok(c) => c,

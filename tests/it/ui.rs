@@ -289,3 +289,63 @@ async fn with_relay_keys_pages_are_open_and_the_listing_is_the_keys_tenants_only
         assert_eq!(status, 200, "{path}");
     }
 }
+
+#[tokio::test]
+async fn the_demo_runs_an_agent_run_prints_its_events_and_serves_its_viewer() {
+    use std::io::{BufRead, BufReader};
+    let child = std::process::Command::new(RELAY_BIN)
+        .args(["demo", "--listen", "127.0.0.1:0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Killed when dropped, should an assertion fail first.
+    let mut demo = RelayProcess {
+        child,
+        base: String::new(),
+    };
+    let mut lines = BufReader::new(demo.child.stdout.take().unwrap()).lines();
+    let mut printed = Vec::new();
+    let viewer = loop {
+        let line = lines
+            .next()
+            .expect("the demo prints until its viewer")
+            .unwrap();
+        printed.push(line.clone());
+        if let Some(url) = line.strip_prefix("this run in the viewer: ") {
+            break url.trim().to_string();
+        }
+    };
+    let printed = printed.join("\n");
+    for needed in [
+        "response.created",
+        "mcp_list_tools demo: add",
+        "response.mcp_call_arguments.delta",
+        "mcp_call demo.add {\"a\": 2, \"b\": 3} -> {\"sum\":5.0}",
+        "response.output_text.delta",
+        "response.completed",
+    ] {
+        assert!(printed.contains(needed), "{needed} not in:\n{printed}");
+    }
+    let base = viewer.split("/ui/").next().unwrap().to_string();
+    let id = viewer.rsplit('/').next().unwrap();
+    let (status, _, page) = text(&viewer, None).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("/ui/assets/run.js"));
+    let (_, runs) = get(&format!("{base}/ui/api/runs")).await;
+    assert_eq!(ids(&runs), [id.to_string()], "{runs}");
+    assert_eq!(runs["data"][0]["status"], "completed");
+    assert_eq!(runs["data"][0]["tool_calls"], 1);
+    // The playground lists the demo's registered MCP server and the scripted model.
+    let (_, servers) = get(&format!("{base}/v1/mcp/servers")).await;
+    assert_eq!(servers["data"][0]["label"], "demo", "{servers}");
+    let (status, models) = get(&format!("{base}/v1/models")).await;
+    assert_eq!(status, 200, "{models}");
+    // Stopped with SIGTERM, it exits cleanly.
+    std::process::Command::new("kill")
+        .args(["-TERM", &demo.child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = demo.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -3,7 +3,8 @@
 //! `mcp-test-server --listen 127.0.0.1:0 [--require-bearer TOKEN] [--catalog N] [--fail-http STATUS] [--bad-json]`
 //! prints `listening on http://ADDR/mcp` and serves until interrupted.
 
-mod server;
+// The server is the library's (`responses_relay::demo`), which the `demo` command starts too.
+use responses_relay::demo::mcp_test_server as server;
 
 use std::net::SocketAddr;
 
