@@ -1,5 +1,6 @@
 //! The `responses-relay` binary: parses the command line, then serves.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -57,10 +58,16 @@ fn main() -> ExitCode {
                     }
                 };
                 let signal = server::shutdown_signal();
-                println!(
-                    "listening on http://{}",
-                    listener.local_addr().expect("bound address")
-                );
+                let addr = listener.local_addr().expect("bound address");
+                println!("listening on http://{addr}");
+                if let Ok(r) = rec.final_response() {
+                    // Not println!: a reader that took the first line only may have closed stdout.
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "the recorded run in the viewer: http://{addr}/ui/runs/{}",
+                        r.id
+                    );
+                }
                 responses_relay::logs::serve(listener, rec, args.speed, signal).await;
                 ExitCode::SUCCESS
             })

@@ -349,3 +349,39 @@ async fn the_demo_runs_an_agent_run_prints_its_events_and_serves_its_viewer() {
     let status = demo.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
 }
+
+#[tokio::test]
+async fn replay_serves_the_viewer_for_its_recording() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (_, run) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "record me"}),
+    )
+    .await;
+    let id = run["id"].as_str().unwrap().to_string();
+    let (_, _, log) = text(&relay.url(&format!("/ui/api/runs/{id}/log")), None).await;
+    let file = scratch("ui-replay").join("run.jsonl");
+    std::fs::write(&file, &log).unwrap();
+    let replay = spawn_relay(
+        &["replay", file.to_str().unwrap(), "--listen", "127.0.0.1:0"],
+        &[],
+        std::process::Stdio::null(),
+    );
+    let (status, headers, page) = text(&format!("{}/ui/runs/{id}", replay.base), None).await;
+    assert_eq!(status, 200);
+    assert!(
+        headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("default-src 'none'")
+    );
+    assert!(page.contains("/ui/assets/run.js"));
+    let (_, list) = get(&format!("{}/ui/api/runs", replay.base)).await;
+    assert_eq!(ids(&list), [id.to_string()]);
+    assert_eq!(list["data"][0]["status"], "completed");
+    let (_, _, served) = text(&format!("{}/ui/api/runs/{id}/log", replay.base), None).await;
+    assert_eq!(served, log, "the recording, as exported");
+    let (status, body) = get(&format!("{}/ui/api/runs/resp_other/log", replay.base)).await;
+    assert_eq!(status, 404, "{body}");
+}
