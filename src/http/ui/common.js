@@ -212,7 +212,7 @@ const RR = (() => {
       case "mcp_list_tools":
         head.append(el("strong", {}, item.server_label));
         if (item.error) body.push(el("div", { class: "error" }, "error: " + errorText(item.error)));
-        body.push(el("ul", {}, (item.tools || []).map((t) =>
+        body.push(el("ul", { class: "tools" }, (item.tools || []).map((t) =>
           el("li", {}, el("code", {}, t.name), t.description ? " — " + t.description : ""))));
         break;
       case "mcp_call":
@@ -230,7 +230,7 @@ const RR = (() => {
         break;
       case "tool_search_output":
         body.push(el("ul", {}, (item.tools || []).flatMap((ns) => (ns.tools || [ns]).map((f) =>
-          el("li", {}, el("code", {}, (ns.name && ns.tools ? ns.name + "." : "") + f.name)))));
+          el("li", {}, el("code", {}, (ns.name && ns.tools ? ns.name + "." : "") + f.name))))));
         break;
       default:
         body.push(el("pre", {}, JSON.stringify(item, null, 2)));
