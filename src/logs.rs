@@ -183,7 +183,9 @@ impl Recording {
             .into_iter()
             .map(|(o, s)| (o, s.event.kind().to_string()))
             .collect();
-        let summary = ui::summary(&response, &offsets);
+        let mut summary = ui::summary(&response, &offsets);
+        // A recording keeps the events, not the run's input.
+        summary["input_items"] = serde_json::Value::Null;
         let rest = path.strip_prefix(ui::API_PREFIX).unwrap_or("");
         match (method, rest.split('/').collect::<Vec<_>>().as_slice()) {
             (&Method::GET, ["runs"]) => Ok(json_response(

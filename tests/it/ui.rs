@@ -157,6 +157,10 @@ async fn a_run_summary_counts_its_tool_calls_and_its_log_is_what_logs_export_wri
     assert_eq!(summary["tool_calls"], 2, "{summary}");
     assert_eq!(summary["events"], body.events.len(), "{summary}");
     assert_eq!(summary["model"], "fake-model");
+    assert_eq!(
+        summary["input_items"],
+        format!("/v1/responses/{id}/input_items")
+    );
 
     let (status, headers, log) = text(&relay.url(&format!("/ui/api/runs/{id}/log")), None).await;
     assert_eq!(status, 200);
@@ -380,6 +384,11 @@ async fn replay_serves_the_viewer_for_its_recording() {
     let (_, list) = get(&format!("{}/ui/api/runs", replay.base)).await;
     assert_eq!(ids(&list), [id.to_string()]);
     assert_eq!(list["data"][0]["status"], "completed");
+    assert_eq!(
+        list["data"][0]["input_items"],
+        Value::Null,
+        "a recording keeps no input"
+    );
     let (_, _, served) = text(&format!("{}/ui/api/runs/{id}/log", replay.base), None).await;
     assert_eq!(served, log, "the recording, as exported");
     let (status, body) = get(&format!("{}/ui/api/runs/resp_other/log", replay.base)).await;

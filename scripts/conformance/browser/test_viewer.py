@@ -17,11 +17,17 @@ CARDS = "[...document.querySelectorAll('#timeline > li')]"
 
 
 def clean(page, base: str) -> None:
-    """No page error, and every request went to the relay at `base` (or was page-local)."""
+    """No page error, every request went to the relay at `base` (or was page-local), and every
+    form control on the page has a label and every button a name."""
     errors = page.errors()
     assert not errors, errors
     foreign = [u for u in page.requests() if not (u.startswith(base + "/") or u.startswith(("data:", "blob:", "about:")))]
     assert not foreign, foreign
+    unlabelled = page.eval("[...document.querySelectorAll('input, select, textarea')]"
+                           ".filter(e => e.labels.length === 0 && !e.getAttribute('aria-label')).map(e => e.outerHTML)")
+    assert not unlabelled, unlabelled
+    nameless = page.eval("[...document.querySelectorAll('button')].filter(b => !b.innerText.trim()).map(b => b.outerHTML)")
+    assert not nameless, nameless
 
 
 def create(relay_base: str, body: dict, key: str | None = None) -> dict:
@@ -90,6 +96,9 @@ def test_the_run_page_shows_mcp_calls_one_failed_usage_and_folded_raw_events(rel
     page.eval("document.querySelector('#events tr details summary').click()")
     first = page.wait("document.querySelector('#events tr details pre')?.innerText")
     assert json.loads(first)["type"] == "response.created"
+    # The run's input, from the public input_items list.
+    given = page.wait("document.querySelector('#input .card.message')?.innerText")
+    assert "CALL add" in given and not page.eval("document.getElementById('input-section').hidden")
     page.screenshot(str(screenshot_dir / "run-page.png"))
     clean(page, relay.base)
 
@@ -229,4 +238,15 @@ def test_the_playground_chats_with_a_registered_server_and_answers_an_approval_w
     page.goto(relay.base + href)
     kinds = page.wait(f"{CARDS}.length >= 2 && {CARDS}.map(c => c.className.split(' ')[1])")
     assert "mcp_call" in kinds and "message" in kinds
+    answered = page.wait("document.querySelector('#input .card.mcp_approval_response')?.innerText")
+    assert "approved" in answered, answered
+    clean(page, relay.base)
+
+
+def test_the_pages_follow_the_dark_color_scheme(relay, page):
+    page.goto(relay.base + "/ui/")
+    light = page.eval("getComputedStyle(document.body).backgroundColor")
+    page.send("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    dark = page.wait(f"(c => c !== {json.dumps(light)} && c)(getComputedStyle(document.body).backgroundColor)")
+    assert light == "rgb(255, 255, 255)" and dark == "rgb(13, 17, 23)", (light, dark)
     clean(page, relay.base)

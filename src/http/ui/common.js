@@ -175,7 +175,8 @@ const RR = (() => {
   }
 
   function textOf(item) {
-    return (item.content || []).map((p) => p.text ?? p.refusal ?? "").join("");
+    if (typeof item.content === "string") return item.content;
+    return (item.content || []).map((p) => p.text ?? p.refusal ?? (p.type ? "[" + p.type + "]" : "")).join("");
   }
 
   function field(name, value, asCode) {
@@ -224,6 +225,14 @@ const RR = (() => {
       case "mcp_approval_request":
         head.append(el("strong", {}, item.server_label + " · " + item.name));
         body.push(field("arguments", pretty(item.arguments || ""), true));
+        break;
+      case "mcp_approval_response":
+        head.append(el("strong", { class: item.approve ? "status-completed" : "status-failed" }, item.approve ? "approved" : "denied"));
+        body.push(field("approval_request_id", item.approval_request_id), field("reason", item.reason));
+        break;
+      case "function_call_output":
+      case "custom_tool_call_output":
+        body.push(field("call_id", item.call_id), field("output", typeof item.output === "string" ? item.output : JSON.stringify(item.output), true));
         break;
       case "tool_search_call":
         body.push(field("arguments", pretty(item.arguments ?? ""), true));

@@ -134,6 +134,15 @@
     step();
   }
 
+  /** The run's input items (the public input_items list), oldest first; none for a recording. */
+  async function input() {
+    const run = await RR.getJson("/ui/api/runs/" + encodeURIComponent(id));
+    if (!run.input_items) return; // a recording served by `replay FILE` keeps no input
+    const page = await RR.getJson(run.input_items + "?order=asc&limit=100");
+    document.getElementById("input").replaceChildren(...page.data.map((item) => RR.card(item)));
+    document.getElementById("input-section").hidden = page.data.length === 0;
+  }
+
   async function download() {
     const text = await RR.getText("/ui/api/runs/" + encodeURIComponent(id) + "/log");
     const url = URL.createObjectURL(new Blob([text], { type: "application/jsonl" }));
@@ -158,6 +167,7 @@
       return;
     }
     showAll();
+    input().catch((e) => { document.getElementById("run-message").textContent = "Could not read the run's input: " + e.message; });
     if (!finished()) tail();
   });
 })();
