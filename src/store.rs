@@ -95,9 +95,14 @@ pub struct RunQuery {
 }
 
 impl RunQuery {
-    /// Whether a stored run with this status and model is one the query wants.
+    /// Whether a stored run with this status and model may be one the query wants. A run not
+    /// yet ended is stored as it was created (`queued` or `in_progress`) until its end: asked
+    /// for either, a backend gives both, and [`Store::runs`] keeps those whose live status is
+    /// the one asked for.
     pub fn wants(&self, status: &str, model: &str) -> bool {
-        self.status.as_deref().is_none_or(|s| s == status)
+        self.status
+            .as_deref()
+            .is_none_or(|s| s == status || (unfinished(s) && unfinished(status)))
             && self.model.as_deref().is_none_or(|m| m == model)
     }
 }
@@ -442,7 +447,8 @@ impl Store {
 
     /// `tenant`'s stored runs, newest first, as [`RunQuery`] filters and pages them: up to
     /// `limit + 1` Responses (one more than asked, so a caller can tell there are more). A live
-    /// run is shown as it is now.
+    /// run is shown (and filtered) as it is now; it is listed once its backend has kept its
+    /// start (SQLite: the writer's next commit).
     pub async fn runs(
         &self,
         tenant: &Tenant,
@@ -463,6 +469,7 @@ impl Store {
                 Some(l) => l.response(),
                 None => r,
             })
+            .filter(|r| query.status.as_deref().is_none_or(|s| s == status_of(r)))
             .collect())
     }
 

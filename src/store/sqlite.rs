@@ -344,7 +344,8 @@ impl Sqlite {
         self.read(move |c| {
             let mut stmt = c.prepare_cached(
                 "SELECT response FROM responses WHERE tenant = ?1
-                   AND (?2 IS NULL OR status = ?2)
+                   AND (?2 IS NULL OR status = ?2
+                        OR (?2 IN ('queued', 'in_progress') AND status IN ('queued', 'in_progress')))
                    AND (?3 IS NULL OR json_extract(response, '$.model') = ?3)
                    AND (?4 IS NULL OR rowid < (SELECT rowid FROM responses WHERE id = ?4 AND tenant = ?1))
                  ORDER BY rowid DESC LIMIT ?5",

@@ -394,3 +394,56 @@ async fn replay_serves_the_viewer_for_its_recording() {
     let (status, body) = get(&format!("{}/ui/api/runs/resp_other/log", replay.base)).await;
     assert_eq!(status, 404, "{body}");
 }
+
+#[tokio::test]
+async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_ends() {
+    let up = upstream().await;
+    for (name, store) in stores() {
+        let mut c = config(&up.base_url());
+        c.store = store;
+        let relay = relay(c).await;
+        let (_, run) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "slowly", "background": true}),
+        )
+        .await;
+        let id = run["id"].as_str().unwrap().to_string();
+        // Listed once the store kept its start (SQLite: the writer's next commit).
+        let mut row = Value::Null;
+        for _ in 0..200 {
+            let (_, page) = get(&relay.url("/ui/api/runs?status=in_progress")).await;
+            if let Some(r) = page["data"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["id"] == id.as_str())
+            {
+                row = r.clone();
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            row["status"], "in_progress",
+            "{name}: the live run is listed: {row}"
+        );
+        let (_, queued) = get(&relay.url("/ui/api/runs?status=queued")).await;
+        assert_eq!(
+            ids(&queued),
+            Vec::<String>::new(),
+            "{name}: it is no longer queued"
+        );
+        assert_eq!(row["duration_ms"], Value::Null, "{name}: {row}");
+        let (_, log) = call(&relay.url(&format!("/ui/api/runs/{id}")), None, None).await;
+        assert_eq!(log["status"], "in_progress", "{name}");
+        let (_, cancel) = post(
+            &relay.url(&format!("/v1/responses/{id}/cancel")),
+            &json!({}),
+        )
+        .await;
+        assert_eq!(cancel["status"], "cancelled", "{name}: {cancel}");
+        let (_, after) = get(&relay.url("/ui/api/runs?status=cancelled")).await;
+        assert_eq!(ids(&after), [id.as_str()], "{name}: {after}");
+        assert!(after["data"][0]["duration_ms"].is_u64(), "{name}: {after}");
+    }
+}

@@ -99,6 +99,7 @@ def test_the_run_page_shows_mcp_calls_one_failed_usage_and_folded_raw_events(rel
     # The run's input, from the public input_items list.
     given = page.wait("document.querySelector('#input .card.message')?.innerText")
     assert "CALL add" in given and not page.eval("document.getElementById('input-section').hidden")
+    page.send("Emulation.setDeviceMetricsOverride", {"width": 1280, "height": 1180, "deviceScaleFactor": 1, "mobile": False})
     page.screenshot(str(screenshot_dir / "run-page.png"))
     clean(page, relay.base)
 

@@ -104,9 +104,12 @@ const RR = (() => {
     return v < 1000 ? v + " ms" : (v / 1000).toFixed(2) + " s";
   }
   function when(unix) { return unix ? new Date(unix * 1000).toLocaleString() : "—"; }
+  /** JSON (or a JSON string) for reading: on one line when short, indented when not. */
   function pretty(s) {
-    if (typeof s !== "string") return JSON.stringify(s, null, 2);
-    try { return JSON.stringify(JSON.parse(s), null, 2); } catch (_) { return s; }
+    let v = s;
+    if (typeof s === "string") { try { v = JSON.parse(s); } catch (_) { return s; } }
+    const line = JSON.stringify(v);
+    return line.length <= 80 ? line : JSON.stringify(v, null, 2);
   }
   function status(s) { return el("span", { class: "status status-" + s }, s); }
 
