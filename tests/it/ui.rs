@@ -447,3 +447,16 @@ async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_en
         assert!(after["data"][0]["duration_ms"].is_u64(), "{name}: {after}");
     }
 }
+
+#[test]
+fn the_demo_on_an_address_in_use_exits_64_naming_listen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = std::process::Command::new(RELAY_BIN)
+        .args(["demo", "--listen", &addr])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("'--listen'") && err.contains(&addr), "{err}");
+}

@@ -28,6 +28,7 @@ def clean(page, base: str) -> None:
     assert not unlabelled, unlabelled
     nameless = page.eval("[...document.querySelectorAll('button')].filter(b => !b.innerText.trim()).map(b => b.outerHTML)")
     assert not nameless, nameless
+    assert page.eval("document.compatMode") == "CSS1Compat", "the page renders in standards mode"
 
 
 def create(relay_base: str, body: dict, key: str | None = None) -> dict:
