@@ -186,6 +186,7 @@ impl Recording {
         let mut summary = ui::summary(&response, &offsets);
         // A recording keeps the events, not the run's input.
         summary["input_items"] = serde_json::Value::Null;
+        summary["turns"] = serde_json::Value::Null;
         let rest = path.strip_prefix(ui::API_PREFIX).unwrap_or("");
         match (method, rest.split('/').collect::<Vec<_>>().as_slice()) {
             (&Method::GET, ["runs"]) => Ok(json_response(

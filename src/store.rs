@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
+use crate::api::response::Usage;
 use crate::config::{DEFAULT_TENANT, StoreKind};
 use crate::eventlog::{Immediate, LogSink, RunLog};
 
@@ -306,8 +307,10 @@ impl Store {
         }
     }
 
-    /// Called when a run ended: once its terminal event is kept, it leaves the live map.
-    pub async fn finish_live(&self, id: &str, log: &RunLog) {
+    /// Called when a run ended: once its terminal event is kept, it leaves the live map, and
+    /// the usage of each of its model turns (`turns`; the log has only their sum) is kept
+    /// beside it for the run viewer.
+    pub async fn finish_live(&self, id: &str, log: &RunLog, turns: &[Usage]) {
         log.wait_finished().await;
         let tenant = self
             .live
@@ -315,8 +318,21 @@ impl Store {
             .expect("store poisoned")
             .get(id)
             .map(|l| l.tenant.clone());
-        if let (Backend::Memory(m), Some(r), Some(t)) = (&self.backend, log.snapshot(), tenant) {
-            m.finish(&t, &r);
+        if let (Backend::Memory(m), Some(r), Some(t)) = (&self.backend, log.snapshot(), &tenant) {
+            m.finish(t, &r);
+        }
+        if let Some(t) = &tenant
+            && !turns.is_empty()
+        {
+            match &self.backend {
+                Backend::Memory(m) => m.keep_turns(t, id, turns),
+                Backend::Sqlite(s) => s.keep_turns(t, id, turns),
+                Backend::Redis(r) => {
+                    if let Err(e) = r.keep_turns(t, id, turns).await {
+                        tracing::warn!(response_id = %id, error = %e, "could not keep the run's turn usage");
+                    }
+                }
+            }
         }
         self.live.lock().expect("store poisoned").remove(id);
         self.failures.lock().expect("store poisoned").remove(id);
@@ -342,6 +358,19 @@ impl Store {
             return Ok(Some(l.response()));
         }
         Ok(self.record(tenant, id).await?.map(|r| r.response))
+    }
+
+    /// The usage of each model turn of `tenant`'s ended run `id`, if it was kept (runs that
+    /// ended before it was kept, or that a stopped relay left, have none).
+    pub async fn turns(&self, tenant: &Tenant, id: &str) -> Result<Option<Vec<Usage>>, StoreError> {
+        self.timed("turns", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.turns(tenant, id)),
+                Backend::Sqlite(s) => s.turns(tenant, id).await,
+                Backend::Redis(r) => r.turns(tenant, id).await,
+            }
+        })
+        .await
     }
 
     /// A run's Response and input items, if the run is `tenant`'s.

@@ -5,8 +5,9 @@
 //! - `GET /ui/`: the tenant's stored runs; `GET /ui/runs/{id}`: one run; `GET /ui/playground`.
 //! - `GET /ui/assets/{file}`: the pages' CSS and scripts.
 //! - `GET /ui/api/runs?status=&model=&after=&limit=`: run summaries, newest first.
-//! - `GET /ui/api/runs/{id}`: one run's summary (with `input_items`, where the public API lists
-//!   its input; null for a recording); `GET /ui/api/runs/{id}/log`: its event log as
+//! - `GET /ui/api/runs/{id}`: one run's summary, with `turns` (each model turn's usage, kept by
+//!   the store when the run ended; null before, or for a recording) and `input_items` (where the
+//!   public API lists its input; null for a recording); `GET /ui/api/runs/{id}/log`: its event log as
 //!   `logs export` writes it (JSON Lines, `{"offset_ms":N,"event":{...}}`), what is kept so far
 //!   for a run still going (the page then tails `GET /v1/responses/{id}?stream=true`).
 //!
@@ -147,6 +148,7 @@ pub async fn api(
             let entries = visible_log(app, tenant, id).await?;
             let mut summary = summary(&response, &offsets(&entries));
             summary["input_items"] = json!(format!("/v1/responses/{id}/input_items"));
+            summary["turns"] = json!(app.store().turns(tenant, id).await?);
             Ok(json_response(StatusCode::OK, summary.to_string()))
         }
         (&Method::GET, ["runs", id, "log"]) if !id.is_empty() => {

@@ -10,13 +10,15 @@ use super::{Record, RunQuery, Tenant};
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::api::response::Conversation;
+use crate::api::response::{Conversation, Usage};
 use crate::eventlog::log::RunLog;
 
 struct Kept {
     record: Record,
     /// Insertion order: listings are newest first.
     order: u64,
+    /// The usage of each model turn, once the run ended.
+    turns: Option<Vec<Usage>>,
     log: Arc<RunLog>,
     expires_at: Option<i64>,
 }
@@ -58,6 +60,7 @@ impl Memory {
             Kept {
                 record,
                 order,
+                turns: None,
                 log,
                 expires_at,
             },
@@ -119,6 +122,21 @@ impl Memory {
             .filter(|r| query.wants(&super::status_of(r), &r.model))
             .take(query.limit + 1)
             .collect()
+    }
+
+    pub fn keep_turns(&self, tenant: &Tenant, id: &str, turns: &[Usage]) {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        if let Some(kept) = st.runs.get_mut(&(tenant.clone(), id.to_string())) {
+            kept.turns = Some(turns.to_vec());
+        }
+    }
+
+    pub fn turns(&self, tenant: &Tenant, id: &str) -> Option<Vec<Usage>> {
+        let st = self.state.lock().expect("memory store poisoned");
+        st.runs
+            .get(&(tenant.clone(), id.to_string()))?
+            .turns
+            .clone()
     }
 
     pub fn log(&self, tenant: &Tenant, id: &str) -> Option<Arc<RunLog>> {

@@ -2,7 +2,8 @@
 //! any run.
 //!
 //! Keys of a run (all under the run's time to live):
-//! - `relay:resp:{id}`: a hash with the Response JSON, the input JSON, `status`, `background`, and,
+//! - `relay:resp:{id}`: a hash with the Response JSON, the input JSON, `status`, `background`,
+//!   `turns` (each model turn's usage, once the run ended), and,
 //!   while the run goes on, `owner` (the relay instance running it) and `lease` (unix ms until
 //!   which that owner holds it), `cancel` when another relay asked to cancel it;
 //! - `relay:log:{id}`: a Stream, one entry per event (`seq`, `offset_ms`, `kind`, `data`), whose
@@ -41,7 +42,7 @@ use super::{Record, RunQuery, StoreError, Tenant, status_of, unfinished};
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::api::response::Conversation;
+use crate::api::response::{Conversation, Usage};
 use crate::api::{Response, Sequenced};
 use crate::config::mask_url;
 use crate::eventlog::emitter::{LogSink, end_as_failed};
@@ -211,6 +212,15 @@ redis.call('ZREM', 'relay:leases', ARGV[1])
 redis.call('ZREM', 'relay:expiry', ARGV[1])
 redis.call('ZREM', 'relay:runs:' .. t, ARGV[1])
 return existed
+"#;
+
+/// Keeps the usage of each model turn (ARGV[2], JSON) of a run of tenant ARGV[1], if the run is
+/// still there (never re-creating a deleted or expired one).
+const KEEP_TURNS: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[1], 'tenant') or 'default') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'turns', ARGV[2])
+return 1
 "#;
 
 /// Reads fields of a run's hash, for one tenant: ARGV[1] the tenant, then the field names.
@@ -700,6 +710,33 @@ impl Redis {
         drop(tails);
         tokio::spawn(tail(self.clone(), id.to_string(), log.clone(), next));
         Ok(Some(log))
+    }
+
+    /// Keeps the usage of each model turn of `tenant`'s ended run `id` (nothing if it is gone).
+    pub async fn keep_turns(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        turns: &[Usage],
+    ) -> Result<(), StoreError> {
+        let mut cmd = script(KEEP_TURNS, &[Self::resp_key(id)]);
+        cmd.arg(tenant.as_str())
+            .arg(serde_json::to_string(turns).expect("serializes"));
+        let _: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(())
+    }
+
+    /// The usage of each model turn of `tenant`'s run `id`, if it was kept.
+    pub async fn turns(&self, tenant: &Tenant, id: &str) -> Result<Option<Vec<Usage>>, StoreError> {
+        let Some(f) = self.tenant_fields(tenant, id, &["turns"]).await? else {
+            return Ok(None);
+        };
+        f[0].as_deref()
+            .map(|j| {
+                serde_json::from_str(j)
+                    .map_err(|e| StoreError(format!("stored turns of {id} are unreadable: {e}")))
+            })
+            .transpose()
     }
 
     /// `tenant`'s runs as `query` wants them, newest stored first (up to `limit + 1`): the

@@ -460,3 +460,69 @@ fn the_demo_on_an_address_in_use_exits_64_naming_listen() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("'--listen'") && err.contains(&addr), "{err}");
 }
+
+#[tokio::test]
+async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
+    let up = upstream().await;
+    let server = mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        mcp_test_server::Options::default(),
+    )
+    .await
+    .unwrap();
+    for (name, store) in stores() {
+        let mut c = config(&up.base_url());
+        c.store = store;
+        let relay = relay(c).await;
+        let (_, run) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":2}",
+                    "tools": [{"type": "mcp", "server_label": "m", "server_url": server.url(), "require_approval": "never"}]}),
+        )
+        .await;
+        let id = run["id"].as_str().unwrap();
+        let mut turns = Value::Null;
+        for _ in 0..200 {
+            let (_, summary) = get(&relay.url(&format!("/ui/api/runs/{id}"))).await;
+            if !summary["turns"].is_null() {
+                turns = summary["turns"].clone();
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let turns = turns
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no turns kept"));
+        assert_eq!(
+            turns.len(),
+            2,
+            "{name}: the call's turn, then the answer's: {turns:?}"
+        );
+        for key in ["input_tokens", "output_tokens", "total_tokens"] {
+            let sum: u64 = turns.iter().map(|t| t[key].as_u64().unwrap()).sum();
+            assert_eq!(
+                sum,
+                run["usage"][key].as_u64().unwrap(),
+                "{name}: {key} sums to the run's"
+            );
+        }
+        assert!(
+            turns[1]["input_tokens"].as_u64() > turns[0]["input_tokens"].as_u64(),
+            "{name}: the second turn also reads the tool's result: {turns:?}"
+        );
+        // Another tenant's or an unknown run has none to show.
+        let (status, _) = get(&relay.url("/ui/api/runs/resp_unknown")).await;
+        assert_eq!(status, 404, "{name}");
+        // A deleted run's turns go with it.
+        let (status, _) = call(&relay.url(&format!("/v1/responses/{id}")), None, None).await;
+        assert_eq!(status, 200);
+        let deleted = client()
+            .delete(relay.url(&format!("/v1/responses/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status().as_u16(), 200, "{name}");
+        let (status, _) = get(&relay.url(&format!("/ui/api/runs/{id}"))).await;
+        assert_eq!(status, 404, "{name}");
+    }
+}

@@ -86,8 +86,13 @@ def test_the_run_page_shows_mcp_calls_one_failed_usage_and_folded_raw_events(rel
     assert answer.startswith("message") and "Tool results" in answer
     summary = page.eval("document.getElementById('summary').innerText")
     assert "completed" in summary and "Tool calls\n2" in summary, summary
-    usage = page.eval("[...document.querySelectorAll('#usage td')].map(td => td.innerText)")
+    usage = page.eval("[...document.querySelectorAll('#usage tr.total td')].map(td => td.innerText)")
     assert usage[0] == str(run["usage"]["input_tokens"]) and usage[-1] == str(run["usage"]["total_tokens"]), usage
+    # One row per model turn (the calls' turn, then the answer's), kept by the store at the end.
+    turns = page.wait("document.querySelectorAll('#usage tr[data-turn]').length === 2 && "
+                      "[...document.querySelectorAll('#usage tr[data-turn]')].map(r => Number(r.cells[5].innerText))",
+                      what="the usage of each model turn")
+    assert sum(turns) == run["usage"]["total_tokens"], turns
     folded = page.eval("[...document.querySelectorAll('#events [data-count]')].map(s => s.dataset.count)")
     assert folded and all(int(n) > 1 for n in folded), folded
     rows = page.eval("document.querySelectorAll('#events tr').length")
@@ -119,6 +124,8 @@ def test_a_live_run_updates_the_page_until_it_ends(relay, page):
     final = wait_done(relay.base, run["id"])
     shown = page.eval(f"{CARDS}.find(c => c.classList.contains('message')).querySelector('.text').innerText")
     assert shown == final["output"][0]["content"][0]["text"]
+    # Its one model turn's usage appears once the store kept it.
+    page.wait("document.querySelectorAll('#usage tr[data-turn]').length === 1", what="the turn's usage")
     clean(page, relay.base)
 
 

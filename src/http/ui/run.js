@@ -22,31 +22,25 @@
     document.getElementById("summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "Error" && err ? "error" : "" }, v)]));
   }
 
+  let turnUsage = null;   // each model turn's usage, once the store kept it (the run ended)
+
+  /** The run's usage: a row per model turn (kept by the store at the run's end), then the total. */
   function usage(r) {
     const u = r && r.usage;
     const box = document.getElementById("usage");
     if (!u) { box.textContent = "No usage reported yet."; return; }
-    const d = u.output_tokens_details || {}, c = u.input_tokens_details || {};
+    const cells = (x) => {
+      const d = x.output_tokens_details || {}, c = x.input_tokens_details || {};
+      return [x.input_tokens, c.cached_tokens ?? 0, x.output_tokens, d.reasoning_tokens ?? 0, x.total_tokens]
+        .map((v) => el("td", { class: "num" }, v));
+    };
+    const rows = (turnUsage || []).map((t, i) => el("tr", { "data-turn": i + 1 }, el("th", { scope: "row" }, "Turn " + (i + 1)), cells(t)));
+    rows.push(el("tr", { class: "total" }, el("th", { scope: "row" }, "Run"), cells(u)));
     box.replaceChildren(el("table", {},
-      el("thead", {}, el("tr", {}, ["Input", "cached", "Output", "reasoning", "Total"].map((h) => el("th", { scope: "col", class: "num" }, h)))),
-      el("tbody", {}, el("tr", {}, [u.input_tokens, c.cached_tokens ?? 0, u.output_tokens, d.reasoning_tokens ?? 0, u.total_tokens]
-        .map((v) => el("td", { class: "num" }, v))))),
-      el("p", { class: "muted" }, "Summed over the run's " + turns() + " model turn(s); the event log keeps the run's total, not each turn's."));
-  }
-
-  /** Model turns: a new turn starts with the first item after a tool call's result. */
-  function turns() {
-    let n = 0, afterTool = true;
-    for (const { event } of log) {
-      if (event.type !== "response.output_item.added") continue;
-      const t = event.item.type;
-      if (["message", "reasoning", "function_call", "custom_tool_call", "mcp_approval_request"].includes(t) ||
-          (t === "mcp_call" && !event.item.approval_request_id)) {
-        if (afterTool) { n++; afterTool = false; }
-        if (t === "mcp_call" || t === "function_call") afterTool = true;
-      }
-    }
-    return Math.max(n, 1);
+      el("thead", {}, el("tr", {}, el("th", { scope: "col" }, ""),
+        ["Input", "cached", "Output", "reasoning", "Total"].map((h) => el("th", { scope: "col", class: "num" }, h)))),
+      el("tbody", {}, rows)),
+      turnUsage ? "" : el("p", { class: "muted" }, "Per model turn once the run has ended (the event log carries only the sum)."));
   }
 
   /** Raw events: consecutive deltas of one item and kind fold into one row with a count. */
@@ -134,9 +128,13 @@
     step();
   }
 
-  /** The run's input items (the public input_items list), oldest first; none for a recording. */
-  async function input() {
+  /** The run's input items (the public input_items list), oldest first (none for a recording),
+   *  and its model turns' usage. */
+  async function input(retries) {
     const run = await RR.getJson("/ui/api/runs/" + encodeURIComponent(id));
+    if (run.turns) { turnUsage = run.turns; usage(timeline.response); }
+    // The store keeps the turns just after the run's end is shown: ask again shortly.
+    else if (run.input_items && finished() && retries > 0) setTimeout(() => input(retries - 1).catch(() => {}), 250);
     if (!run.input_items) return; // a recording served by `replay FILE` keeps no input
     const page = await RR.getJson(run.input_items + "?order=asc&limit=100");
     document.getElementById("input").replaceChildren(...page.data.map((item) => RR.card(item)));
@@ -167,7 +165,7 @@
       return;
     }
     showAll();
-    input().catch((e) => { document.getElementById("run-message").textContent = "Could not read the run's input: " + e.message; });
-    if (!finished()) tail();
+    input(4).catch((e) => { document.getElementById("run-message").textContent = "Could not read the run's input: " + e.message; });
+    if (!finished()) tail().then(() => input(4)).catch(() => {});
   });
 })();
