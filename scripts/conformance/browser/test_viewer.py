@@ -216,8 +216,10 @@ def test_the_demo_runs_an_agent_run_and_its_viewer_shows_it(page):
 
 def test_the_playground_chats_with_a_registered_server_and_answers_an_approval_with_a_button(relay, servers, page):
     page.goto(relay.base + "/ui/playground")
-    models = page.wait("document.querySelectorAll('#model option').length > 0 && [...document.querySelectorAll('#model option')].map(o => o.value)")
-    assert models
+    models = page.wait("document.querySelectorAll('#models option').length > 0 && [...document.querySelectorAll('#models option')].map(o => o.value)")
+    _, listed = call("GET", relay.base + "/v1/models")
+    assert models == [m["id"] for m in listed["data"]]
+    assert page.eval("document.getElementById('model').value") == models[0]
     page.wait("!!document.querySelector('#registered input[value=tools]')", what="the registered server")
     # A registered server, no approval: the call runs and the answer streams in.
     page.eval("document.querySelector('#registered input[value=tools]').click();"

@@ -59,10 +59,12 @@
   }
 
   async function setup() {
-    const models = document.getElementById("model");
+    // The model servers' models to choose from; any other name can be typed.
     try {
       const list = await RR.getJson("/v1/models");
-      models.replaceChildren(...list.data.map((m) => el("option", { value: m.id }, m.id)));
+      document.getElementById("models").replaceChildren(...list.data.map((m) => el("option", { value: m.id })));
+      const model = document.getElementById("model");
+      if (!model.value && list.data.length) model.value = list.data[0].id;
     } catch (e) {
       document.getElementById("chat-message").textContent = "Could not list models: " + e.message;
     }
