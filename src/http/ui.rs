@@ -260,14 +260,18 @@ async fn list(app: &App, tenant: &Tenant, query: Option<&str>) -> Result<Respons
     let mut runs = app.store().runs(tenant, &query).await?;
     let has_more = runs.len() > limit;
     runs.truncate(limit);
-    let mut data = Vec::with_capacity(runs.len());
-    for r in &runs {
-        let entries = match app.store().log(tenant, &r.id).await? {
-            Some(log) => offsets(&log.read(0, usize::MAX).entries),
-            None => Vec::new(),
-        };
-        data.push(summary(r, &entries));
-    }
+    // The page's logs asked for together (Redis pipelines them on its multiplexed connection;
+    // SQLite's one reader takes them in turn).
+    let logs =
+        futures::future::try_join_all(runs.iter().map(|r| app.store().log(tenant, &r.id))).await?;
+    let data: Vec<Value> = runs
+        .iter()
+        .zip(logs)
+        .map(|(r, log)| {
+            let entries = log.map(|l| offsets(&l.read(0, usize::MAX).entries));
+            summary(r, &entries.unwrap_or_default())
+        })
+        .collect();
     Ok(json_response(
         StatusCode::OK,
         json!({

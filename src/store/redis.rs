@@ -740,8 +740,8 @@ impl Redis {
     }
 
     /// `tenant`'s runs as `query` wants them, newest stored first (up to `limit + 1`): the
-    /// tenant's index read a page at a time from after `query.after`, each run's hash read for
-    /// its status and Response.
+    /// tenant's index read 100 at a time from after `query.after`, those runs' hashes read
+    /// together for their status and Response.
     pub async fn runs(
         &self,
         tenant: &Tenant,
@@ -766,11 +766,12 @@ impl Redis {
             let mut cmd = ::redis::cmd("ZREVRANGE");
             cmd.arg(&index).arg(from).arg(from + PAGE - 1);
             let ids: Vec<String> = self.inner.conn.query(&cmd).await?;
-            for id in &ids {
-                // A run whose hash expired (its time to live) is gone, though still indexed.
-                let Some((record, status)) = self.raw_record(tenant, id).await? else {
-                    continue;
-                };
+            // Read together: the multiplexed connection pipelines them.
+            let records =
+                futures::future::try_join_all(ids.iter().map(|id| self.raw_record(tenant, id)))
+                    .await?;
+            // A run whose hash expired (its time to live) is gone, though still indexed.
+            for (record, status) in records.into_iter().flatten() {
                 if query.wants(&status, &record.response.model) {
                     found.push(record.response);
                     if found.len() > query.limit {
