@@ -34,13 +34,35 @@ pub fn demo_request() -> Value {
     })
 }
 
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    /// The relay's address (`--listen`) cannot be bound.
+    #[error("invalid value for '--listen': cannot bind {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+    /// A test server did not start, or the demo run failed.
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl DemoError {
+    /// The process's exit status for it: 64 for a bad flag, as every command's.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            DemoError::Listen(..) => 64,
+            DemoError::Failed(_) => 1,
+        }
+    }
+}
+
 /// Starts the demo on `listen`, writes what it does to `out`, and serves until `shutdown`
 /// resolves. Fails if an address cannot be bound or the run cannot be made.
 pub async fn run(
     listen: SocketAddr,
     out: &mut (dyn Write + Send),
     shutdown: impl std::future::Future<Output = ()>,
-) -> Result<(), String> {
+) -> Result<(), DemoError> {
+    let failed = DemoError::Failed;
     let loopback: SocketAddr = "127.0.0.1:0".parse().expect("valid");
     // The scripted model needs no recordings: the directory is only read for `replay:` models.
     let model = fake_upstream::start_with(
@@ -49,15 +71,15 @@ pub async fn run(
         false,
     )
     .await
-    .map_err(|e| format!("cannot start the scripted model: {e}"))?;
+    .map_err(|e| failed(format!("cannot start the scripted model: {e}")))?;
     let tools = mcp_test_server::start(loopback, mcp_test_server::Options::default())
         .await
-        .map_err(|e| format!("cannot start the MCP test server: {e}"))?;
+        .map_err(|e| failed(format!("cannot start the MCP test server: {e}")))?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
-        .map_err(|e| format!("invalid value for '--listen': cannot bind {listen}: {e}"))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let app = App::new(config(&model.base_url(), &tools.url())?);
+        .map_err(|e| DemoError::Listen(listen, e))?;
+    let addr = listener.local_addr().map_err(|e| failed(e.to_string()))?;
+    let app = App::new(config(&model.base_url(), &tools.url()).map_err(failed)?);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(crate::server::serve_on(listener, app, async {
         let _ = stopped.await;
@@ -76,7 +98,7 @@ pub async fn run(
         ),
     );
     say(out, format!("POST /v1/responses {}", demo_request()));
-    let id = stream_run(addr, out).await?;
+    let id = stream_run(addr, out).await.map_err(failed)?;
     say(out, String::new());
     say(
         out,

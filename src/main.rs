@@ -85,11 +85,7 @@ fn main() -> ExitCode {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(e) => {
                         eprintln!("error: {e}");
-                        ExitCode::from(if e.starts_with("invalid value") {
-                            64
-                        } else {
-                            1
-                        })
+                        ExitCode::from(e.exit_code())
                     }
                 }
             })
