@@ -71,7 +71,7 @@ impl Recording {
     /// The JSON Lines export.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         for (offset_ms, json) in &self.events {
-            writeln!(out, "{{\"offset_ms\":{offset_ms},\"event\":{json}}}")?;
+            crate::eventlog::log::write_export_line(out, *offset_ms, json.as_bytes())?;
         }
         Ok(())
     }

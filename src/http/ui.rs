@@ -35,35 +35,42 @@ pub const MAX_PAGE: usize = 100;
 pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
      connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-/// A compiled-in file: its path under `/ui/assets/`, content type, bytes.
-struct Asset(&'static str, &'static str, &'static str);
+/// A compiled-in file served under `/ui/assets/`.
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    body: &'static str,
+}
+
+const CSS: &str = "text/css; charset=utf-8";
+const JS: &str = "text/javascript; charset=utf-8";
 
 const ASSETS: &[Asset] = &[
-    Asset(
-        "ui.css",
-        "text/css; charset=utf-8",
-        include_str!("ui/ui.css"),
-    ),
-    Asset(
-        "common.js",
-        "text/javascript; charset=utf-8",
-        include_str!("ui/common.js"),
-    ),
-    Asset(
-        "list.js",
-        "text/javascript; charset=utf-8",
-        include_str!("ui/list.js"),
-    ),
-    Asset(
-        "run.js",
-        "text/javascript; charset=utf-8",
-        include_str!("ui/run.js"),
-    ),
-    Asset(
-        "playground.js",
-        "text/javascript; charset=utf-8",
-        include_str!("ui/playground.js"),
-    ),
+    Asset {
+        name: "ui.css",
+        content_type: CSS,
+        body: include_str!("ui/ui.css"),
+    },
+    Asset {
+        name: "common.js",
+        content_type: JS,
+        body: include_str!("ui/common.js"),
+    },
+    Asset {
+        name: "list.js",
+        content_type: JS,
+        body: include_str!("ui/list.js"),
+    },
+    Asset {
+        name: "run.js",
+        content_type: JS,
+        body: include_str!("ui/run.js"),
+    },
+    Asset {
+        name: "playground.js",
+        content_type: JS,
+        body: include_str!("ui/playground.js"),
+    },
 ];
 
 const HTML: &str = "text/html; charset=utf-8";
@@ -96,8 +103,8 @@ pub fn page(method: &Method, path: &str) -> Option<Response<Body>> {
         ["playground"] => (HTML, PLAYGROUND_PAGE),
         ["runs", id] if !id.is_empty() => (HTML, RUN_PAGE),
         ["assets", name] => {
-            let a = ASSETS.iter().find(|a| a.0 == *name)?;
-            (a.1, a.2)
+            let a = ASSETS.iter().find(|a| a.name == *name)?;
+            (a.content_type, a.body)
         }
         _ => return None,
     };
@@ -155,11 +162,8 @@ pub async fn api(
             let entries = visible_log(app, tenant, id).await?;
             let mut body = Vec::new();
             for e in &entries {
-                body.extend_from_slice(
-                    format!("{{\"offset_ms\":{},\"event\":", e.offset_ms).as_bytes(),
-                );
-                body.extend_from_slice(&e.json());
-                body.extend_from_slice(b"}\n");
+                crate::eventlog::log::write_export_line(&mut body, e.offset_ms, &e.json())
+                    .expect("writing to memory");
             }
             Ok(jsonl(id, body))
         }
