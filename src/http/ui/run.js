@@ -82,6 +82,12 @@
     renderEvents();
   }
 
+  /** A refresh at most every 100 ms while events stream in (the raw table is rebuilt whole). */
+  let refreshTimer = null;
+  function refreshSoon() {
+    if (refreshTimer === null) refreshTimer = setTimeout(() => { refreshTimer = null; refresh(); }, 100);
+  }
+
   function finished() { return log.some((e) => RR.TERMINAL.includes(e.event.type)); }
 
   /** Tails the public stream after the last event this page has, while the run goes on. */
@@ -96,11 +102,12 @@
       await RR.readSse(r, (_type, event) => {
         const entry = { offset_ms: base + (Date.now() - started), event };
         log.push(entry);
-        if (replayTimer === null) { timeline.apply(event, entry.offset_ms); refresh(); }
+        if (replayTimer === null) { timeline.apply(event, entry.offset_ms); refreshSoon(); }
       });
     } catch (e) {
       document.getElementById("run-message").textContent = "The live stream stopped: " + e.message;
     }
+    refresh();
     live.hidden = true;
   }
 
