@@ -261,3 +261,28 @@ def test_the_pages_follow_the_dark_color_scheme(relay, page):
     dark = page.wait(f"(c => c !== {json.dumps(light)} && c)(getComputedStyle(document.body).backgroundColor)")
     assert light == "rgb(255, 255, 255)" and dark == "rgb(13, 17, 23)", (light, dark)
     clean(page, relay.base)
+
+
+def test_the_run_page_shows_reasoning_client_tool_calls_and_a_tool_search(relay, servers, page):
+    run = create(relay.base, {
+        "model": "fake-model?reasoning=2",
+        "input": 'CALL tool_search {"query": "echo"}\nCALL get_weather {"city": "Paris"}\nCALL shell {"input": "ls -l"}',
+        "tools": [
+            {"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}},
+            {"type": "custom", "name": "shell", "description": "Runs a command"},
+            {"type": "mcp", "server_label": "deferred", "server_url": servers["mcp"], "defer_loading": True, "require_approval": "never"},
+        ],
+    })
+    kinds = [o["type"] for o in run["output"]]
+    page.goto(f"{relay.base}/ui/runs/{run['id']}")
+    cards = page.wait(f"{CARDS}.length === {len(kinds)} && {CARDS}.map(c => [c.className.split(' ')[1], c.innerText])")
+    assert [c[0] for c in cards] == kinds
+    shown = dict((k, t) for k, t in cards)
+    for kind in ("reasoning", "function_call", "custom_tool_call", "tool_search_call", "tool_search_output"):
+        assert kind in shown, (kind, kinds)
+    assert "think" in shown["reasoning"]
+    assert "get_weather" in shown["function_call"] and "Paris" in shown["function_call"]
+    assert "shell" in shown["custom_tool_call"] and "ls -l" in shown["custom_tool_call"]
+    assert "echo" in shown["tool_search_call"]
+    assert "deferred.echo" in shown["tool_search_output"], shown["tool_search_output"]
+    clean(page, relay.base)
