@@ -244,9 +244,19 @@ def test_the_playground_chats_with_a_registered_server_and_answers_an_approval_w
     call_card = page.wait("[...document.querySelectorAll('.turn .card.mcp_call')].map(c => c.innerText).find(t => t.includes('approved!') && t.includes('completed'))",
                           what="the approved call's result")
     assert "approval_request_id" in call_card
-    # The run opens in the viewer.
-    href = page.eval("[...document.querySelectorAll('.turn a')].pop().getAttribute('href')")
-    page.goto(relay.base + href)
+    approved_run = page.eval("[...document.querySelectorAll('.turn a')].pop().getAttribute('href')")
+    # Denied: no call runs, and the next turn goes on without it.
+    page.eval("document.getElementById('prompt').value = 'CALL echo {\"text\": \"never\"}';"
+              "document.getElementById('ask').requestSubmit()")
+    page.wait("[...document.querySelectorAll('.turn button')].filter(b => b.innerText === 'Deny' && !b.disabled).length === 1",
+              what="the second approval's buttons")
+    page.eval("[...document.querySelectorAll('.turn button')].find(b => b.innerText === 'Deny' && !b.disabled).click()")
+    page.wait("[...document.querySelectorAll('.turn p')].some(p => p.innerText.startsWith('You: denied echo'))"
+              " && !document.getElementById('send').disabled", what="the denial's turn")
+    calls = page.eval("[...document.querySelectorAll('.turn .card.mcp_call')].map(c => c.innerText)")
+    assert not any("never" in c for c in calls), calls
+    # The approved run opens in the viewer.
+    page.goto(relay.base + approved_run)
     kinds = page.wait(f"{CARDS}.length >= 2 && {CARDS}.map(c => c.className.split(' ')[1])")
     assert "mcp_call" in kinds and "message" in kinds
     answered = page.wait("document.querySelector('#input .card.mcp_approval_response')?.innerText")
