@@ -526,3 +526,24 @@ async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
         assert_eq!(status, 404, "{name}");
     }
 }
+
+#[tokio::test]
+async fn a_run_with_store_false_is_never_listed() {
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let (_, kept) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "keep"}),
+    )
+    .await;
+    let (_, unkept) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "forget", "store": false}),
+    )
+    .await;
+    let (_, page) = get(&relay.url("/ui/api/runs")).await;
+    assert_eq!(ids(&page), [kept["id"].as_str().unwrap()]);
+    let unkept = unkept["id"].as_str().unwrap();
+    let (status, _) = get(&relay.url(&format!("/ui/api/runs/{unkept}"))).await;
+    assert_eq!(status, 404);
+}
