@@ -547,3 +547,56 @@ async fn a_run_with_store_false_is_never_listed() {
     let (status, _) = get(&relay.url(&format!("/ui/api/runs/{unkept}"))).await;
     assert_eq!(status, 404);
 }
+
+#[tokio::test]
+async fn the_viewer_never_shows_an_mcp_servers_secrets() {
+    let up = upstream().await;
+    let opts = mcp_test_server::Options {
+        require_bearer: Some("VIEWER-SECRET-TOKEN".into()),
+        ..Default::default()
+    };
+    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
+        .await
+        .unwrap();
+    let relay = relay(config(&up.base_url())).await;
+    let (status, run) = post(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "CALL whoami {}",
+                "tools": [{"type": "mcp", "server_label": "s", "require_approval": "never",
+                           "server_url": format!("{}?key=VIEWER-SECRET-QUERY", server.url()),
+                           "authorization": "VIEWER-SECRET-TOKEN",
+                           "headers": {"x-team": "VIEWER-SECRET-HEADER"}}]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{run}");
+    // The secrets were used: the server saw the token and the header.
+    let call = run["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "mcp_call")
+        .unwrap();
+    assert!(
+        call["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("authorized; headers: x-team"),
+        "{call}"
+    );
+    let id = run["id"].as_str().unwrap();
+    for path in [
+        "/ui/api/runs".to_string(),
+        format!("/ui/api/runs/{id}"),
+        format!("/ui/api/runs/{id}/log"),
+    ] {
+        let (status, _, body) = text(&relay.url(&path), None).await;
+        assert_eq!(status, 200, "{path}");
+        for secret in [
+            "VIEWER-SECRET-TOKEN",
+            "VIEWER-SECRET-HEADER",
+            "VIEWER-SECRET-QUERY",
+        ] {
+            assert!(!body.contains(secret), "{path} shows {secret}");
+        }
+    }
+}
