@@ -11,8 +11,8 @@
 # apt-get when redis-server is missing. Reaches only the package registries (PyPI, npm, Debian).
 #
 # Installs: .venv/ (pinned from scripts/conformance/requirements.lock),
-# scripts/conformance/node/node_modules (npm ci from package-lock.json), and redis-server (apt-get)
-# when it is not on PATH. Re-runs skip each install while its lock file is unchanged.
+# scripts/conformance/node/node_modules (npm ci from package-lock.json), and redis-server and
+# chromium (apt-get) when they are not on PATH. Re-runs skip each install while its lock file is unchanged.
 #
 # Ends with the line "N passed, M failed" for the conformance suites (cargo test prints its own
 # summaries above) and exits non-zero if anything failed.
@@ -60,6 +60,17 @@ else
   as_root apt-get update
   as_root apt-get install -y --no-install-recommends redis-server
   redis-server --version | head -n1
+fi
+
+# ------------------------------------------------------------------------------------------
+section "install: chromium (Debian package; the run viewer's browser tests)"
+if command -v chromium >/dev/null 2>&1; then
+  echo "chromium present: $(chromium --version 2>/dev/null | head -n1)"
+else
+  export DEBIAN_FRONTEND=noninteractive
+  as_root apt-get update
+  as_root apt-get install -y --no-install-recommends chromium
+  chromium --version 2>/dev/null | head -n1
 fi
 
 # ------------------------------------------------------------------------------------------

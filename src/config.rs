@@ -36,6 +36,16 @@ pub enum Command {
     Logs(LogsCommand),
     /// Serve a recorded run (an exported JSON Lines file) to any `POST /v1/responses`.
     Replay(ReplayArgs),
+    /// Show the relay at work with no network and no model server: a scripted model, an MCP
+    /// test server and a relay on loopback, one agent run printed, then served (with its viewer).
+    Demo(DemoArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Address the demo relay listens on (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: SocketAddr,
 }
 
 #[derive(Debug, Subcommand)]

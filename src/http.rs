@@ -8,6 +8,7 @@ pub mod conversations;
 pub mod error;
 pub mod responses;
 pub mod sse;
+pub mod ui;
 pub mod websocket;
 
 use std::convert::Infallible;
@@ -174,6 +175,12 @@ fn request_id<B>(req: &Request<B>) -> String {
 async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
+    // The run viewer's pages and assets (SPEC §17) hold no data: served without a key.
+    if let Some(page) = ui::page(&method, &path) {
+        app.metrics()
+            .http_request(format!("{method} /ui (page)"), page.status().as_u16());
+        return page;
+    }
     let result = match check_auth(&app, &req) {
         Err(e) => Err(e),
         Ok(access) => match Route::parse(&method, &path) {
@@ -224,12 +231,20 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
             Some(Route::ConversationDeleteItem(id, item)) => {
                 conversations::delete_item(&app, &access.tenant, id, item).await
             }
+            // The run viewer's JSON (SPEC §17), the key's tenant's only.
+            None if ui::is_api(&path) => {
+                ui::api(&app, &access.tenant, &method, &path, req.uri().query()).await
+            }
             None => Err(ApiError::not_found_route(&method, &path)),
         },
     };
+    let template = match ui::is_api(&path) {
+        true => format!("{method} {}", ui::template(&path)),
+        false => Route::template(&method, &path),
+    };
     let resp = result.unwrap_or_else(|e| {
         tracing::info!(
-            route = %Route::template(&method, &path),
+            route = %template,
             status = e.status.as_u16(),
             code = e.body.code.as_deref().unwrap_or(""),
             param = e.body.param.as_deref().unwrap_or(""),
@@ -238,8 +253,7 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
         );
         e.into_response()
     });
-    app.metrics()
-        .http_request(Route::template(&method, &path), resp.status().as_u16());
+    app.metrics().http_request(template, resp.status().as_u16());
     resp
 }
 

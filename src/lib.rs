@@ -8,10 +8,12 @@
 //! - [`http`] and [`server`]: routes, SSE, status codes; the accept loop and graceful shutdown.
 //! - [`logs`]: export, timeline and replay of recorded runs.
 //! - [`config`]: the command line and configuration file; [`telemetry`]: redacted logging.
+//! - [`demo`]: `responses-relay demo`, with the scripted model and MCP test server it starts.
 
 pub mod api;
 pub mod app;
 pub mod config;
+pub mod demo;
 pub mod eventlog;
 pub mod http;
 pub mod logs;

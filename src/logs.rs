@@ -1,7 +1,7 @@
 //! Debugging tools over recorded runs: `logs export` (a run's event log as JSON Lines, each line
 //! `{"offset_ms": N, "event": {...}}` with the event exactly as streamed), `logs show` (a readable
 //! timeline), and `replay` (serves a recorded run to any `POST /v1/responses`, streamed with its
-//! original timing or faster, or as the final Response).
+//! original timing or faster, or as the final Response, and the run viewer for it at `/ui/`).
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 use crate::api::fold::Fold;
 use crate::api::{Event, OutputItem, Sequenced};
 use crate::eventlog::log::LogEntry;
-use crate::http::{ApiError, Body, BoxErr, json_response};
+use crate::http::{ApiError, Body, BoxErr, json_response, ui};
 
 /// One line of an exported log.
 #[derive(Serialize, Deserialize)]
@@ -71,7 +71,7 @@ impl Recording {
     /// The JSON Lines export.
     pub fn write(&self, out: &mut impl Write) -> std::io::Result<()> {
         for (offset_ms, json) in &self.events {
-            writeln!(out, "{{\"offset_ms\":{offset_ms},\"event\":{json}}}")?;
+            crate::eventlog::log::write_export_line(out, *offset_ms, json.as_bytes())?;
         }
         Ok(())
     }
@@ -160,6 +160,55 @@ impl Recording {
         }
         fold.into_response()
             .ok_or_else(|| LogError("empty recording".into()))
+    }
+}
+
+impl Recording {
+    /// The run viewer's JSON (`/ui/api/`, as the relay answers it) for this one recorded run:
+    /// a listing of it, its summary, its log.
+    fn viewer_api(&self, method: &Method, path: &str) -> Result<Response<Body>, ApiError> {
+        let failed = |e: LogError| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                e.0,
+                None,
+                None,
+            )
+        };
+        let response = self.final_response().map_err(failed)?;
+        let offsets: Vec<(u64, String)> = self
+            .parsed()
+            .map_err(failed)?
+            .into_iter()
+            .map(|(o, s)| (o, s.event.kind().to_string()))
+            .collect();
+        let mut summary = ui::summary(&response, &offsets);
+        // A recording keeps the events, not the run's input.
+        summary["input_items"] = serde_json::Value::Null;
+        summary["turns"] = serde_json::Value::Null;
+        let rest = path.strip_prefix(ui::API_PREFIX).unwrap_or("");
+        match (method, rest.split('/').collect::<Vec<_>>().as_slice()) {
+            (&Method::GET, ["runs"]) => Ok(json_response(
+                StatusCode::OK,
+                serde_json::json!({"object": "list", "data": [summary], "has_more": false,
+                    "last_id": response.id})
+                .to_string(),
+            )),
+            (&Method::GET, ["runs", id]) if *id == response.id => {
+                Ok(json_response(StatusCode::OK, summary.to_string()))
+            }
+            (&Method::GET, ["runs", id, "log"]) if *id == response.id => {
+                let mut body = Vec::new();
+                self.write(&mut body)
+                    .map_err(|e| failed(LogError(e.to_string())))?;
+                Ok(ui::jsonl(id, body))
+            }
+            (&Method::GET, ["runs", id] | ["runs", id, "log"]) => {
+                Err(ApiError::response_not_found(id))
+            }
+            _ => Err(ApiError::not_found_route(method, path)),
+        }
     }
 }
 
@@ -306,6 +355,14 @@ async fn answer(
 ) -> Result<Response<Body>, Infallible> {
     if req.method() == Method::GET && req.uri().path() == "/healthz" {
         return Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#));
+    }
+    if let Some(page) = ui::page(req.method(), req.uri().path()) {
+        return Ok(page);
+    }
+    if ui::is_api(req.uri().path()) {
+        return Ok(rec
+            .viewer_api(req.method(), req.uri().path())
+            .unwrap_or_else(ApiError::into_response));
     }
     if req.method() != Method::POST || req.uri().path().trim_end_matches('/') != "/v1/responses" {
         return Ok(ApiError::not_found_route(req.method(), req.uri().path()).into_response());

@@ -1,5 +1,6 @@
 //! The `responses-relay` binary: parses the command line, then serves.
 
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -57,12 +58,36 @@ fn main() -> ExitCode {
                     }
                 };
                 let signal = server::shutdown_signal();
-                println!(
-                    "listening on http://{}",
-                    listener.local_addr().expect("bound address")
-                );
+                let addr = listener.local_addr().expect("bound address");
+                println!("listening on http://{addr}");
+                if let Ok(r) = rec.final_response() {
+                    // Not println!: a reader that took the first line only may have closed stdout.
+                    let _ = writeln!(
+                        std::io::stdout(),
+                        "the recorded run in the viewer: http://{addr}/ui/runs/{}",
+                        r.id
+                    );
+                }
                 responses_relay::logs::serve(listener, rec, args.speed, signal).await;
                 ExitCode::SUCCESS
+            })
+        }
+        Command::Demo(args) => {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .expect("tokio runtime");
+            rt.block_on(async move {
+                let mut out = std::io::stdout();
+                match responses_relay::demo::run(args.listen, &mut out, server::shutdown_signal())
+                    .await
+                {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        ExitCode::from(e.exit_code())
+                    }
+                }
             })
         }
         Command::Serve(args) => {

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
+use crate::api::response::Usage;
 use crate::config::{DEFAULT_TENANT, StoreKind};
 use crate::eventlog::{Immediate, LogSink, RunLog};
 
@@ -81,6 +82,30 @@ pub struct Record {
     pub tenant: Tenant,
     pub response: Response,
     pub input: Vec<InputItem>,
+}
+
+/// Which of a tenant's runs a listing wants ([`Store::runs`]): newest first, those with this
+/// stored `status` and `model` (exactly), after the run `after` (the last one of the page before),
+/// `limit` of them.
+#[derive(Debug, Clone, Default)]
+pub struct RunQuery {
+    pub status: Option<String>,
+    pub model: Option<String>,
+    pub after: Option<String>,
+    pub limit: usize,
+}
+
+impl RunQuery {
+    /// Whether a stored run with this status and model may be one the query wants. A run not
+    /// yet ended is stored as it was created (`queued` or `in_progress`) until its end: asked
+    /// for either, a backend gives both, and [`Store::runs`] keeps those whose live status is
+    /// the one asked for.
+    pub fn wants(&self, status: &str, model: &str) -> bool {
+        self.status
+            .as_deref()
+            .is_none_or(|s| s == status || (unfinished(s) && unfinished(status)))
+            && self.model.as_deref().is_none_or(|m| m == model)
+    }
 }
 
 /// A Response's status as stored (`in_progress`, `completed`...).
@@ -282,8 +307,10 @@ impl Store {
         }
     }
 
-    /// Called when a run ended: once its terminal event is kept, it leaves the live map.
-    pub async fn finish_live(&self, id: &str, log: &RunLog) {
+    /// Called when a run ended: once its terminal event is kept, it leaves the live map, and
+    /// the usage of each of its model turns (`turns`; the log has only their sum) is kept
+    /// beside it for the run viewer.
+    pub async fn finish_live(&self, id: &str, log: &RunLog, turns: &[Usage]) {
         log.wait_finished().await;
         let tenant = self
             .live
@@ -291,8 +318,21 @@ impl Store {
             .expect("store poisoned")
             .get(id)
             .map(|l| l.tenant.clone());
-        if let (Backend::Memory(m), Some(r), Some(t)) = (&self.backend, log.snapshot(), tenant) {
-            m.finish(&t, &r);
+        if let (Backend::Memory(m), Some(r), Some(t)) = (&self.backend, log.snapshot(), &tenant) {
+            m.finish(t, &r);
+        }
+        if let Some(t) = &tenant
+            && !turns.is_empty()
+        {
+            match &self.backend {
+                Backend::Memory(m) => m.keep_turns(t, id, turns),
+                Backend::Sqlite(s) => s.keep_turns(t, id, turns),
+                Backend::Redis(r) => {
+                    if let Err(e) = r.keep_turns(t, id, turns).await {
+                        tracing::warn!(response_id = %id, error = %e, "could not keep the run's turn usage");
+                    }
+                }
+            }
         }
         self.live.lock().expect("store poisoned").remove(id);
         self.failures.lock().expect("store poisoned").remove(id);
@@ -318,6 +358,19 @@ impl Store {
             return Ok(Some(l.response()));
         }
         Ok(self.record(tenant, id).await?.map(|r| r.response))
+    }
+
+    /// The usage of each model turn of `tenant`'s ended run `id`, if it was kept (runs that
+    /// ended before it was kept, or that a stopped relay left, have none).
+    pub async fn turns(&self, tenant: &Tenant, id: &str) -> Result<Option<Vec<Usage>>, StoreError> {
+        self.timed("turns", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.turns(tenant, id)),
+                Backend::Sqlite(s) => s.turns(tenant, id).await,
+                Backend::Redis(r) => r.turns(tenant, id).await,
+            }
+        })
+        .await
     }
 
     /// A run's Response and input items, if the run is `tenant`'s.
@@ -419,6 +472,34 @@ impl Store {
             }
         })
         .await
+    }
+
+    /// `tenant`'s stored runs, newest first, as [`RunQuery`] filters and pages them: up to
+    /// `limit + 1` Responses (one more than asked, so a caller can tell there are more). A live
+    /// run is shown (and filtered) as it is now; it is listed once its backend has kept its
+    /// start (SQLite: the writer's next commit).
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        query: &RunQuery,
+    ) -> Result<Vec<Response>, StoreError> {
+        let found = self
+            .timed("runs", async {
+                match &self.backend {
+                    Backend::Memory(m) => Ok(m.runs(tenant, query)),
+                    Backend::Sqlite(s) => s.runs(tenant, query).await,
+                    Backend::Redis(r) => r.runs(tenant, query).await,
+                }
+            })
+            .await?;
+        Ok(found
+            .into_iter()
+            .map(|r| match self.live(tenant, &r.id) {
+                Some(l) => l.response(),
+                None => r,
+            })
+            .filter(|r| query.status.as_deref().is_none_or(|s| s == status_of(r)))
+            .collect())
     }
 
     /// Removes `tenant`'s run, its items and its log (cancelling it if it is live); false if

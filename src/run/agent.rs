@@ -103,6 +103,8 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
 
     let tools = p.mcp.tools.clone();
     let mut usage = Usage::default();
+    // Each model turn's usage, kept beside the run for the viewer (the log carries only the sum).
+    let mut turns: Vec<Usage> = Vec::new();
     let mut conversation = p.history.clone();
     conversation.extend(
         p.mcp
@@ -206,6 +208,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
             };
             if let Some(u) = &outcome.usage {
                 usage.add(u);
+                turns.push(u.clone());
             }
             if let Some(stop) = stop {
                 fail_open_calls(
@@ -293,7 +296,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
     let ending = keep_in_conversation(&app, p, &mut em, ending).await;
     em.finish(ending, Some(usage));
     let id = em.snapshot().id;
-    app.store().finish_live(&id, em.log()).await;
+    app.store().finish_live(&id, em.log(), &turns).await;
 }
 
 /// OpenAI's `web_search`, run through the registered server's tool (`[hosted_tools]`): a

@@ -6,15 +6,19 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Record, Tenant};
+use super::{Record, RunQuery, Tenant};
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::api::response::Conversation;
+use crate::api::response::{Conversation, Usage};
 use crate::eventlog::log::RunLog;
 
 struct Kept {
     record: Record,
+    /// Insertion order: listings are newest first.
+    order: u64,
+    /// The usage of each model turn, once the run ended.
+    turns: Option<Vec<Usage>>,
     log: Arc<RunLog>,
     expires_at: Option<i64>,
 }
@@ -24,6 +28,7 @@ type Key = (Tenant, String);
 #[derive(Default)]
 struct State {
     runs: HashMap<Key, Kept>,
+    inserted: u64,
     /// (tenant, item id) → (its run, the item).
     items: HashMap<Key, (String, InputItem)>,
     /// (tenant, conversation id) → the conversation and its items in order.
@@ -48,10 +53,14 @@ impl Memory {
                     .or_insert_with(|| (id.clone(), item.clone()));
             }
         }
+        st.inserted += 1;
+        let order = st.inserted;
         st.runs.insert(
             (tenant, id),
             Kept {
                 record,
+                order,
+                turns: None,
                 log,
                 expires_at,
             },
@@ -84,6 +93,50 @@ impl Memory {
             record.response = r;
         }
         Some(record)
+    }
+
+    /// `tenant`'s runs as `query` wants them, newest first (up to `limit + 1`).
+    pub fn runs(&self, tenant: &Tenant, query: &RunQuery) -> Vec<Response> {
+        let st = self.state.lock().expect("memory store poisoned");
+        let mut mine: Vec<&Kept> = st
+            .runs
+            .iter()
+            .filter(|((t, _), _)| t == tenant)
+            .map(|(_, k)| k)
+            .collect();
+        mine.sort_by_key(|k| std::cmp::Reverse(k.order));
+        let start = match &query.after {
+            Some(after) => mine
+                .iter()
+                .position(|k| &k.record.response.id == after)
+                .map_or(mine.len(), |i| i + 1),
+            None => 0,
+        };
+        mine[start..]
+            .iter()
+            .map(|k| {
+                k.log
+                    .snapshot()
+                    .unwrap_or_else(|| k.record.response.clone())
+            })
+            .filter(|r| query.wants(&super::status_of(r), &r.model))
+            .take(query.limit + 1)
+            .collect()
+    }
+
+    pub fn keep_turns(&self, tenant: &Tenant, id: &str, turns: &[Usage]) {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        if let Some(kept) = st.runs.get_mut(&(tenant.clone(), id.to_string())) {
+            kept.turns = Some(turns.to_vec());
+        }
+    }
+
+    pub fn turns(&self, tenant: &Tenant, id: &str) -> Option<Vec<Usage>> {
+        let st = self.state.lock().expect("memory store poisoned");
+        st.runs
+            .get(&(tenant.clone(), id.to_string()))?
+            .turns
+            .clone()
     }
 
     pub fn log(&self, tenant: &Tenant, id: &str) -> Option<Arc<RunLog>> {

@@ -2,7 +2,8 @@
 //! any run.
 //!
 //! Keys of a run (all under the run's time to live):
-//! - `relay:resp:{id}`: a hash with the Response JSON, the input JSON, `status`, `background`, and,
+//! - `relay:resp:{id}`: a hash with the Response JSON, the input JSON, `status`, `background`,
+//!   `turns` (each model turn's usage, once the run ended), and,
 //!   while the run goes on, `owner` (the relay instance running it) and `lease` (unix ms until
 //!   which that owner holds it), `cancel` when another relay asked to cancel it;
 //! - `relay:log:{id}`: a Stream, one entry per event (`seq`, `offset_ms`, `kind`, `data`), whose
@@ -15,7 +16,8 @@
 //! their tenant's key prefix, so one tenant's request cannot reach another's run or item.
 //!
 //! Two sorted sets index runs: `relay:leases` (unfinished runs by lease expiry) and
-//! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]).
+//! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]); a third per tenant,
+//! `relay:runs:{tenant}`, holds its runs by the time they were stored (for [`Redis::runs`]).
 //!
 //! Every write is a Lua script (atomic per event), sent by one writer task per process in
 //! pipelined batches, in the order the emitter appended; the events of one batch (of any runs)
@@ -36,11 +38,11 @@ use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Record, StoreError, Tenant, status_of, unfinished};
+use super::{Record, RunQuery, StoreError, Tenant, status_of, unfinished};
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
-use crate::api::response::Conversation;
+use crate::api::response::{Conversation, Usage};
 use crate::api::{Response, Sequenced};
 use crate::config::mask_url;
 use crate::eventlog::emitter::{LogSink, end_as_failed};
@@ -84,6 +86,7 @@ if ttl > 0 then
   redis.call('ZADD', 'relay:expiry', ARGV[9], ARGV[1])
 end
 redis.call('ZADD', 'relay:leases', lease, ARGV[1])
+redis.call('ZADD', 'relay:runs:' .. ARGV[11], now, ARGV[1])
 for i = 12, #ARGV, 2 do
   local k = ARGV[10] .. ARGV[i]
   -- An input item keeps the run that first stored it (a later run that sends it again by id
@@ -207,7 +210,17 @@ end
 redis.call('DEL', KEYS[1], KEYS[2])
 redis.call('ZREM', 'relay:leases', ARGV[1])
 redis.call('ZREM', 'relay:expiry', ARGV[1])
+redis.call('ZREM', 'relay:runs:' .. t, ARGV[1])
 return existed
+"#;
+
+/// Keeps the usage of each model turn (ARGV[2], JSON) of a run of tenant ARGV[1], if the run is
+/// still there (never re-creating a deleted or expired one).
+const KEEP_TURNS: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if (redis.call('HGET', KEYS[1], 'tenant') or 'default') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'turns', ARGV[2])
+return 1
 "#;
 
 /// Reads fields of a run's hash, for one tenant: ARGV[1] the tenant, then the field names.
@@ -697,6 +710,80 @@ impl Redis {
         drop(tails);
         tokio::spawn(tail(self.clone(), id.to_string(), log.clone(), next));
         Ok(Some(log))
+    }
+
+    /// Keeps the usage of each model turn of `tenant`'s ended run `id` (nothing if it is gone).
+    pub async fn keep_turns(
+        &self,
+        tenant: &Tenant,
+        id: &str,
+        turns: &[Usage],
+    ) -> Result<(), StoreError> {
+        let mut cmd = script(KEEP_TURNS, &[Self::resp_key(id)]);
+        cmd.arg(tenant.as_str())
+            .arg(serde_json::to_string(turns).expect("serializes"));
+        let _: i64 = self.inner.conn.query(&cmd).await?;
+        Ok(())
+    }
+
+    /// The usage of each model turn of `tenant`'s run `id`, if it was kept.
+    pub async fn turns(&self, tenant: &Tenant, id: &str) -> Result<Option<Vec<Usage>>, StoreError> {
+        let Some(f) = self.tenant_fields(tenant, id, &["turns"]).await? else {
+            return Ok(None);
+        };
+        f[0].as_deref()
+            .map(|j| {
+                serde_json::from_str(j)
+                    .map_err(|e| StoreError(format!("stored turns of {id} are unreadable: {e}")))
+            })
+            .transpose()
+    }
+
+    /// `tenant`'s runs as `query` wants them, newest stored first (up to `limit + 1`): the
+    /// tenant's index read 100 at a time from after `query.after`, those runs' hashes read
+    /// together for their status and Response.
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        query: &RunQuery,
+    ) -> Result<Vec<Response>, StoreError> {
+        let index = format!("relay:runs:{}", tenant.as_str());
+        let mut from: i64 = match &query.after {
+            Some(after) => {
+                let mut cmd = ::redis::cmd("ZREVRANK");
+                cmd.arg(&index).arg(after);
+                let rank: Option<i64> = self.inner.conn.query(&cmd).await?;
+                match rank {
+                    Some(r) => r + 1,
+                    None => return Ok(Vec::new()),
+                }
+            }
+            None => 0,
+        };
+        const PAGE: i64 = 100;
+        let mut found = Vec::new();
+        loop {
+            let mut cmd = ::redis::cmd("ZREVRANGE");
+            cmd.arg(&index).arg(from).arg(from + PAGE - 1);
+            let ids: Vec<String> = self.inner.conn.query(&cmd).await?;
+            // Read together: the multiplexed connection pipelines them.
+            let records =
+                futures::future::try_join_all(ids.iter().map(|id| self.raw_record(tenant, id)))
+                    .await?;
+            // A run whose hash expired (its time to live) is gone, though still indexed.
+            for (record, status) in records.into_iter().flatten() {
+                if query.wants(&status, &record.response.model) {
+                    found.push(record.response);
+                    if found.len() > query.limit {
+                        return Ok(found);
+                    }
+                }
+            }
+            if (ids.len() as i64) < PAGE {
+                return Ok(found);
+            }
+            from += PAGE;
+        }
     }
 
     pub async fn find_item(

@@ -22,12 +22,13 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension, params};
 use tokio::sync::oneshot;
 
-use super::{Record, StoreError, Tenant, status_of, unfinished};
+use super::{Record, RunQuery, StoreError, Tenant, status_of, unfinished};
 use crate::api::Response;
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::response::Conversation;
+use crate::api::response::Usage;
 use crate::eventlog::emitter::{LogSink, end_as_failed};
 use crate::eventlog::log::{LogEntry, RunLog};
 use serde_json::{Map, Value};
@@ -40,7 +41,8 @@ CREATE TABLE IF NOT EXISTS responses (
     expires_at INTEGER,
     status TEXT NOT NULL,
     response TEXT NOT NULL,
-    input TEXT NOT NULL
+    input TEXT NOT NULL,
+    turns TEXT
 );
 CREATE TABLE IF NOT EXISTS events (
     response_id TEXT NOT NULL,
@@ -84,7 +86,8 @@ CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses(expires_at);
 ";
 
 /// A database made before tenants existed: its rows go to the default tenant (`responses` gets
-/// a `tenant` column; `items`, keyed by item id alone, is rebuilt keyed by (tenant, id)).
+/// a `tenant` column; `items`, keyed by item id alone, is rebuilt keyed by (tenant, id)); one
+/// made before runs kept their model turns' usage gets a `turns` column (null for its runs).
 fn migrate(c: &Connection) -> Result<(), StoreError> {
     let has = |table: &str, column: &str| -> Result<bool, StoreError> {
         let n: i64 = c.query_row(
@@ -98,6 +101,9 @@ fn migrate(c: &Connection) -> Result<(), StoreError> {
         c.execute_batch(
             "ALTER TABLE responses ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';",
         )?;
+    }
+    if !has("responses", "turns")? {
+        c.execute_batch("ALTER TABLE responses ADD COLUMN turns TEXT;")?;
     }
     if !has("items", "tenant")? {
         c.execute_batch(
@@ -159,6 +165,12 @@ enum Cmd {
     },
     Flush {
         reply: oneshot::Sender<()>,
+    },
+    /// The usage of each model turn of an ended run (JSON), kept beside its Response.
+    Turns {
+        id: String,
+        tenant: String,
+        turns: String,
     },
     /// A write to a conversation: answers how many rows it touched (0: no such conversation).
     Conv {
@@ -330,6 +342,73 @@ impl Sqlite {
                 &id,
                 unfinished(&status),
             )?))))
+        })
+        .await
+    }
+
+    /// Keeps the usage of each model turn of `tenant`'s ended run `id` (nothing if it is gone).
+    pub fn keep_turns(&self, tenant: &Tenant, id: &str, turns: &[Usage]) {
+        let _ = self.tx.send(Cmd::Turns {
+            id: id.to_string(),
+            tenant: tenant.as_str().to_string(),
+            turns: serde_json::to_string(turns).expect("serializes"),
+        });
+    }
+
+    /// The usage of each model turn of `tenant`'s run `id`, if it was kept.
+    pub async fn turns(&self, tenant: &Tenant, id: &str) -> Result<Option<Vec<Usage>>, StoreError> {
+        let (tenant, id) = (tenant.clone(), id.to_string());
+        self.read(move |c| {
+            let json: Option<Option<String>> = c
+                .query_row(
+                    "SELECT turns FROM responses WHERE id = ?1 AND tenant = ?2",
+                    [&id, tenant.as_str()],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            json.flatten()
+                .map(|j| {
+                    serde_json::from_str(&j).map_err(|e| {
+                        StoreError(format!("stored turns of {id} are unreadable: {e}"))
+                    })
+                })
+                .transpose()
+        })
+        .await
+    }
+
+    /// `tenant`'s runs as `query` wants them, newest stored first (up to `limit + 1`).
+    pub async fn runs(
+        &self,
+        tenant: &Tenant,
+        query: &RunQuery,
+    ) -> Result<Vec<Response>, StoreError> {
+        let (tenant, query) = (tenant.clone(), query.clone());
+        self.read(move |c| {
+            let mut stmt = c.prepare_cached(
+                "SELECT response FROM responses WHERE tenant = ?1
+                   AND (?2 IS NULL OR status = ?2
+                        OR (?2 IN ('queued', 'in_progress') AND status IN ('queued', 'in_progress')))
+                   AND (?3 IS NULL OR json_extract(response, '$.model') = ?3)
+                   AND (?4 IS NULL OR rowid < (SELECT rowid FROM responses WHERE id = ?4 AND tenant = ?1))
+                 ORDER BY rowid DESC LIMIT ?5",
+            )?;
+            let rows = stmt.query_map(
+                rusqlite::params![
+                    tenant.as_str(),
+                    query.status,
+                    query.model,
+                    query.after,
+                    (query.limit + 1) as i64
+                ],
+                |r| r.get::<_, String>(0),
+            )?;
+            rows.map(|row| {
+                let json = row?;
+                serde_json::from_str(&json)
+                    .map_err(|e| StoreError(format!("a stored response is unreadable: {e}")))
+            })
+            .collect()
         })
         .await
     }
@@ -921,6 +1000,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                 Cmd::Flush { reply } => {
                     let _ = reply.send(());
                 }
+                Cmd::Turns { .. } => {}
                 Cmd::Recovered { reply } => {
                     let _ = reply.send(());
                 }
@@ -1085,6 +1165,12 @@ fn apply(
             journal.trimmed_to(0);
         }
         Cmd::Flush { .. } => {}
+        Cmd::Turns { id, tenant, turns } => {
+            tx.execute(
+                "UPDATE responses SET turns = ?3 WHERE id = ?1 AND tenant = ?2",
+                [id, tenant, turns],
+            )?;
+        }
     }
     Ok(0)
 }

@@ -6,15 +6,10 @@ mod cli;
 mod conversations;
 mod core;
 mod errors;
-// The test servers, compiled once for every module that starts one (they are also binaries).
-#[path = "../../src/bin/fake_upstream/server.rs"]
-pub mod fake_upstream;
 mod faults;
 mod limits;
 mod mcp_client;
 mod mcp_loop;
-#[path = "../../src/bin/mcp_test_server/server.rs"]
-pub mod mcp_test_server;
 mod observability;
 mod process;
 mod redis;
@@ -26,6 +21,10 @@ mod support;
 mod surface;
 mod tenants;
 mod tool_search;
+mod ui;
 mod upstream_fixtures;
 mod upstreams;
 mod websocket;
+
+// The test servers, from the library (`responses_relay::demo`; they are also binaries).
+pub use responses_relay::demo::{fake_upstream, mcp_test_server};

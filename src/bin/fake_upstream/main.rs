@@ -1,7 +1,8 @@
 //! `fake-upstream`: runs the fake OpenAI-compatible model server (see `server.rs`) until SIGTERM
 //! or SIGINT. Prints `listening on http://ADDR` once bound, for scripts to read the port.
 
-mod server;
+// The server is the library's (`responses_relay::demo`), which the `demo` command starts too.
+use responses_relay::demo::fake_upstream as server;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -4,7 +4,8 @@
 //! [--handshake-only|--modern-only]`
 //! prints `listening on http://ADDR/mcp` and serves until interrupted.
 
-mod server;
+// The server is the library's (`responses_relay::demo`), which the `demo` command starts too.
+use responses_relay::demo::mcp_test_server as server;
 
 use std::net::SocketAddr;
 
