@@ -135,8 +135,15 @@ fn config(model_url: &str, tools_url: &str) -> Result<Config, String> {
         server_description: Some("The project's MCP test server: echo, add, fail, slow…".into()),
         ..Default::default()
     };
-    c.mcp.registered.0.insert(SERVER_LABEL.into(), server);
+    c.mcp.registered.0.insert(
+        SERVER_LABEL.into(),
+        crate::mcp::RegisteredServer {
+            tool: server,
+            transport: crate::mcp::Transport::Auto,
+        },
+    );
     c.mcp.ssrf = crate::ssrf::Policy::from_flags(false, &["127.0.0.1".to_string()])?;
+    c.mcp.registered_ssrf = c.mcp.ssrf.clone();
     Ok(c)
 }
 
