@@ -23,6 +23,7 @@ use rmcp::{
     },
 };
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use super::ServerSpec;
 use super::errors::{Failure, human, init_failure, scrub, service_failure};
@@ -294,18 +295,20 @@ impl Pool {
         {
             return Ok(tools.to_vec());
         }
+        let span = crate::otel::mcp_span("tools/list", &spec.label, None);
+        let traceparent = crate::otel::traceparent(&span);
         let work = async {
             let session = self.session(&slot, spec, timeout).await?;
             // Read once the session is settled (making one forgets the old list).
             let generation = slot.tools.generation();
-            let result = self.list_pages(&session).await;
+            let result = self.list_pages(&session, traceparent.as_deref()).await;
             if let Err(f) = &result {
                 session.note(f);
             }
             self.touch(&slot);
             result.map(|tools| (generation, tools))
         };
-        let failure = match tokio::time::timeout(timeout, work).await {
+        let failure = match tokio::time::timeout(timeout, work.instrument(span.clone())).await {
             Ok(Ok((generation, tools))) => {
                 if !ttl.is_zero() {
                     slot.tools.keep(generation, &tools);
@@ -315,18 +318,27 @@ impl Pool {
             Ok(Err(f)) => f,
             Err(_) => Failure::Timeout { after: timeout },
         };
+        crate::otel::failed(&span, &failure.kind());
         Err(list_error(spec, failure))
     }
 
-    async fn list_pages(&self, session: &Session) -> Result<Vec<ListedTool>, Failure> {
+    /// Every page of `tools/list`, each request carrying `traceparent` in `params._meta`.
+    async fn list_pages(
+        &self,
+        session: &Session,
+        traceparent: Option<&str>,
+    ) -> Result<Vec<ListedTool>, Failure> {
         let mut tools = Vec::new();
         let mut names = HashSet::new();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
         for _ in 0..self.inner.config.max_list_pages {
-            let params = cursor
-                .take()
-                .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let meta = traceparent.map(with_traceparent);
+            let params = (cursor.is_some() || meta.is_some()).then(|| {
+                let mut p = PaginatedRequestParams::default().with_cursor(cursor.take());
+                p.meta = meta;
+                p
+            });
             let page = session
                 .client
                 .list_tools(params)
@@ -401,25 +413,48 @@ impl Pool {
                 }
             }
         };
+        let span = crate::otel::mcp_span("tools/call", &spec.label, Some(name));
+        crate::otel::content(&span, "gen_ai.tool.call.arguments", || {
+            arguments_json.to_string()
+        });
         let started = Instant::now();
         let slot = self.slot(spec);
-        let session = match tokio::time::timeout(timeout, self.session(&slot, spec, timeout)).await
+        let session = match tokio::time::timeout(
+            timeout,
+            self.session(&slot, spec, timeout).instrument(span.clone()),
+        )
+        .await
         {
             Ok(Ok(s)) => s,
-            Ok(Err(f)) => return Err(f.into_call_error(spec)),
-            Err(_) => return Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
+            Ok(Err(f)) => {
+                crate::otel::failed(&span, &f.kind());
+                return Err(f.into_call_error(spec));
+            }
+            Err(_) => {
+                crate::otel::failed(&span, "timeout");
+                return Err(Failure::Timeout { after: timeout }.into_call_error(spec));
+            }
         };
         let remaining = timeout.saturating_sub(started.elapsed());
-        let params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
-        let outcome = tokio::time::timeout(remaining, session.client.call_tool(params)).await;
+        let mut params = CallToolRequestParams::new(name.to_string()).with_arguments(arguments);
+        params.meta = crate::otel::traceparent(&span)
+            .as_deref()
+            .map(with_traceparent);
+        let outcome = tokio::time::timeout(remaining, session.client.call_tool(params))
+            .instrument(span.clone())
+            .await;
         self.touch(&slot);
         match outcome {
-            Err(_) => Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
+            Err(_) => {
+                crate::otel::failed(&span, "timeout");
+                Err(Failure::Timeout { after: timeout }.into_call_error(spec))
+            }
             Ok(Err(e)) => {
                 // The listed tools may be why the call failed (a tool the server no longer has).
                 slot.tools.forget();
                 let f = service_failure(&e);
                 session.note(&f);
+                crate::otel::failed(&span, &f.kind());
                 Err(f.into_call_error(spec))
             }
             Ok(Ok(r)) => {
@@ -428,7 +463,11 @@ impl Pool {
                     .iter()
                     .filter_map(|c| serde_json::to_value(c).ok())
                     .collect();
+                crate::otel::content(&span, "gen_ai.tool.call.result", || {
+                    Value::Array(content.clone()).to_string()
+                });
                 if r.is_error == Some(true) {
+                    crate::otel::failed(&span, "tool_error");
                     Err(McpCallError::McpToolExecutionError {
                         content: Value::Array(content),
                     })
@@ -557,12 +596,23 @@ impl Pool {
             Implementation::new("responses-relay", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE);
-        let client =
-            match tokio::time::timeout(timeout, Listener { info, tools }.serve(transport)).await {
-                Err(_) => return Err(Failure::Timeout { after: timeout }),
-                Ok(Err(e)) => return Err(init_failure(&e)),
-                Ok(Ok(c)) => c,
-            };
+        // The session outlives the request that opens it, so its serve loop starts on a task of
+        // its own, outside the request's spans: rmcp keeps the current span for the loop's life,
+        // and a trace's span is exported only once nothing holds it.
+        let serving = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(
+            Listener { info, tools }.serve(transport),
+        ));
+        let client = match tokio::time::timeout(timeout, serving).await {
+            Err(_) => return Err(Failure::Timeout { after: timeout }),
+            Ok(Err(join)) => {
+                return Err(Failure::Http {
+                    status: 0,
+                    message: format!("the session could not start: {join}"),
+                });
+            }
+            Ok(Ok(Err(e))) => return Err(init_failure(&e)),
+            Ok(Ok(Ok(c))) => c,
+        };
         client
             .peer()
             .set_response_cache_config(ClientCacheConfig::disabled())
@@ -660,4 +710,12 @@ fn capitalize(s: &str) -> String {
         Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
         None => String::new(),
     }
+}
+
+/// `_meta` carrying the W3C `traceparent` of the request's span (MCP's convention for trace
+/// context; `mcp::http` copies it into the HTTP header too).
+fn with_traceparent(traceparent: &str) -> rmcp::model::RequestMetaObject {
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    meta.set_traceparent(traceparent);
+    meta
 }

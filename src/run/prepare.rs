@@ -33,8 +33,38 @@ pub enum Purpose {
     Inspect,
 }
 
-/// [`prepare`], for `purpose`.
+/// [`prepare`], for `purpose`; a run's preparation is inside its `invoke_agent` trace span.
 pub async fn prepare_for(
+    app: &App,
+    request: CreateRequest,
+    client_bearer: Option<String>,
+    tenant: Tenant,
+    purpose: Purpose,
+) -> Result<Prepared, StartError> {
+    use tracing::Instrument;
+    let span = match purpose {
+        Purpose::Run => crate::otel::agent_span(&request.model),
+        Purpose::Inspect => tracing::Span::none(),
+    };
+    if let Some(c) = &request.conversation {
+        span.record("gen_ai.conversation.id", c.as_str());
+    }
+    let prepared = prepare_in(app, request, client_bearer, tenant, purpose)
+        .instrument(span.clone())
+        .await;
+    match prepared {
+        Ok(mut p) => {
+            p.span = span;
+            Ok(p)
+        }
+        Err(e) => {
+            crate::otel::failed(&span, e.kind());
+            Err(e)
+        }
+    }
+}
+
+async fn prepare_in(
     app: &App,
     request: CreateRequest,
     client_bearer: Option<String>,
@@ -125,6 +155,7 @@ pub async fn prepare_for(
         mcp,
         clients: std::sync::Arc::new(clients),
         tools_pending,
+        span: tracing::Span::none(),
     };
     // Approved calls run before the model samples again, so the first turn cannot open early.
     // A run that may compact first counts its context before its first turn.

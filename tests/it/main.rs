@@ -26,6 +26,7 @@ mod support;
 mod surface;
 mod tenants;
 mod tool_search;
+mod traces;
 mod upstream_fixtures;
 mod upstreams;
 mod websocket;
