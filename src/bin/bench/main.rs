@@ -1,12 +1,14 @@
 //! `bench`: the relay's benchmark (issue 8). Starts a stamping model server, the MCP test server,
 //! the relay and a pass-through floor proxy as child processes on loopback, drives them with
 //! in-process streaming clients, and prints one table with the floor beside the relay, the
-//! ratios, and PASS/FAIL per target. `bench serve-upstream` / `bench serve-floor` are the child
-//! processes it starts from its own executable.
+//! ratios, and PASS/FAIL per target. `bench serve-upstream` / `bench serve-floor` /
+//! `bench serve-sink` (an OTLP trace sink) are the child processes it starts from its own
+//! executable.
 
 mod floor;
 mod load;
 mod procs;
+mod sink;
 mod upstream;
 
 /// The harness (load generator, model server, floor proxy) uses the same allocator as the relay,
@@ -41,6 +43,8 @@ struct Cli {
     opts: Opts,
 }
 
+// The variants are the subcommands as typed (`serve-upstream`, `serve-floor`, `serve-sink`).
+#[allow(clippy::enum_variant_names)]
 #[derive(Subcommand, Debug)]
 enum Serve {
     /// The stamping model server (started by the benchmark itself).
@@ -55,6 +59,11 @@ enum Serve {
         /// Upstream origin, `http://ADDR`.
         #[arg(long)]
         upstream: String,
+    },
+    /// The OTLP/HTTP trace sink the traced relay exports to (started by the benchmark itself).
+    ServeSink {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
     },
 }
 
@@ -192,6 +201,9 @@ impl Plan {
         }
     }
 }
+
+/// The `stream` row of the relay exporting traces with its metrics scraped.
+const TRACED: &str = "relay traced store:false (OTLP, /metrics)";
 
 /// One line of the table.
 #[derive(Default)]
@@ -440,6 +452,15 @@ impl Env {
         Ok(p)
     }
 
+    /// The trace sink a traced relay exports to.
+    fn sink(&self) -> Result<Proc, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let args = vec!["serve-sink".into(), "--listen".into(), "127.0.0.1:0".into()];
+        let p = Proc::spawn("sink", &exe, &args, &[], &self.log("sink"))?;
+        eprintln!("  trace sink pid {} at {}", p.pid(), p.url);
+        Ok(p)
+    }
+
     fn model(&self, deltas: usize, delay_ms: u64) -> String {
         format!("{}?deltas={deltas}&delay_ms={delay_ms}", self.model)
     }
@@ -480,6 +501,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some(Serve::ServeSink { listen }) => match single_thread().block_on(sink::serve(listen)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("serve-sink: {e}");
+                ExitCode::FAILURE
+            }
+        },
         None => {
             responses_relay::install_tls();
             rt.block_on(bench(cli.opts))
@@ -960,6 +988,46 @@ async fn scenario_stream(
         .await;
         row.store = su.label.clone();
         drop(relay);
+        rows.push(row);
+        // The same SSE runs on a relay exporting traces to a local sink, its /metrics scraped
+        // every second: what observability costs, beside the plain row above.
+        let sink = env.sink()?;
+        let relay = env.relay_with(&su.url, &["--otlp-endpoint".into(), sink.origin()])?;
+        let req = Req {
+            url: format!("{}/v1/responses", relay.origin()),
+            body: Some(responses_body(&model, "hi", false, json!([]))),
+        };
+        let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
+        let scrape = {
+            let url = format!("{}/metrics", relay.origin());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if let Ok(r) = http.get(&url).send().await {
+                        let _ = r.bytes().await;
+                    }
+                }
+            })
+        };
+        let mut row = measure_loop(
+            env,
+            plan,
+            plan.run_length(plan.deltas),
+            relay.pid(),
+            "stream",
+            TRACED,
+            Kind::Relay,
+            Expect { mcp_call: false },
+            plan.clients,
+            make,
+            None,
+        )
+        .await;
+        scrape.abort();
+        row.store = su.label.clone();
+        drop(relay);
+        drop(sink);
         env.release(&su);
         rows.push(row);
     }
@@ -1482,7 +1550,18 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
                 fmt_opt(lat(0.99), 2)
             );
             let got = format!("{}x", fmt_opt(cpu, 2));
-            if r.side.contains("websocket") {
+            if r.side == TRACED {
+                let plain = find("stream", "relay store:false").and_then(Row::cpu_ms_per_1k);
+                let vs = r.cpu_ms_per_1k().zip(plain).map(|(a, b)| a / b);
+                targets.push(Target {
+                    what: "relay CPU per event with traces (OTLP to a local sink) and /metrics \
+                           scraped <= 1.05x without (store: false)"
+                        .into(),
+                    ok: vs.map(|v| v <= 1.05),
+                    got: format!("{}x the plain row's", fmt_opt(vs, 3)),
+                    info: false,
+                });
+            } else if r.side.contains("websocket") {
                 let sse = find("stream", "relay store:false").and_then(Row::cpu_ms_per_1k);
                 let vs = r.cpu_ms_per_1k().zip(sse).map(|(a, b)| a / b);
                 targets.push(Target {
