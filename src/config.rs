@@ -404,6 +404,8 @@ struct FileConfig {
     upstreams: Option<Vec<upstreams::FileUpstream>>,
     log_format: Option<LogFormat>,
     metrics_key: Option<String>,
+    otlp_endpoint: Option<String>,
+    otel_capture_content: Option<bool>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -1061,8 +1063,10 @@ impl Config {
             .filter(|k| !k.is_empty())
             .map(Secret);
         c.traces = crate::otel::TraceConfig::from_env(
-            args.otlp_endpoint.as_deref(),
-            args.otel_capture_content.unwrap_or(false),
+            args.otlp_endpoint.or(file.otlp_endpoint).as_deref(),
+            args.otel_capture_content
+                .or(file.otel_capture_content)
+                .unwrap_or(false),
             &env,
         );
         Ok(c)

@@ -412,7 +412,6 @@ pub fn chat_span(model: &str, provider: &str) -> Span {
         gen_ai.operation.name = "chat",
         gen_ai.provider.name = provider,
         gen_ai.request.model = model,
-        gen_ai.response.id = tracing::field::Empty,
         gen_ai.usage.input_tokens = tracing::field::Empty,
         gen_ai.usage.output_tokens = tracing::field::Empty,
         gen_ai.input.messages = tracing::field::Empty,
@@ -481,4 +480,54 @@ pub fn string_list(span: &Span, key: &'static str, values: &[&'static str]) {
         key,
         opentelemetry::Value::Array(opentelemetry::Array::String(list)),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(name, _)| *name == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn traces_are_off_without_an_endpoint() {
+        assert_eq!(TraceConfig::from_env(None, true, env(&[])), None);
+        assert_eq!(TraceConfig::from_env(Some(" "), false, env(&[])), None);
+    }
+
+    #[test]
+    fn the_base_endpoint_gets_v1_traces_and_the_traces_endpoint_is_used_as_written() {
+        let c = TraceConfig::from_env(Some("http://127.0.0.1:4318/"), false, env(&[])).unwrap();
+        assert_eq!(c.endpoint, "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(c.service_name, "responses-relay");
+        assert_eq!((c.max_queue, c.max_batch), (2048, 512));
+        assert_eq!(c.delay, Duration::from_secs(5));
+        assert_eq!(c.timeout, Duration::from_secs(10));
+        let c = TraceConfig::from_env(
+            None,
+            true,
+            env(&[
+                (
+                    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+                    "http://collector/otlp/traces",
+                ),
+                ("OTEL_SERVICE_NAME", "edge-relay"),
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "64"),
+                ("OTEL_BSP_SCHEDULE_DELAY", "250"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "not a number"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.endpoint, "http://collector/otlp/traces");
+        assert_eq!(c.service_name, "edge-relay");
+        assert!(c.capture_content);
+        assert_eq!(c.max_queue, 64);
+        assert_eq!(c.delay, Duration::from_millis(250));
+        assert_eq!(c.timeout, Duration::from_secs(10));
+    }
 }

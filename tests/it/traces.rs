@@ -521,3 +521,27 @@ async fn without_an_endpoint_no_traceparent_goes_upstream() {
         0.0
     );
 }
+
+#[test]
+fn the_otlp_endpoint_and_content_capture_come_from_flags_or_the_config_file() {
+    let c = serve_config(&["--otlp-endpoint", "http://127.0.0.1:4318/"], "").unwrap();
+    let t = c.traces.expect("traces on");
+    assert_eq!(t.endpoint, "http://127.0.0.1:4318/v1/traces");
+    assert!(!t.capture_content);
+    let c = serve_config(
+        &[],
+        "otlp_endpoint = \"http://collector:4318\"\notel_capture_content = true\n",
+    )
+    .unwrap();
+    let t = c.traces.expect("traces on");
+    assert_eq!(t.endpoint, "http://collector:4318/v1/traces");
+    assert!(t.capture_content);
+    // A flag turns off what the file turns on.
+    let c = serve_config(
+        &["--otel-capture-content=false"],
+        "otlp_endpoint = \"http://collector:4318\"\notel_capture_content = true\n",
+    )
+    .unwrap();
+    assert!(!c.traces.unwrap().capture_content);
+    assert!(serve_config(&[], "").unwrap().traces.is_none());
+}
