@@ -545,3 +545,37 @@ fn the_otlp_endpoint_and_content_capture_come_from_flags_or_the_config_file() {
     assert!(!c.traces.unwrap().capture_content);
     assert!(serve_config(&[], "").unwrap().traces.is_none());
 }
+
+#[tokio::test]
+async fn an_unsampled_traceparent_is_followed_nothing_exported_and_passed_on_unsampled() {
+    let up = upstream().await;
+    let collector = Collector::start().await;
+    let relay = traced_relay(&up.base_url(), &collector.url(), &[], &[]);
+    let unsampled = "5b8aa5a2d2c872e8321cf37308d69df2";
+    for (trace, flags) in [(unsampled, "00"), (TRACE, "01")] {
+        let r = client()
+            .post(format!("{}/v1/responses", relay.base))
+            .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-{flags}"))
+            .json(&json!({"model": "fake-model", "input": "hello"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // The sampled request's spans arrive; by then the unsampled one's would have too.
+    collector.trace(TRACE, "POST /v1/responses").await;
+    assert!(collector.spans().iter().all(|s| s.trace_id != unsampled));
+    let sent: Vec<String> = up
+        .requests()
+        .iter()
+        .map(|r| {
+            r.header("traceparent")
+                .expect("traceparent upstream")
+                .to_string()
+        })
+        .collect();
+    assert_eq!(sent.len(), 2);
+    let p: Vec<&str> = sent[0].split('-').collect();
+    assert_eq!((p[1], p[3]), (unsampled, "00"), "{}", sent[0]);
+    assert_ne!(p[2], CLIENT_SPAN);
+}
