@@ -190,6 +190,14 @@ pub struct ServeArgs {
     /// How log lines are written: `text`, or `json` (one object per line).
     #[arg(long, env = "RELAY_LOG_FORMAT", value_enum)]
     pub log_format: Option<LogFormat>,
+    /// Export traces over OTLP/HTTP (protobuf) to this collector base URL (`/v1/traces` is
+    /// appended); `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_HEADERS` and
+    /// `OTEL_SERVICE_NAME` are read as well.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT", value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    /// Put prompts, model output, tool arguments and tool results into trace spans.
+    #[arg(long, env = "RELAY_OTEL_CAPTURE_CONTENT", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = switch())]
+    pub otel_capture_content: Option<bool>,
     /// A named Chat Completions upstream (repeatable): model `NAME/REST` goes to URL as `REST`.
     #[arg(long = "upstream", value_name = "NAME=URL")]
     pub upstreams: Vec<String>,
@@ -406,6 +414,8 @@ struct FileConfig {
     upstreams: Option<Vec<upstreams::FileUpstream>>,
     log_format: Option<LogFormat>,
     metrics_key: Option<String>,
+    otlp_endpoint: Option<String>,
+    otel_capture_content: Option<bool>,
     listen: Option<String>,
     upstream_url: Option<String>,
     upstream_api_key: Option<String>,
@@ -705,6 +715,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// `--metrics-key`: never printed.
     pub metrics_key: Option<Secret>,
+    /// Where traces go (`--otlp-endpoint` and the `OTEL_*` variables); `None`: no traces.
+    pub traces: Option<crate::otel::TraceConfig>,
 }
 
 impl Default for Config {
@@ -755,6 +767,7 @@ impl Default for Config {
             deterministic: false,
             log_format: LogFormat::Text,
             metrics_key: None,
+            traces: None,
         }
     }
 }
@@ -1069,6 +1082,13 @@ impl Config {
             .or(file.metrics_key)
             .filter(|k| !k.is_empty())
             .map(Secret);
+        c.traces = crate::otel::TraceConfig::from_env(
+            args.otlp_endpoint.or(file.otlp_endpoint).as_deref(),
+            args.otel_capture_content
+                .or(file.otel_capture_content)
+                .unwrap_or(false),
+            &env,
+        );
         Ok(c)
     }
 }

@@ -147,8 +147,18 @@ impl<'a> Route<'a> {
 pub async fn handle(app: App, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
     use tracing::Instrument;
     let id = request_id(&req);
-    let span = tracing::info_span!("request", request_id = %id);
-    let mut resp = route(app, req).instrument(span).await;
+    // The trace's HTTP server span (nothing when traces are off), around the log's span.
+    let traced = crate::otel::server_span(
+        req.method().as_str(),
+        || Route::template(req.method(), req.uri().path()),
+        req.headers(),
+    );
+    let span = traced.in_scope(|| tracing::info_span!("request", request_id = %id));
+    let mut resp = route(app, req)
+        .instrument(span)
+        .instrument(traced.clone())
+        .await;
+    crate::otel::server_answered(&traced, resp.status().as_u16());
     if let Ok(v) = header::HeaderValue::from_str(&id) {
         resp.headers_mut().insert("x-request-id", v);
     }

@@ -19,6 +19,7 @@ pub mod http;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;
+pub mod otel;
 pub mod redact;
 pub mod run;
 pub mod seal;

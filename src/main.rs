@@ -98,7 +98,22 @@ fn main() -> ExitCode {
                     return ExitCode::from(64);
                 }
             };
-            responses_relay::telemetry::init(config.log_format);
+            let traces = match &config.traces {
+                None => {
+                    responses_relay::telemetry::init(config.log_format);
+                    None
+                }
+                Some(t) => match responses_relay::otel::start(t) {
+                    Ok(provider) => {
+                        responses_relay::telemetry::init_with_traces(config.log_format, &provider);
+                        Some(provider)
+                    }
+                    Err(e) => {
+                        eprintln!("error: {e}");
+                        return ExitCode::from(64);
+                    }
+                },
+            };
             let rt = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()
@@ -126,6 +141,13 @@ fn main() -> ExitCode {
                     }
                 };
                 server::serve_on(listener, app, signal).await;
+                // What is queued goes to the collector, waiting a bounded time.
+                if let Some(provider) = traces {
+                    let _ = tokio::task::spawn_blocking(move || {
+                        provider.shutdown_with_timeout(std::time::Duration::from_secs(5))
+                    })
+                    .await;
+                }
                 ExitCode::SUCCESS
             })
         }

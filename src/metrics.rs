@@ -136,6 +136,17 @@ impl Metrics {
             .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
             .set(1);
         registry.register("relay_build_info", "The relay's version", build);
+        // Traces (`--otlp-endpoint`): process-wide counters of the one export pipeline.
+        registry.register(
+            "relay_trace_spans_exported",
+            "Trace spans the OTLP collector accepted",
+            crate::otel::SPANS_EXPORTED.clone(),
+        );
+        registry.register(
+            "relay_trace_spans_dropped",
+            "Trace spans lost: the export queue was full, or the collector refused or did not take their batch in time",
+            crate::otel::SPANS_DROPPED.clone(),
+        );
         Metrics {
             registry,
             http_requests,

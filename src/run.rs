@@ -67,6 +67,20 @@ pub enum StartError {
     ConversationBusy(String),
 }
 
+impl StartError {
+    /// A short, bounded name of the failure (a trace span's `error.type`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StartError::Invalid(_) => "invalid_request",
+            StartError::PreviousNotFound(_) | StartError::ConversationNotFound(_) => "not_found",
+            StartError::Upstream(_) => "upstream_error",
+            StartError::McpDiscovery { .. } => "mcp_discovery_failed",
+            StartError::Store(_) => "store_unavailable",
+            StartError::ConversationBusy(_) => "conversation_busy",
+        }
+    }
+}
+
 /// A run ready to go: validated, its context resolved and its first model turn open.
 pub struct Prepared {
     pub response: Response,
@@ -88,6 +102,9 @@ pub struct Prepared {
     /// A background run answers `queued` at once: it lists its MCP servers itself, first thing
     /// ([`resolve_tools`]); `mcp` is empty and `tools` has only the function tools until then.
     pub tools_pending: bool,
+    /// The run's `invoke_agent` trace span (`Span::none()` when traces are off): the parent of
+    /// the spans `prepare` and the run's task make (`otel::in_agent`).
+    pub span: tracing::Span,
 }
 
 impl Prepared {
@@ -111,10 +128,25 @@ pub struct RunHandle {
 
 /// A finished run's metrics: its final status, duration, time to its first text delta (from the
 /// log's time offsets) and the tokens the upstream reported.
-fn record_end(app: &App, model: &str, log: &RunLog, took: std::time::Duration) {
+fn record_end(
+    app: &App,
+    model: &str,
+    log: &RunLog,
+    took: std::time::Duration,
+    span: &tracing::Span,
+) {
     let Some(response) = log.snapshot() else {
         return;
     };
+    if !span.is_disabled() {
+        let usage = response.usage.clone().unwrap_or_default();
+        span.record("gen_ai.response.id", response.id.as_str());
+        span.record("gen_ai.usage.input_tokens", usage.input_tokens as i64);
+        span.record("gen_ai.usage.output_tokens", usage.output_tokens as i64);
+        if let Some(e) = &response.error {
+            crate::otel::failed(span, &e.code);
+        }
+    }
     let first_token = log
         .offset_of_first("response.output_text.delta")
         .map(std::time::Duration::from_millis);
@@ -172,16 +204,27 @@ pub fn start(
         );
     }
     let app = app.clone();
+    let prepared_span = prepared.span.clone();
     // The run's log lines carry the request's span (its request id), whoever reads the run.
     let run = async move {
         let counted = app.metrics().run_started();
         let started = std::time::Instant::now();
         let model = prepared.request.model.clone();
+        let span = prepared.span.clone();
         agent::drive(app.clone(), prepared, log.clone(), cancel).await;
         drop(counted);
-        record_end(&app, &model, &log, started.elapsed());
+        record_end(&app, &model, &log, started.elapsed(), &span);
         drop(permit);
     };
-    tokio::spawn(tracing::Instrument::in_current_span(run));
+    // The run's log lines carry the request's span; the trace spans it makes are inside its
+    // `invoke_agent` span (when traces are on).
+    if prepared_span.is_disabled() {
+        tokio::spawn(tracing::Instrument::in_current_span(run));
+    } else {
+        tokio::spawn(tracing::Instrument::in_current_span(crate::otel::in_agent(
+            prepared_span,
+            run,
+        )));
+    }
     handle
 }

@@ -56,6 +56,16 @@ impl FinishReason {
             _ => FinishReason::Stop,
         }
     }
+
+    /// The reason as OpenAI's Chat Completions names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::ToolCalls => "tool_calls",
+            FinishReason::ContentFilter => "content_filter",
+        }
+    }
 }
 
 /// A function the model may call, as the upstream sees it.
@@ -187,6 +197,19 @@ pub enum UpstreamError {
     Cut(String),
 }
 
+impl UpstreamError {
+    /// A short, bounded name of the failure (a trace span's `error.type`).
+    pub fn kind(&self) -> String {
+        match self {
+            UpstreamError::Connect(_) => "connect_error".into(),
+            UpstreamError::Timeout(_) => "timeout".into(),
+            UpstreamError::Status { status, .. } => status.to_string(),
+            UpstreamError::Protocol(_) => "protocol_error".into(),
+            UpstreamError::Cut(_) => "stream_cut".into(),
+        }
+    }
+}
+
 pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, UpstreamError>> + Send>>;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,6 +299,8 @@ impl Upstream {
         client_bearer: Option<&str>,
     ) -> Result<reqwest::Response, UpstreamError> {
         let mut attempt = 0;
+        // The turn's `chat` span is current here (when traces are on).
+        let traceparent = crate::otel::traceparent_current();
         loop {
             let mut rb = self
                 .http
@@ -283,6 +308,9 @@ impl Upstream {
                 .header("content-type", "application/json")
                 .header("accept", "text/event-stream")
                 .body(body.clone());
+            if let Some(tp) = &traceparent {
+                rb = rb.header("traceparent", tp);
+            }
             if let Some(k) = self.bearer(client_bearer) {
                 rb = rb.bearer_auth(k);
             }

@@ -28,6 +28,17 @@ pub(super) enum Failure {
 }
 
 impl Failure {
+    /// A short, bounded name of the failure (a trace span's `error.type`): the JSON-RPC error
+    /// code, the HTTP status, `transport_error` or `timeout`.
+    pub(super) fn kind(&self) -> String {
+        match self {
+            Failure::Protocol { code, .. } => code.to_string(),
+            Failure::Http { status: 0, .. } => "transport_error".into(),
+            Failure::Http { status, .. } => status.to_string(),
+            Failure::Timeout { .. } => "timeout".into(),
+        }
+    }
+
     /// Whether the session that saw this failure should not be used again.
     pub(super) fn breaks_session(&self) -> bool {
         matches!(self, Failure::Http { .. })

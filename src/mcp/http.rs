@@ -1,14 +1,16 @@
 //! The HTTP client rmcp sends through: reqwest, with two guarantees added. Every request of a
 //! session stops when the session (or an abandoned connect attempt) is dropped — rmcp's own
 //! workers do not stop an in-flight `initialize` — and errors never carry the URL (its query
-//! string may hold a user's secret).
+//! string may hold a user's secret). A request whose `params._meta` carries a `traceparent` (the
+//! relay's trace spans put it there: rmcp posts from its own task, where the run's span is not
+//! current) is sent with that `traceparent` header as well.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
-use rmcp::model::ClientJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcMessage};
 use rmcp::transport::streamable_http_client::SseError;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
@@ -43,6 +45,28 @@ impl SessionClient {
     }
 }
 
+/// `headers` with `traceparent` added when the message is a request whose `params._meta` has one.
+pub(super) fn with_traceparent(
+    message: &ClientJsonRpcMessage,
+    mut headers: HashMap<HeaderName, HeaderValue>,
+) -> HashMap<HeaderName, HeaderValue> {
+    let JsonRpcMessage::Request(r) = message else {
+        return headers;
+    };
+    let meta = match &r.request {
+        ClientRequest::CallToolRequest(c) => c.params.meta.as_ref(),
+        ClientRequest::ListToolsRequest(l) => l.params.as_ref().and_then(|p| p.meta.as_ref()),
+        _ => None,
+    };
+    if let Some(value) = meta
+        .and_then(|m| m.get_traceparent())
+        .and_then(|tp| HeaderValue::from_str(tp).ok())
+    {
+        headers.insert(HeaderName::from_static("traceparent"), value);
+    }
+    headers
+}
+
 fn without_url(e: Error) -> Error {
     match e {
         StreamableHttpError::Client(re) => StreamableHttpError::Client(re.without_url()),
@@ -61,6 +85,7 @@ impl StreamableHttpClient for SessionClient {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
+        let custom_headers = with_traceparent(&message, custom_headers);
         self.guarded(
             self.inner
                 .post_message(uri, message, session_id, auth_header, custom_headers),
@@ -76,6 +101,7 @@ impl StreamableHttpClient for SessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
+        let custom_headers = with_traceparent(&message, custom_headers);
         self.guarded(self.inner.post_message_with_max_sse_event_size(
             uri,
             message,
@@ -95,6 +121,7 @@ impl StreamableHttpClient for SessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
+        let custom_headers = with_traceparent(&message, custom_headers);
         self.guarded(self.inner.post_message_with_response_limits(
             uri,
             message,

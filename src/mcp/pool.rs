@@ -29,6 +29,7 @@ use rmcp::{
     },
 };
 use serde_json::{Map, Value};
+use tracing::Instrument;
 
 use super::ServerSpec;
 use super::errors::{Failure, human, init_failure, scrub, service_failure};
@@ -363,18 +364,20 @@ impl Pool {
         {
             return Ok(tools.to_vec());
         }
+        let span = crate::otel::mcp_span("tools/list", &spec.label, None);
+        let traceparent = crate::otel::traceparent(&span);
         let work = async {
             let session = self.session(&slot, spec, timeout).await?;
             // Read once the session is settled (making one forgets the old list).
             let generation = slot.tools.generation();
-            let result = self.list_pages(&session).await;
+            let result = self.list_pages(&session, traceparent.as_deref()).await;
             if let Err(f) = &result {
                 session.note(f);
             }
             self.touch(&slot);
             result.map(|tools| (generation, tools))
         };
-        let failure = match tokio::time::timeout(timeout, work).await {
+        let failure = match tokio::time::timeout(timeout, work.instrument(span.clone())).await {
             Ok(Ok((generation, tools))) => {
                 if !ttl.is_zero() {
                     slot.tools.keep(generation, &tools);
@@ -384,18 +387,27 @@ impl Pool {
             Ok(Err(f)) => f,
             Err(_) => Failure::Timeout { after: timeout },
         };
+        crate::otel::failed(&span, &failure.kind());
         Err(list_error(spec, failure))
     }
 
-    async fn list_pages(&self, session: &Session) -> Result<Vec<ListedTool>, Failure> {
+    /// Every page of `tools/list`, each request carrying `traceparent` in `params._meta`.
+    async fn list_pages(
+        &self,
+        session: &Session,
+        traceparent: Option<&str>,
+    ) -> Result<Vec<ListedTool>, Failure> {
         let mut tools = Vec::new();
         let mut names = HashSet::new();
         let mut cursors = HashSet::new();
         let mut cursor: Option<String> = None;
         for _ in 0..self.inner.config.max_list_pages {
-            let params = cursor
-                .take()
-                .map(|c| PaginatedRequestParams::default().with_cursor(Some(c)));
+            let meta = traceparent.map(with_traceparent);
+            let params = (cursor.is_some() || meta.is_some()).then(|| {
+                let mut p = PaginatedRequestParams::default().with_cursor(cursor.take());
+                p.meta = meta;
+                p
+            });
             let page = session
                 .client
                 .list_tools(params)
@@ -470,15 +482,30 @@ impl Pool {
                 }
             }
         };
+        let span = crate::otel::mcp_span("tools/call", &spec.label, Some(name));
+        crate::otel::content(&span, "gen_ai.tool.call.arguments", || {
+            arguments_json.to_string()
+        });
         let started = Instant::now();
         let slot = self.slot(spec);
-        let session = match tokio::time::timeout(timeout, self.session(&slot, spec, timeout)).await
+        let session = match tokio::time::timeout(
+            timeout,
+            self.session(&slot, spec, timeout).instrument(span.clone()),
+        )
+        .await
         {
             Ok(Ok(s)) => s,
-            Ok(Err(f)) => return Err(f.into_call_error(spec)),
-            Err(_) => return Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
+            Ok(Err(f)) => {
+                crate::otel::failed(&span, &f.kind());
+                return Err(f.into_call_error(spec));
+            }
+            Err(_) => {
+                crate::otel::failed(&span, "timeout");
+                return Err(Failure::Timeout { after: timeout }.into_call_error(spec));
+            }
         };
         let remaining = timeout.saturating_sub(started.elapsed());
+        let traceparent = crate::otel::traceparent(&span);
         let call = async {
             let tasked = slot
                 .tasked
@@ -490,18 +517,29 @@ impl Pool {
                     CallToolRequestParams::new(name.to_string()).with_arguments(arguments.clone());
                 // Asking for progress lets a slow tool keep its call from looking idle: each
                 // notice is read from the call's stream, which restarts the read timeout.
-                params.meta = Some(rmcp::model::RequestMetaObject::with_progress_token(
+                let mut meta = rmcp::model::RequestMetaObject::with_progress_token(
                     rmcp::model::ProgressToken(rmcp::model::NumberOrString::Number(
                         self.inner.progress.fetch_add(1, Ordering::Relaxed),
                     )),
-                ));
+                );
+                if let Some(tp) = &traceparent {
+                    meta.set_traceparent(tp);
+                }
+                params.meta = Some(meta);
                 let answer = session.client.call_tool(params).await;
                 if !super::tasks::needs_task(&answer) {
                     return answer;
                 }
             }
             // The server wants a task (SPEC §15): the call stays in progress while it runs.
-            let r = super::tasks::call(session.client.peer(), name, arguments, remaining).await;
+            let r = super::tasks::call(
+                session.client.peer(),
+                name,
+                arguments,
+                remaining,
+                traceparent.as_deref(),
+            )
+            .await;
             if r.is_ok() && !tasked {
                 slot.tasked
                     .lock()
@@ -510,15 +548,21 @@ impl Pool {
             }
             r
         };
-        let outcome = tokio::time::timeout(remaining, call).await;
+        let outcome = tokio::time::timeout(remaining, call)
+            .instrument(span.clone())
+            .await;
         self.touch(&slot);
         match outcome {
-            Err(_) => Err(Failure::Timeout { after: timeout }.into_call_error(spec)),
+            Err(_) => {
+                crate::otel::failed(&span, "timeout");
+                Err(Failure::Timeout { after: timeout }.into_call_error(spec))
+            }
             Ok(Err(e)) => {
                 // The listed tools may be why the call failed (a tool the server no longer has).
                 slot.tools.forget();
                 let f = service_failure(&e);
                 session.note(&f);
+                crate::otel::failed(&span, &f.kind());
                 Err(f.into_call_error(spec))
             }
             Ok(Ok(r)) => {
@@ -527,7 +571,11 @@ impl Pool {
                     .iter()
                     .filter_map(|c| serde_json::to_value(c).ok())
                     .collect();
+                crate::otel::content(&span, "gen_ai.tool.call.result", || {
+                    Value::Array(content.clone()).to_string()
+                });
                 if r.is_error == Some(true) {
+                    crate::otel::failed(&span, "tool_error");
                     Err(McpCallError::McpToolExecutionError {
                         content: Value::Array(content),
                     })
@@ -760,14 +808,15 @@ impl Pool {
             info,
             tools: tools.clone(),
         };
-        let work = async {
+        let (url, token) = (spec.url.clone(), spec.authorization.clone());
+        let (http, alive_for_work) = (http.clone(), alive.clone());
+        let work = async move {
             match wire {
                 Wire::StreamableHttp => {
                     let mut config =
-                        StreamableHttpClientTransportConfig::with_uri(spec.url.clone())
-                            .custom_headers(headers);
-                    if let Some(token) = &spec.authorization {
-                        config = config.auth_header(token.clone());
+                        StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
+                    if let Some(token) = token {
+                        config = config.auth_header(token);
                     }
                     // Reconnects of the session's event stream are few and quick: a server that
                     // went away is reported, not waited for until the call times out.
@@ -777,7 +826,7 @@ impl Pool {
                     retry.base_duration = Duration::from_millis(100);
                     retry.max_delay = Some(Duration::from_secs(1));
                     config.retry_config = Arc::new(retry);
-                    let http = super::http::SessionClient::new(http.clone(), alive.clone());
+                    let http = super::http::SessionClient::new(http, alive_for_work);
                     let transport = StreamableHttpClientTransport::with_client(http, config);
                     listener
                         .serve_with_lifecycle(transport, lifecycle)
@@ -786,11 +835,11 @@ impl Pool {
                 }
                 Wire::Sse => {
                     let transport = super::sse::connect(
-                        http.clone(),
-                        &spec.url,
-                        spec.authorization.as_deref(),
+                        http,
+                        &url,
+                        token.as_deref(),
                         &headers,
-                        alive.clone(),
+                        alive_for_work,
                     )
                     .await
                     .map_err(|e| super::errors::sse_failure(&e))?;
@@ -801,10 +850,20 @@ impl Pool {
                 }
             }
         };
-        let client = match tokio::time::timeout(timeout, work).await {
+        // The session outlives the request that opens it, so its serve loop starts on a task of
+        // its own, outside the request's spans: rmcp keeps the current span for the loop's life,
+        // and a trace's span is exported only once nothing holds it.
+        let serving = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(work));
+        let client = match tokio::time::timeout(timeout, serving).await {
             Err(_) => return Err(Failure::Timeout { after: timeout }),
-            Ok(Err(f)) => return Err(f),
-            Ok(Ok(c)) => c,
+            Ok(Err(join)) => {
+                return Err(Failure::Http {
+                    status: 0,
+                    message: format!("the session could not start: {join}"),
+                });
+            }
+            Ok(Ok(Err(f))) => return Err(f),
+            Ok(Ok(Ok(c))) => c,
         };
         client
             .peer()
@@ -948,4 +1007,12 @@ fn capitalize(s: &str) -> String {
         Some(f) => f.to_uppercase().collect::<String>() + c.as_str(),
         None => String::new(),
     }
+}
+
+/// `_meta` carrying the W3C `traceparent` of the request's span (MCP's convention for trace
+/// context; `mcp::http` copies it into the HTTP header too).
+fn with_traceparent(traceparent: &str) -> rmcp::model::RequestMetaObject {
+    let mut meta = rmcp::model::RequestMetaObject::new();
+    meta.set_traceparent(traceparent);
+    meta
 }

@@ -194,6 +194,8 @@ impl Transport<RoleClient> for SseTransport {
         let http = self.http.clone();
         let endpoint = self.endpoint.clone();
         let headers = self.headers.clone();
+        // The request's `_meta.traceparent`, as a header too (as over Streamable HTTP).
+        let traced = super::http::with_traceparent(&item, HashMap::new());
         async move {
             let body = serde_json::to_vec(&item)
                 .map_err(|e| SseError::Stream(format!("unserializable message: {e}")))?;
@@ -201,7 +203,7 @@ impl Transport<RoleClient> for SseTransport {
                 .post(&*endpoint)
                 .header(CONTENT_TYPE, "application/json")
                 .body(body);
-            for (k, v) in headers.iter() {
+            for (k, v) in headers.iter().map(|(k, v)| (k, v)).chain(traced.iter()) {
                 post = post.header(k, v);
             }
             let response = post.send().await.map_err(|e| e.without_url())?;

@@ -41,14 +41,14 @@ pub(super) async fn call(
     name: &str,
     arguments: Map<String, Value>,
     ttl: Duration,
+    traceparent: Option<&str>,
 ) -> Result<CallToolResult, ServiceError> {
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-    let created = request(
-        peer,
-        "tools/call",
-        json!({"name": name, "arguments": arguments, "task": {"ttl": ttl_ms}}),
-    )
-    .await?;
+    let mut params = json!({"name": name, "arguments": arguments, "task": {"ttl": ttl_ms}});
+    if let Some(tp) = traceparent {
+        params["_meta"] = json!({"traceparent": tp});
+    }
+    let created = request(peer, "tools/call", params).await?;
     let Some(task) = task_of(&created) else {
         return call_result(created);
     };

@@ -33,8 +33,40 @@ pub enum Purpose {
     Inspect,
 }
 
-/// [`prepare`], for `purpose`.
+/// [`prepare`], for `purpose`; the trace spans a run's preparation makes are inside its
+/// `invoke_agent` span.
 pub async fn prepare_for(
+    app: &App,
+    request: CreateRequest,
+    client_bearer: Option<String>,
+    tenant: Tenant,
+    purpose: Purpose,
+) -> Result<Prepared, StartError> {
+    let span = match purpose {
+        Purpose::Run => crate::otel::agent_span(&request.model),
+        Purpose::Inspect => tracing::Span::none(),
+    };
+    if let Some(c) = &request.conversation {
+        span.record("gen_ai.conversation.id", c.as_str());
+    }
+    let prepared = crate::otel::in_agent(
+        span.clone(),
+        prepare_in(app, request, client_bearer, tenant, purpose),
+    )
+    .await;
+    match prepared {
+        Ok(mut p) => {
+            p.span = span;
+            Ok(p)
+        }
+        Err(e) => {
+            crate::otel::failed(&span, e.kind());
+            Err(e)
+        }
+    }
+}
+
+async fn prepare_in(
     app: &App,
     request: CreateRequest,
     client_bearer: Option<String>,
@@ -125,6 +157,7 @@ pub async fn prepare_for(
         mcp,
         clients: std::sync::Arc::new(clients),
         tools_pending,
+        span: tracing::Span::none(),
     };
     // Approved calls run before the model samples again, so the first turn cannot open early.
     // A run that may compact first counts its context before its first turn.

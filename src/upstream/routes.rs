@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{ModelStream, TurnRequest, Upstream, UpstreamError};
+use super::{ModelEvent, ModelStream, TurnRequest, Upstream, UpstreamError};
 
 /// Longest wait for one upstream's model list.
 const MODELS_WAIT: Duration = Duration::from_secs(5);
@@ -67,14 +67,34 @@ impl Upstreams {
         (!rest.is_empty()).then_some((name.as_str(), upstream, rest))
     }
 
-    /// Starts one model turn at the upstream its model routes to.
+    /// Starts one model turn at the upstream its model routes to, inside its `chat {model}`
+    /// trace span (which lasts as long as the returned stream).
     pub async fn open(&self, req: &TurnRequest) -> Result<ModelStream, UpstreamError> {
+        use tracing::Instrument;
         let (upstream, model) = self.route(&req.model);
+        let span = crate::otel::chat_span(model, self.name_for(&req.model));
+        crate::otel::content(&span, "gen_ai.input.messages", || {
+            serde_json::to_string(&req.items).unwrap_or_default()
+        });
+        if let Some(instructions) = &req.instructions {
+            crate::otel::content(&span, "gen_ai.system_instructions", || {
+                serde_json::json!([{"type": "text", "content": instructions}]).to_string()
+            });
+        }
         let started = Instant::now();
-        let opened = upstream.open(req, model).await;
+        let opened = upstream.open(req, model).instrument(span.clone()).await;
         self.metrics
             .upstream_request(self.name_for(&req.model), started.elapsed());
-        opened
+        if span.is_disabled() {
+            return opened;
+        }
+        match opened {
+            Ok(stream) => Ok(Box::pin(Traced::new(stream, span))),
+            Err(e) => {
+                crate::otel::failed(&span, &e.kind());
+                Err(e)
+            }
+        }
     }
 
     /// Every upstream's models, asked concurrently: a named upstream's as `NAME/id` (`owned_by:
@@ -141,4 +161,80 @@ fn with_prefix(name: &str, mut model: Value) -> Option<Value> {
     o.insert("id".into(), Value::from(id));
     o.insert("owned_by".into(), Value::from(name));
     Some(model)
+}
+
+/// A model turn's stream that records on its `chat` span what the turn reported: usage, finish
+/// reasons, a failure, and (with `--otel-capture-content`) the text it wrote. Only made when
+/// traces are on; the span ends when the stream is dropped.
+struct Traced {
+    inner: ModelStream,
+    span: tracing::Span,
+    reasons: Vec<&'static str>,
+    /// The turn's text, kept only when content is captured.
+    text: Option<String>,
+}
+
+impl Traced {
+    fn new(inner: ModelStream, span: tracing::Span) -> Traced {
+        Traced {
+            inner,
+            span,
+            reasons: Vec::new(),
+            text: crate::otel::capture_content().then(String::new),
+        }
+    }
+
+    fn note(&mut self, event: &Result<ModelEvent, UpstreamError>) {
+        match event {
+            Ok(ModelEvent::Usage(u)) => {
+                self.span
+                    .record("gen_ai.usage.input_tokens", u.input_tokens as i64);
+                self.span
+                    .record("gen_ai.usage.output_tokens", u.output_tokens as i64);
+            }
+            Ok(ModelEvent::Finish(reason)) => {
+                self.reasons.push(reason.as_str());
+                crate::otel::string_list(
+                    &self.span,
+                    "gen_ai.response.finish_reasons",
+                    &self.reasons,
+                );
+            }
+            Ok(ModelEvent::Text(t)) => {
+                if let Some(text) = &mut self.text {
+                    text.push_str(t);
+                }
+            }
+            Err(e) => crate::otel::failed(&self.span, &e.kind()),
+            Ok(_) => {}
+        }
+    }
+}
+
+impl futures::Stream for Traced {
+    type Item = Result<ModelEvent, UpstreamError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let next = this.inner.as_mut().poll_next(cx);
+        match &next {
+            std::task::Poll::Ready(Some(event)) => this.note(event),
+            std::task::Poll::Ready(None) => {
+                if let Some(text) = this.text.take() {
+                    let finish = this.reasons.first().copied().unwrap_or("stop");
+                    crate::otel::content(&this.span, "gen_ai.output.messages", || {
+                        serde_json::json!([{"role": "assistant",
+                            "parts": [{"type": "text", "content": text}],
+                            "finish_reason": finish}])
+                        .to_string()
+                    });
+                }
+            }
+            std::task::Poll::Pending => {}
+        }
+        next
+    }
 }

@@ -21,6 +21,7 @@ mod support;
 mod surface;
 mod tenants;
 mod tool_search;
+mod traces;
 mod ui;
 mod upstream_fixtures;
 mod upstreams;

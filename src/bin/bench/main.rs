@@ -1,12 +1,14 @@
 //! `bench`: the relay's benchmark (issue 8). Starts a stamping model server, the MCP test server,
 //! the relay and a pass-through floor proxy as child processes on loopback, drives them with
 //! in-process streaming clients, and prints one table with the floor beside the relay, the
-//! ratios, and PASS/FAIL per target. `bench serve-upstream` / `bench serve-floor` are the child
-//! processes it starts from its own executable.
+//! ratios, and PASS/FAIL per target. `bench serve-upstream` / `bench serve-floor` /
+//! `bench serve-sink` (an OTLP trace sink) are the child processes it starts from its own
+//! executable.
 
 mod floor;
 mod load;
 mod procs;
+mod sink;
 mod upstream;
 
 /// The harness (load generator, model server, floor proxy) uses the same allocator as the relay,
@@ -41,6 +43,8 @@ struct Cli {
     opts: Opts,
 }
 
+// The variants are the subcommands as typed (`serve-upstream`, `serve-floor`, `serve-sink`).
+#[allow(clippy::enum_variant_names)]
 #[derive(Subcommand, Debug)]
 enum Serve {
     /// The stamping model server (started by the benchmark itself).
@@ -55,6 +59,11 @@ enum Serve {
         /// Upstream origin, `http://ADDR`.
         #[arg(long)]
         upstream: String,
+    },
+    /// The OTLP/HTTP trace sink the traced relay exports to (started by the benchmark itself).
+    ServeSink {
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: SocketAddr,
     },
 }
 
@@ -191,6 +200,16 @@ impl Plan {
                 .clamp(1, 100_000),
         }
     }
+}
+
+/// The `stream` row of the relay exporting traces with its metrics scraped, and the row of the
+/// relay measured beside it (at the same time, with the other half of the clients).
+const TRACED: &str = "relay traced store:false (OTLP, /metrics)";
+const UNTRACED: &str = "relay untraced, beside it, store:false";
+
+/// Clients of the untraced relay when `clients` are split between it and the traced one.
+fn plain_clients(clients: usize) -> usize {
+    clients.div_ceil(2)
 }
 
 /// One line of the table.
@@ -440,6 +459,15 @@ impl Env {
         Ok(p)
     }
 
+    /// The trace sink a traced relay exports to.
+    fn sink(&self) -> Result<Proc, String> {
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let args = vec!["serve-sink".into(), "--listen".into(), "127.0.0.1:0".into()];
+        let p = Proc::spawn("sink", &exe, &args, &[], &self.log("sink"))?;
+        eprintln!("  trace sink pid {} at {}", p.pid(), p.url);
+        Ok(p)
+    }
+
     fn model(&self, deltas: usize, delay_ms: u64) -> String {
         format!("{}?deltas={deltas}&delay_ms={delay_ms}", self.model)
     }
@@ -480,6 +508,13 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Some(Serve::ServeSink { listen }) => match single_thread().block_on(sink::serve(listen)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("serve-sink: {e}");
+                ExitCode::FAILURE
+            }
+        },
         None => {
             responses_relay::install_tls();
             rt.block_on(bench(cli.opts))
@@ -960,8 +995,77 @@ async fn scenario_stream(
         .await;
         row.store = su.label.clone();
         drop(relay);
-        env.release(&su);
         rows.push(row);
+        // What observability costs: two relays at once, half the clients each, one exporting
+        // traces to a local sink with its /metrics scraped every second, the other not. Measured
+        // in the same window, both see the same machine (other load on it moves both alike).
+        env.release(&su);
+        let sink = env.sink()?;
+        let (su_plain, su_traced) = (
+            env.store(Store::Default).map_err(StoreErr::into_msg)?,
+            env.store(Store::Default).map_err(StoreErr::into_msg)?,
+        );
+        let plain = env.relay(&su_plain.url)?;
+        let traced = env.relay_with(&su_traced.url, &["--otlp-endpoint".into(), sink.origin()])?;
+        let runs = |relay: &Proc| -> Arc<dyn Fn() -> Req + Send + Sync> {
+            let req = Req {
+                url: format!("{}/v1/responses", relay.origin()),
+                body: Some(responses_body(&model, "hi", false, json!([]))),
+            };
+            Arc::new(move || req.clone())
+        };
+        let scrape = {
+            let url = format!("{}/metrics", traced.origin());
+            tokio::spawn(async move {
+                let http = reqwest::Client::new();
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if let Ok(r) = http.get(&url).send().await {
+                        let _ = r.bytes().await;
+                    }
+                }
+            })
+        };
+        let half = (
+            plain_clients(plan.clients),
+            plan.clients - plain_clients(plan.clients),
+        );
+        let (mut untraced_row, mut traced_row) = tokio::join!(
+            measure_loop(
+                env,
+                plan,
+                plan.run_length(plan.deltas),
+                plain.pid(),
+                "stream",
+                UNTRACED,
+                Kind::Relay,
+                Expect { mcp_call: false },
+                half.0,
+                runs(&plain),
+                None,
+            ),
+            measure_loop(
+                env,
+                plan,
+                plan.run_length(plan.deltas),
+                traced.pid(),
+                "stream",
+                TRACED,
+                Kind::Relay,
+                Expect { mcp_call: false },
+                half.1,
+                runs(&traced),
+                None,
+            )
+        );
+        scrape.abort();
+        untraced_row.store = su_plain.label.clone();
+        traced_row.store = su_traced.label.clone();
+        drop((plain, traced, sink));
+        env.release(&su_plain);
+        env.release(&su_traced);
+        rows.push(untraced_row);
+        rows.push(traced_row);
     }
     let side = |label: &str| format!("relay store:true ({label})");
     let model = &model;
@@ -1482,7 +1586,20 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
                 fmt_opt(lat(0.99), 2)
             );
             let got = format!("{}x", fmt_opt(cpu, 2));
-            if r.side.contains("websocket") {
+            if r.side == TRACED {
+                let beside = find("stream", UNTRACED).and_then(Row::cpu_ms_per_1k);
+                let vs = r.cpu_ms_per_1k().zip(beside).map(|(a, b)| a / b);
+                targets.push(Target {
+                    what: "relay CPU per event with traces (OTLP to a local sink) and /metrics \
+                           scraped <= 1.05x without, measured side by side (store: false)"
+                        .into(),
+                    ok: vs.map(|v| v <= 1.05),
+                    got: format!("{}x the untraced relay's", fmt_opt(vs, 3)),
+                    info: false,
+                });
+            } else if r.side == UNTRACED {
+                // Judged only as the traced relay's yardstick (above).
+            } else if r.side.contains("websocket") {
                 let sse = find("stream", "relay store:false").and_then(Row::cpu_ms_per_1k);
                 let vs = r.cpu_ms_per_1k().zip(sse).map(|(a, b)| a / b);
                 targets.push(Target {

@@ -136,6 +136,8 @@ pub struct SeenRequest {
     pub rpc_method: String,
     /// Header names (lower case) and values; the value of `authorization` is replaced by `***`.
     pub headers: Vec<(String, String)>,
+    /// `params._meta.traceparent` of a JSON-RPC request, if it carried one.
+    pub meta_traceparent: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -783,6 +785,13 @@ async fn handle(
         http_method: parts.method.to_string(),
         rpc_method: rpc_method(&body),
         headers,
+        meta_traceparent: serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| {
+                v.pointer("/params/_meta/traceparent")?
+                    .as_str()
+                    .map(String::from)
+            }),
     });
     if let Some(token) = &state.opts.require_bearer {
         let ok = parts
