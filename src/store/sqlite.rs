@@ -8,11 +8,17 @@
 //!
 //! Events of a live run are kept in `journal`, a table appended in arrival order whatever the
 //! run, so a commit writes the few pages at its end rather than one page per live run. With its
-//! terminal event, a run's whole log is written to `events` (keyed by run, contiguous), in the
-//! same transaction. Journal rows older than the oldest live run's first one are removed from
-//! time to time; at start-up, the journal gives back the events of runs a stopped process left
-//! unfinished. Invariant: every kept event of a run is in `events` once the run is finished, and
-//! in `events` or `journal` before.
+//! terminal event, a run's whole log is packed into one compressed blob (`responses.log`, see
+//! [`packed`](super::packed)), in the same transaction. Journal rows older than the oldest live
+//! run's first one are removed from time to time; at start-up, the journal gives back the events
+//! of runs a stopped process left unfinished. Invariant: every kept event of a run is in its
+//! `log` once the run is finished, and in `journal` before. Files written before logs were packed
+//! keep a finished run's events as rows of `events`; they are read from there.
+//!
+//! A new database is made with `auto_vacuum = INCREMENTAL`: after a commit that left more than
+//! [`FREE_KEPT`] pages free (runs deleted or expired), the writer gives at most
+//! [`VACUUM_PAGES`] of them back to the file system per pass, so the file tracks what it holds
+//! without a long full `VACUUM`. (A file made before keeps its own vacuum mode.)
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -40,7 +46,8 @@ CREATE TABLE IF NOT EXISTS responses (
     expires_at INTEGER,
     status TEXT NOT NULL,
     response TEXT NOT NULL,
-    input TEXT NOT NULL
+    input TEXT NOT NULL,
+    log BLOB
 );
 CREATE TABLE IF NOT EXISTS events (
     response_id TEXT NOT NULL,
@@ -99,6 +106,9 @@ fn migrate(c: &Connection) -> Result<(), StoreError> {
             "ALTER TABLE responses ADD COLUMN tenant TEXT NOT NULL DEFAULT 'default';",
         )?;
     }
+    if !has("responses", "log")? {
+        c.execute_batch("ALTER TABLE responses ADD COLUMN log BLOB;")?;
+    }
     if !has("items", "tenant")? {
         c.execute_batch(
             "BEGIN;
@@ -126,6 +136,10 @@ const BATCH: usize = 4096;
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 /// The journal is trimmed once this many rows could go.
 const TRIM_ROWS: i64 = 4096;
+/// Free pages the file keeps for reuse (the journal's churn) before any is given back.
+const FREE_KEPT: i64 = 1024;
+/// Most free pages given back to the file system after one commit (bounds the pass's time).
+const VACUUM_PAGES: i64 = 1024;
 
 enum Cmd {
     Insert {
@@ -224,7 +238,10 @@ impl LogSink for Sink {
 }
 
 fn connect(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
+    configure(Connection::open(path)?)
+}
+
+fn configure(conn: Connection) -> Result<Connection, StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -239,7 +256,10 @@ impl Sqlite {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
         }
-        let writer = connect(path)?;
+        let writer = Connection::open(path)?;
+        // Before WAL mode and the first table: it takes effect on a new database only.
+        writer.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        let writer = configure(writer)?;
         // A 64 MB page cache keeps the hot pages in memory (with SQLite's 2 MB default the writer
         // re-read pages and spilled dirty ones mid-transaction). Checkpoints run on their own
         // thread (`checkpoints`), so a commit never waits for one: checkpointing in the writer
@@ -629,20 +649,25 @@ fn apply_conv(
 }
 
 fn read_record(c: &Connection, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
-    let row: Option<(String, String)> = c
-        .query_row(
-            "SELECT response, input FROM responses WHERE id = ?1 AND tenant = ?2",
-            [id, tenant.as_str()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+    type Row = (String, String, Option<Vec<u8>>);
+    let row: Option<Row> = c
+        .prepare_cached("SELECT response, input, log FROM responses WHERE id = ?1 AND tenant = ?2")?
+        .query_row([id, tenant.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
-    let Some((response, input)) = row else {
+    let Some((response, input, packed)) = row else {
         return Ok(None);
     };
     let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+    let response = match packed {
+        // A finished run: its final Response is packed with its log.
+        Some(blob) => serde_json::from_slice(&super::packed::unpack(&blob)?.response),
+        None => serde_json::from_str(&response),
+    };
     Ok(Some(Record {
         tenant: tenant.clone(),
-        response: serde_json::from_str(&response).map_err(bad)?,
+        response: response.map_err(bad)?,
         input: serde_json::from_str(&input).map_err(bad)?,
     }))
 }
@@ -659,12 +684,22 @@ fn read_entries(c: &Connection, id: &str, unfinished: bool) -> Result<Vec<LogEnt
             frame: LogEntry::frame_for(&kind, data.as_bytes()),
         })
     };
-    let mut entries: Vec<LogEntry> = c
-        .prepare_cached(
-            "SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq",
-        )?
-        .query_map([id], row)?
-        .collect::<Result<_, _>>()?;
+    // A file no relay of this version opened yet (`logs export` reads it as it is) has no `log`.
+    let packed: Option<Vec<u8>> = match c.prepare_cached("SELECT log FROM responses WHERE id = ?1")
+    {
+        Ok(mut stmt) => stmt.query_row([id], |r| r.get(0)).optional()?.flatten(),
+        Err(e) if e.to_string().contains("no such column") => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut entries: Vec<LogEntry> = match packed {
+        Some(blob) => super::packed::unpack(&blob)?.entries,
+        None => c
+            .prepare_cached(
+                "SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq",
+            )?
+            .query_map([id], row)?
+            .collect::<Result<_, _>>()?,
+    };
     if unfinished {
         let journal: Vec<LogEntry> = c
             .prepare_cached("SELECT seq, offset_ms, kind, data FROM journal WHERE response_id = ?1 ORDER BY seq")?
@@ -805,6 +840,13 @@ impl Journal {
 
 fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     let mut journal = Journal::default();
+    let mut packer = match super::packed::Packer::new() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "the SQLite writer cannot start");
+            return;
+        }
+    };
     let mut batch = Vec::with_capacity(BATCH);
     // Live stored runs' fail hooks, and the runs a failed commit broke: their later events are
     // shown to their clients without being kept, and at their end the run is removed.
@@ -853,7 +895,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
                     Cmd::Append { id, .. } if broken.contains(id) => 0,
-                    cmd => apply(&tx, cmd, &mut journal)?,
+                    cmd => apply(&tx, cmd, &mut journal, &mut packer)?,
                 };
             }
             // After the batch's own commands, so that a DELETE in it still finds the run.
@@ -870,6 +912,9 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         } else {
             to_remove.clear();
+            if let Err(e) = give_back_free_pages(&conn) {
+                tracing::warn!(error = %e, "SQLite incremental vacuum failed");
+            }
         }
         let not_kept = |e: &StoreError| {
             format!(
@@ -953,6 +998,23 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     }
 }
 
+/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`] (a
+/// database not in incremental vacuum mode has none to give: its count stays 0 here).
+fn give_back_free_pages(conn: &Connection) -> Result<(), StoreError> {
+    let (mode, free): (i64, i64) = (
+        conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?,
+        conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?,
+    );
+    if mode == 2 && free > FREE_KEPT {
+        let n = (free - FREE_KEPT).min(VACUUM_PAGES);
+        // Each step of the statement frees one page: run it to the end.
+        let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(())
+}
+
 /// Removes a run (of `tenant`, or of any tenant) with its events and items; answers whether it
 /// was there.
 fn remove_run(
@@ -980,6 +1042,7 @@ fn apply(
     tx: &rusqlite::Transaction,
     cmd: &Cmd,
     journal: &mut Journal,
+    packer: &mut super::packed::Packer,
 ) -> Result<usize, StoreError> {
     match cmd {
         Cmd::Insert {
@@ -1025,30 +1088,18 @@ fn apply(
             terminal: Some(r),
         } => {
             journal.ended.insert(id.clone());
-            let kept = tx.execute(
-                "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
-                params![
-                    id,
-                    status_of(r),
-                    serde_json::to_string(&**r).expect("serializes")
-                ],
-            )?;
+            // The whole log, this terminal event included, and the final Response packed into
+            // one blob (the `response` column is left empty: the blob has it).
+            let response = serde_json::to_vec(&**r).expect("serializes");
+            let packed = packer.pack(&log.entries_upto(entry.seq as usize + 1), &response)?;
+            let kept = tx
+                .prepare_cached(
+                    "UPDATE responses SET status = ?2, response = '', log = ?3 WHERE id = ?1",
+                )?
+                .execute(params![id, status_of(r), packed])?;
             if kept == 0 {
                 // Deleted while it ran: its log and items are not written back.
                 return Ok(0);
-            }
-            // The whole log, this terminal event included, goes to `events` in one piece.
-            let mut stmt =
-                tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
-            for e in log.entries_upto(entry.seq as usize + 1) {
-                let json = e.json();
-                stmt.execute(params![
-                    id,
-                    e.seq as i64,
-                    e.offset_ms as i64,
-                    e.kind(),
-                    std::str::from_utf8(&json).unwrap_or("")
-                ])?;
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO items (tenant, id, response_id, item) VALUES (?1, ?2, ?3, ?4)",
