@@ -840,6 +840,10 @@ impl Journal {
 
 fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     let mut journal = Journal::default();
+    // 2: INCREMENTAL (a new database; an older file keeps its mode).
+    let incremental = conn
+        .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
+        .is_ok_and(|mode| mode == 2);
     let mut packer = match super::packed::Packer::new() {
         Ok(p) => p,
         Err(e) => {
@@ -912,7 +916,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         } else {
             to_remove.clear();
-            if let Err(e) = give_back_free_pages(&conn) {
+            if let Err(e) = give_back_free_pages(&conn, incremental) {
                 tracing::warn!(error = %e, "SQLite incremental vacuum failed");
             }
         }
@@ -998,14 +1002,16 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     }
 }
 
-/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`] (a
-/// database not in incremental vacuum mode has none to give: its count stays 0 here).
-fn give_back_free_pages(conn: &Connection) -> Result<(), StoreError> {
-    let (mode, free): (i64, i64) = (
-        conn.query_row("PRAGMA auto_vacuum", [], |r| r.get(0))?,
-        conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?,
-    );
-    if mode == 2 && free > FREE_KEPT {
+/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`]; only
+/// in a database in incremental vacuum mode (`incremental`, read once by the writer).
+fn give_back_free_pages(conn: &Connection, incremental: bool) -> Result<(), StoreError> {
+    if !incremental {
+        return Ok(());
+    }
+    let free: i64 = conn
+        .prepare_cached("PRAGMA freelist_count")?
+        .query_row([], |r| r.get(0))?;
+    if free > FREE_KEPT {
         let n = (free - FREE_KEPT).min(VACUUM_PAGES);
         // Each step of the statement frees one page: run it to the end.
         let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
