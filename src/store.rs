@@ -13,6 +13,7 @@
 
 pub mod conversations;
 pub mod memory;
+pub mod packed;
 pub mod redis;
 pub mod sqlite;
 

@@ -8,11 +8,17 @@
 //!
 //! Events of a live run are kept in `journal`, a table appended in arrival order whatever the
 //! run, so a commit writes the few pages at its end rather than one page per live run. With its
-//! terminal event, a run's whole log is written to `events` (keyed by run, contiguous), in the
-//! same transaction. Journal rows older than the oldest live run's first one are removed from
-//! time to time; at start-up, the journal gives back the events of runs a stopped process left
-//! unfinished. Invariant: every kept event of a run is in `events` once the run is finished, and
-//! in `events` or `journal` before.
+//! terminal event, a run's whole log is packed into one compressed blob (`responses.log`, see
+//! [`packed`](super::packed)), in the same transaction. Journal rows older than the oldest live
+//! run's first one are removed from time to time; at start-up, the journal gives back the events
+//! of runs a stopped process left unfinished. Invariant: every kept event of a run is in its
+//! `log` once the run is finished, and in `journal` before. Files written before logs were packed
+//! keep a finished run's events as rows of `events`; they are read from there.
+//!
+//! A new database is made with `auto_vacuum = INCREMENTAL`: after a commit that left more than
+//! [`FREE_KEPT`] pages free (runs deleted or expired), the writer gives at most
+//! [`VACUUM_PAGES`] of them back to the file system per pass, so the file tracks what it holds
+//! without a long full `VACUUM`. (A file made before keeps its own vacuum mode.)
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -42,7 +48,8 @@ CREATE TABLE IF NOT EXISTS responses (
     status TEXT NOT NULL,
     response TEXT NOT NULL,
     input TEXT NOT NULL,
-    turns TEXT
+    turns TEXT,
+    log BLOB
 );
 CREATE TABLE IF NOT EXISTS events (
     response_id TEXT NOT NULL,
@@ -105,6 +112,9 @@ fn migrate(c: &Connection) -> Result<(), StoreError> {
     if !has("responses", "turns")? {
         c.execute_batch("ALTER TABLE responses ADD COLUMN turns TEXT;")?;
     }
+    if !has("responses", "log")? {
+        c.execute_batch("ALTER TABLE responses ADD COLUMN log BLOB;")?;
+    }
     if !has("items", "tenant")? {
         c.execute_batch(
             "BEGIN;
@@ -132,6 +142,10 @@ const BATCH: usize = 4096;
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 /// The journal is trimmed once this many rows could go.
 const TRIM_ROWS: i64 = 4096;
+/// Free pages the file keeps for reuse (the journal's churn) before any is given back.
+const FREE_KEPT: i64 = 1024;
+/// Most free pages given back to the file system after one commit (bounds the pass's time).
+const VACUUM_PAGES: i64 = 1024;
 
 enum Cmd {
     Insert {
@@ -236,7 +250,10 @@ impl LogSink for Sink {
 }
 
 fn connect(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path)?;
+    configure(Connection::open(path)?)
+}
+
+fn configure(conn: Connection) -> Result<Connection, StoreError> {
     conn.busy_timeout(std::time::Duration::from_secs(5))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "NORMAL")?;
@@ -251,7 +268,10 @@ impl Sqlite {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
         }
-        let writer = connect(path)?;
+        let writer = Connection::open(path)?;
+        // Before WAL mode and the first table: it takes effect on a new database only.
+        writer.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
+        let writer = configure(writer)?;
         // A 64 MB page cache keeps the hot pages in memory (with SQLite's 2 MB default the writer
         // re-read pages and spilled dirty ones mid-transaction). Checkpoints run on their own
         // thread (`checkpoints`), so a commit never waits for one: checkpointing in the writer
@@ -385,30 +405,38 @@ impl Sqlite {
     ) -> Result<Vec<Response>, StoreError> {
         let (tenant, query) = (tenant.clone(), query.clone());
         self.read(move |c| {
+            // The model is filtered here, not in SQL: a finished run's Response is packed with
+            // its log (the `response` column is then empty).
             let mut stmt = c.prepare_cached(
-                "SELECT response FROM responses WHERE tenant = ?1
+                "SELECT response, log FROM responses WHERE tenant = ?1
                    AND (?2 IS NULL OR status = ?2
                         OR (?2 IN ('queued', 'in_progress') AND status IN ('queued', 'in_progress')))
-                   AND (?3 IS NULL OR json_extract(response, '$.model') = ?3)
-                   AND (?4 IS NULL OR rowid < (SELECT rowid FROM responses WHERE id = ?4 AND tenant = ?1))
-                 ORDER BY rowid DESC LIMIT ?5",
+                   AND (?3 IS NULL OR rowid < (SELECT rowid FROM responses WHERE id = ?3 AND tenant = ?1))
+                 ORDER BY rowid DESC",
             )?;
-            let rows = stmt.query_map(
-                rusqlite::params![
-                    tenant.as_str(),
-                    query.status,
-                    query.model,
-                    query.after,
-                    (query.limit + 1) as i64
-                ],
-                |r| r.get::<_, String>(0),
-            )?;
-            rows.map(|row| {
-                let json = row?;
-                serde_json::from_str(&json)
-                    .map_err(|e| StoreError(format!("a stored response is unreadable: {e}")))
-            })
-            .collect()
+            let mut rows = stmt.query(rusqlite::params![
+                tenant.as_str(),
+                query.status,
+                query.after,
+            ])?;
+            let mut out = Vec::new();
+            while out.len() <= query.limit
+                && let Some(row) = rows.next()?
+            {
+                let (json, packed): (String, Option<Vec<u8>>) = (row.get(0)?, row.get(1)?);
+                let parsed = match packed {
+                    Some(blob) => {
+                        serde_json::from_slice::<Response>(&super::packed::unpack(&blob)?.response)
+                    }
+                    None => serde_json::from_str::<Response>(&json),
+                };
+                let response = parsed
+                    .map_err(|e| StoreError(format!("a stored response is unreadable: {e}")))?;
+                if query.model.as_deref().is_none_or(|m| response.model == m) {
+                    out.push(response);
+                }
+            }
+            Ok(out)
         })
         .await
     }
@@ -708,20 +736,25 @@ fn apply_conv(
 }
 
 fn read_record(c: &Connection, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
-    let row: Option<(String, String)> = c
-        .query_row(
-            "SELECT response, input FROM responses WHERE id = ?1 AND tenant = ?2",
-            [id, tenant.as_str()],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
+    type Row = (String, String, Option<Vec<u8>>);
+    let row: Option<Row> = c
+        .prepare_cached("SELECT response, input, log FROM responses WHERE id = ?1 AND tenant = ?2")?
+        .query_row([id, tenant.as_str()], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
         .optional()?;
-    let Some((response, input)) = row else {
+    let Some((response, input, packed)) = row else {
         return Ok(None);
     };
     let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+    let response = match packed {
+        // A finished run: its final Response is packed with its log.
+        Some(blob) => serde_json::from_slice(&super::packed::unpack(&blob)?.response),
+        None => serde_json::from_str(&response),
+    };
     Ok(Some(Record {
         tenant: tenant.clone(),
-        response: serde_json::from_str(&response).map_err(bad)?,
+        response: response.map_err(bad)?,
         input: serde_json::from_str(&input).map_err(bad)?,
     }))
 }
@@ -738,12 +771,22 @@ fn read_entries(c: &Connection, id: &str, unfinished: bool) -> Result<Vec<LogEnt
             frame: LogEntry::frame_for(&kind, data.as_bytes()),
         })
     };
-    let mut entries: Vec<LogEntry> = c
-        .prepare_cached(
-            "SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq",
-        )?
-        .query_map([id], row)?
-        .collect::<Result<_, _>>()?;
+    // A file no relay of this version opened yet (`logs export` reads it as it is) has no `log`.
+    let packed: Option<Vec<u8>> = match c.prepare_cached("SELECT log FROM responses WHERE id = ?1")
+    {
+        Ok(mut stmt) => stmt.query_row([id], |r| r.get(0)).optional()?.flatten(),
+        Err(e) if e.to_string().contains("no such column") => None,
+        Err(e) => return Err(e.into()),
+    };
+    let mut entries: Vec<LogEntry> = match packed {
+        Some(blob) => super::packed::unpack(&blob)?.entries,
+        None => c
+            .prepare_cached(
+                "SELECT seq, offset_ms, kind, data FROM events WHERE response_id = ?1 ORDER BY seq",
+            )?
+            .query_map([id], row)?
+            .collect::<Result<_, _>>()?,
+    };
     if unfinished {
         let journal: Vec<LogEntry> = c
             .prepare_cached("SELECT seq, offset_ms, kind, data FROM journal WHERE response_id = ?1 ORDER BY seq")?
@@ -884,6 +927,17 @@ impl Journal {
 
 fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     let mut journal = Journal::default();
+    // 2: INCREMENTAL (a new database; an older file keeps its mode).
+    let incremental = conn
+        .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
+        .is_ok_and(|mode| mode == 2);
+    let mut packer = match super::packed::Packer::new() {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "the SQLite writer cannot start");
+            return;
+        }
+    };
     let mut batch = Vec::with_capacity(BATCH);
     // Live stored runs' fail hooks, and the runs a failed commit broke: their later events are
     // shown to their clients without being kept, and at their end the run is removed.
@@ -932,7 +986,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
                     Cmd::Append { id, .. } if broken.contains(id) => 0,
-                    cmd => apply(&tx, cmd, &mut journal)?,
+                    cmd => apply(&tx, cmd, &mut journal, &mut packer)?,
                 };
             }
             // After the batch's own commands, so that a DELETE in it still finds the run.
@@ -949,6 +1003,9 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         } else {
             to_remove.clear();
+            if let Err(e) = give_back_free_pages(&conn, incremental) {
+                tracing::warn!(error = %e, "SQLite incremental vacuum failed");
+            }
         }
         let not_kept = |e: &StoreError| {
             format!(
@@ -1033,6 +1090,25 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     }
 }
 
+/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`]; only
+/// in a database in incremental vacuum mode (`incremental`, read once by the writer).
+fn give_back_free_pages(conn: &Connection, incremental: bool) -> Result<(), StoreError> {
+    if !incremental {
+        return Ok(());
+    }
+    let free: i64 = conn
+        .prepare_cached("PRAGMA freelist_count")?
+        .query_row([], |r| r.get(0))?;
+    if free > FREE_KEPT {
+        let n = (free - FREE_KEPT).min(VACUUM_PAGES);
+        // Each step of the statement frees one page: run it to the end.
+        let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(())
+}
+
 /// Removes a run (of `tenant`, or of any tenant) with its events and items; answers whether it
 /// was there.
 fn remove_run(
@@ -1060,6 +1136,7 @@ fn apply(
     tx: &rusqlite::Transaction,
     cmd: &Cmd,
     journal: &mut Journal,
+    packer: &mut super::packed::Packer,
 ) -> Result<usize, StoreError> {
     match cmd {
         Cmd::Insert {
@@ -1105,30 +1182,18 @@ fn apply(
             terminal: Some(r),
         } => {
             journal.ended.insert(id.clone());
-            let kept = tx.execute(
-                "UPDATE responses SET status = ?2, response = ?3 WHERE id = ?1",
-                params![
-                    id,
-                    status_of(r),
-                    serde_json::to_string(&**r).expect("serializes")
-                ],
-            )?;
+            // The whole log, this terminal event included, and the final Response packed into
+            // one blob (the `response` column is left empty: the blob has it).
+            let response = serde_json::to_vec(&**r).expect("serializes");
+            let packed = packer.pack(&log.entries_upto(entry.seq as usize + 1), &response)?;
+            let kept = tx
+                .prepare_cached(
+                    "UPDATE responses SET status = ?2, response = '', log = ?3 WHERE id = ?1",
+                )?
+                .execute(params![id, status_of(r), packed])?;
             if kept == 0 {
                 // Deleted while it ran: its log and items are not written back.
                 return Ok(0);
-            }
-            // The whole log, this terminal event included, goes to `events` in one piece.
-            let mut stmt =
-                tx.prepare_cached("INSERT OR REPLACE INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?;
-            for e in log.entries_upto(entry.seq as usize + 1) {
-                let json = e.json();
-                stmt.execute(params![
-                    id,
-                    e.seq as i64,
-                    e.offset_ms as i64,
-                    e.kind(),
-                    std::str::from_utf8(&json).unwrap_or("")
-                ])?;
             }
             let mut stmt = tx.prepare_cached(
                 "INSERT OR REPLACE INTO items (tenant, id, response_id, item) VALUES (?1, ?2, ?3, ?4)",

@@ -1110,3 +1110,168 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
     assert_eq!(status, 404);
 }
+
+/// Bytes of every file of the SQLite store at `db` after a full checkpoint (database, WAL,
+/// journal).
+fn store_bytes(db: &std::path::Path) -> u64 {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.busy_timeout(std::time::Duration::from_secs(10)).unwrap();
+    c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+        .unwrap();
+    drop(c);
+    ["", "-wal", "-journal"]
+        .iter()
+        .filter_map(|s| std::fs::metadata(format!("{}{s}", db.display())).ok())
+        .map(|m| m.len())
+        .sum()
+}
+
+#[tokio::test]
+async fn a_finished_runs_log_is_kept_packed_in_one_row_and_replays_byte_for_byte() {
+    let up = upstream().await;
+    let db = scratch("packed-log").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let live = post_text(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=60&reasoning=2", "input": "pack me", "stream": true}),
+    )
+    .await;
+    let id = parse_sse(&live).events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (_, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    assert_eq!(replay, live);
+    let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(got, parse_sse(&live).events.last().unwrap()["response"]);
+    let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    let (blob, rows): (Vec<u8>, i64) = c
+        .query_row(
+            "SELECT log, (SELECT COUNT(*) FROM events WHERE response_id = ?1) FROM responses WHERE id = ?1",
+            [&id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(rows, 0, "the log is kept twice: packed and as event rows");
+    assert!(
+        blob.len() * 4 < live.len(),
+        "the packed log takes {} bytes for a {}-byte stream",
+        blob.len(),
+        live.len()
+    );
+}
+
+#[tokio::test]
+async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
+    // A file in the previous layout: a finished run's events as rows of `events`, no `log`
+    // column. Made from a run of today's relay, unpacked into those rows, the column dropped.
+    let up = upstream().await;
+    let db = scratch("unpacked-log").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let live = post_text(
+        &relay.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=12", "input": "kept the old way", "stream": true}),
+    )
+    .await;
+    let id = parse_sse(&live).events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    relay.shutdown().await;
+    {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        let blob: Vec<u8> = c
+            .query_row("SELECT log FROM responses WHERE id = ?1", [&id], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        let unpacked = responses_relay::store::packed::unpack(&blob).unwrap();
+        c.execute(
+            "UPDATE responses SET response = ?2 WHERE id = ?1",
+            rusqlite::params![id, std::str::from_utf8(&unpacked.response).unwrap()],
+        )
+        .unwrap();
+        for e in unpacked.entries {
+            c.execute(
+                "INSERT INTO events (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+                rusqlite::params![
+                    id,
+                    e.seq as i64,
+                    e.offset_ms as i64,
+                    e.kind(),
+                    std::str::from_utf8(&e.json()).unwrap()
+                ],
+            )
+            .unwrap();
+        }
+        c.execute_batch("ALTER TABLE responses DROP COLUMN log;")
+            .unwrap();
+    }
+    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(replay, live, "the old run's replay differs from its stream");
+    let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(got, parse_sse(&live).events.last().unwrap()["response"]);
+    // Deleting the old run removes its event rows.
+    let deleted = client()
+        .delete(relay.url(&format!("/v1/responses/{id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(deleted.status(), 200);
+    let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+        .unwrap();
+    let (rows, runs): (i64, i64) = c
+        .query_row(
+            "SELECT (SELECT COUNT(*) FROM events), (SELECT COUNT(*) FROM responses)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((rows, runs), (0, 0));
+}
+
+#[tokio::test]
+async fn deleted_runs_give_their_disk_space_back() {
+    let up = upstream().await;
+    let db = scratch("vacuum").join("relay.sqlite3");
+    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    // 40 runs with 256 KiB inputs each (that do not compress): about 10 MiB kept.
+    let mut ids = Vec::new();
+    for i in 0..40u64 {
+        let mut x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let input: String = (0..256 * 1024)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                char::from(b'a' + (x % 26) as u8)
+            })
+            .collect();
+        let (status, r) = post(
+            &relay.url("/v1/responses"),
+            &json!({"model": "fake-model", "input": input}),
+        )
+        .await;
+        assert_eq!(status, 200, "{r}");
+        ids.push(r["id"].as_str().unwrap().to_string());
+    }
+    let full = store_bytes(&db);
+    assert!(full > 10 << 20, "the store holds only {full} bytes");
+    for id in &ids {
+        let r = client()
+            .delete(relay.url(&format!("/v1/responses/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    // Each delete's commit gave back a bounded number of pages; a few MiB stay free for reuse.
+    let emptied = store_bytes(&db);
+    assert!(
+        emptied < full / 2,
+        "the store still takes {emptied} bytes of {full} after every run was deleted"
+    );
+}

@@ -37,6 +37,8 @@ pub struct Stats {
     pub stop: AtomicBool,
     pub latency_us: Mutex<Vec<u32>>,
     pub ttfe_us: Mutex<Vec<u32>>,
+    /// Whole-run times (request sent to terminal event read) of runs that started in the window.
+    pub run_us: Mutex<Vec<u32>>,
     pub first_error: Mutex<Option<String>>,
 }
 
@@ -325,6 +327,7 @@ pub async fn loop_runs(
     while !st.stop.load(Ordering::Relaxed) && Instant::now() < deadline && n < max_runs {
         n += 1;
         let req = make();
+        let (t0, measured) = (Instant::now(), st.measuring.load(Ordering::Relaxed));
         let ran = if kind == Kind::Socket {
             one_socket_run(&mut socket, &req, &st).await
         } else {
@@ -340,6 +343,10 @@ pub async fn loop_runs(
             }
             Ok(_) => {
                 st.runs.fetch_add(1, Ordering::Relaxed);
+                if measured {
+                    let us = t0.elapsed().as_micros().min(u32::MAX as u128) as u32;
+                    st.run_us.lock().expect("lock").push(us);
+                }
             }
             Err(e) => {
                 st.error(e);

@@ -8,6 +8,7 @@
 mod floor;
 mod load;
 mod procs;
+mod scale;
 mod sink;
 mod upstream;
 
@@ -73,6 +74,8 @@ enum Scenario {
     Mcp,
     Idle,
     Replay,
+    /// Many short stored runs, then stored and `store: false` runs on the same relay (issue 28).
+    StoreScale,
     All,
 }
 
@@ -129,6 +132,13 @@ struct Opts {
     /// Stored runs created (200 deltas each) and then replayed in `replay` [default: 256, smoke 16].
     #[arg(long)]
     replay_runs: Option<usize>,
+    /// Short stored runs (20 deltas) that fill the store before `store-scale` measures
+    /// [default: 20000, smoke 300].
+    #[arg(long)]
+    scale_runs: Option<usize>,
+    /// Concurrent clients of `store-scale`'s measured phases [default: 64, smoke 8].
+    #[arg(long)]
+    scale_clients: Option<usize>,
     /// Model server the relay and the floor talk to.
     #[arg(long, value_enum, default_value_t = UpstreamKind::Stamp)]
     upstream: UpstreamKind,
@@ -159,6 +169,8 @@ struct Plan {
     idle_ramp_timeout: Duration,
     replay_clients: usize,
     replay_runs: usize,
+    scale_runs: usize,
+    scale_clients: usize,
 }
 
 impl Plan {
@@ -198,6 +210,14 @@ impl Plan {
                 .replay_runs
                 .unwrap_or(if s { 16 } else { 256 })
                 .clamp(1, 100_000),
+            scale_runs: o
+                .scale_runs
+                .unwrap_or(if s { 300 } else { 20_000 })
+                .clamp(1, 10_000_000),
+            scale_clients: o
+                .scale_clients
+                .unwrap_or(if s { 8 } else { 64 })
+                .clamp(1, 5000),
         }
     }
 }
@@ -230,6 +250,11 @@ struct Row {
     cpu_s: f64,
     lat: Vec<u32>,
     ttfe: Vec<u32>,
+    /// Whole-run times (µs), sorted.
+    run_us: Vec<u32>,
+    /// `store-scale`: bytes the store holds per kept run (SQLite: every file of the database
+    /// after a checkpoint; Redis: `INFO memory` `used_memory`), over the runs of the fill.
+    store_bytes_per_run: Option<f64>,
     peak_rss_kib: Option<u64>,
     rss_per_stream_kib: Option<f64>,
     open_streams: Option<u64>,
@@ -608,6 +633,9 @@ async fn bench(o: Opts) -> ExitCode {
     if want(Scenario::Replay) {
         scenario_replay(&env, &plan, &mut rows, &mut failures).await;
     }
+    if want(Scenario::StoreScale) {
+        scale::scenario(&env, &plan, &mut rows, &mut failures).await;
+    }
     let all_pass = report(&rows, &plan, &env, started.elapsed());
     for r in &rows {
         if r.errors > 0 {
@@ -679,7 +707,7 @@ async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env, Str
     };
     let wants_stores = matches!(
         o.scenario,
-        Scenario::All | Scenario::Stream | Scenario::Replay
+        Scenario::All | Scenario::Stream | Scenario::Replay | Scenario::StoreScale
     );
     let redis = if o.store.is_some() || !wants_stores {
         RedisState::NotWanted
@@ -833,6 +861,8 @@ fn finish_row(
     lat.sort_unstable();
     let mut ttfe = std::mem::take(&mut *st.ttfe_us.lock().expect("lock"));
     ttfe.sort_unstable();
+    let mut run_us = std::mem::take(&mut *st.run_us.lock().expect("lock"));
+    run_us.sort_unstable();
     // The whole distribution goes to stderr: the table's p50 / p99 cannot show whether a tail
     // is every event a little late or a few moments when everything is late.
     if !lat.is_empty() {
@@ -862,6 +892,7 @@ fn finish_row(
         cpu_s,
         lat,
         ttfe,
+        run_us,
         peak_rss_kib: procs::status_kib(pid, "VmHWM"),
         errors: st.errors.load(Ordering::Relaxed),
         first_error: st.first_error.lock().expect("lock").clone(),
@@ -1540,6 +1571,30 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
             );
         }
     }
+    let scale: Vec<&Row> = rows
+        .iter()
+        .filter(measured)
+        .filter(|r| r.scenario == "store-scale")
+        .collect();
+    if !scale.is_empty() {
+        println!();
+        println!("store-scale (what the store holds per run; whole-run times):");
+        for r in scale {
+            let q = |x| load::quantile(&r.run_us, x).map(|v| v as f64 / 1000.0);
+            let held = r
+                .store_bytes_per_run
+                .map(|b| format!(", store holds {b:.0} bytes per run"))
+                .unwrap_or_default();
+            println!(
+                "- {}: {} runs, CPU {} ms per run, run time p50 {} / p99 {} ms{held}",
+                r.side,
+                r.runs,
+                fmt_opt(r.cpu_ms_per_run(), 3),
+                fmt_opt(q(0.5), 1),
+                fmt_opt(q(0.99), 1),
+            );
+        }
+    }
     let find = |scenario: &str, side_prefix: &str| {
         rows.iter()
             .filter(measured)
@@ -1703,6 +1758,7 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
             info,
         });
     }
+    targets.extend(scale::targets(rows));
     for r in rows.iter().filter(|r| r.na.is_some()) {
         let what = format!("{} {}", r.scenario, r.side);
         targets.push(Target {

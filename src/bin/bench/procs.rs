@@ -208,6 +208,32 @@ impl Redis {
         format!("redis://127.0.0.1:{}/{db}", self.port)
     }
 
+    /// A numeric field of `INFO section` (`used_memory` of `memory`).
+    pub fn info_field(&self, section: &str, field: &str) -> Result<u64, String> {
+        use std::io::{Read, Write};
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+            .map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .map_err(|e| e.to_string())?;
+        s.write_all(format!("INFO {section}\r\n").as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut r = BufReader::new(s);
+        let mut head = String::new();
+        r.read_line(&mut head).map_err(|e| e.to_string())?;
+        let len: usize = head
+            .trim()
+            .strip_prefix('$')
+            .and_then(|n| n.parse().ok())
+            .ok_or(format!("INFO {section}: unexpected answer {head:?}"))?;
+        let mut body = vec![0; len];
+        r.read_exact(&mut body).map_err(|e| e.to_string())?;
+        String::from_utf8_lossy(&body)
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{field}:"))?.trim().parse().ok())
+            .ok_or(format!("INFO {section} has no {field}"))
+    }
+
     /// One inline command (`PING`, `FLUSHALL`); the first line of the answer.
     pub fn command(&self, cmd: &str) -> Result<String, String> {
         use std::io::Write;

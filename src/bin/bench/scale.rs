@@ -1,0 +1,260 @@
+//! The `store-scale` scenario (issue 28): fills a fresh store with many short stored runs, reads
+//! what the store then holds per run (SQLite: every file of the database after a checkpoint;
+//! Redis: `INFO memory`), then measures `store: false` and `store: true` runs on the same relay,
+//! so the stored runs' CPU and run time are judged against the same relay's unstored ones.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{Env, Expect, Kind, Plan, Req, Row, Stats, StoreErr, StoreUse, load, procs};
+
+/// Text deltas of a short run.
+pub const DELTAS: usize = 20;
+/// Concurrent clients creating the fill's runs.
+const FILL_CLIENTS: usize = 32;
+
+/// Runs the scenario once per store of `env.phase_stores()`.
+pub async fn scenario(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: &mut Vec<String>) {
+    for which in env.phase_stores() {
+        let label = env.which_label(which);
+        match env.store(which) {
+            Ok(su) => {
+                let r = one(env, plan, &su).await;
+                env.release(&su);
+                match r {
+                    Ok(mut r) => rows.append(&mut r),
+                    Err(e) => failures.push(format!("store-scale ({label}): {e}")),
+                }
+            }
+            Err(StoreErr::NotAvailable(why)) => {
+                eprintln!("store-scale with {label}: {why}");
+                rows.push(super::na_row("store-scale", "relay", &label, why));
+            }
+            Err(StoreErr::Failed(e)) => failures.push(format!("store-scale ({label}): {e}")),
+        }
+    }
+}
+
+/// What the store holds now, in bytes: the SQLite files after a full checkpoint, or Redis's
+/// `used_memory`.
+fn held(env: &Env, su: &StoreUse) -> Result<u64, String> {
+    let explicit = su.url.strip_prefix("sqlite:").map(std::path::PathBuf::from);
+    if let Some(f) = su.sqlite_file.as_ref().or(explicit.as_ref()) {
+        let c = rusqlite::Connection::open(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        c.busy_timeout(Duration::from_secs(30))
+            .map_err(|e| e.to_string())?;
+        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| format!("checkpoint: {e}"))?;
+        drop(c);
+        return Ok(["", "-wal", "-journal", "-shm"]
+            .iter()
+            .filter_map(|s| std::fs::metadata(format!("{}{s}", f.display())).ok())
+            .map(|m| m.len())
+            .sum());
+    }
+    match (&env.redis, su.redis_pid) {
+        (super::RedisState::Up(r), Some(_)) => r.info_field("memory", "used_memory"),
+        _ => Err("store-scale measures SQLite files or the benchmark's redis-server".into()),
+    }
+}
+
+async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> {
+    let relay = env.relay(&su.url)?;
+    let base = relay.origin();
+    eprintln!(
+        "store-scale: {} stored runs of {DELTAS} deltas, then {} clients, --store {}",
+        plan.scale_runs, plan.scale_clients, su.label
+    );
+    let before = held(env, su)?;
+    // The fill: short stored runs as fast as the relay takes them.
+    let create = Req {
+        url: format!("{base}/v1/responses"),
+        body: Some(super::responses_body(
+            &env.model(DELTAS, 0),
+            "hi",
+            true,
+            json!([]),
+        )),
+    };
+    let st = Arc::new(Stats::default());
+    let left = Arc::new(std::sync::atomic::AtomicUsize::new(plan.scale_runs));
+    let http = load::http1_client(FILL_CLIENTS);
+    let (cpu0, also0) = (
+        procs::cpu_ticks(relay.pid()),
+        su.redis_pid.and_then(procs::cpu_ticks),
+    );
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..FILL_CLIENTS)
+        .map(|_| {
+            let (http, create, st, left) = (http.clone(), create.clone(), st.clone(), left.clone());
+            tokio::spawn(async move {
+                while left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                    .is_ok()
+                {
+                    match load::one_run(&http, &create, Kind::Relay, &st, || {}).await {
+                        Ok(out) if out.completed && out.id.is_some() => {
+                            st.runs.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Ok(_) => st.error("a stored run did not complete or had no id".into()),
+                        Err(e) => st.error(e),
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = tokio::time::timeout(Duration::from_secs(3600), t).await;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    let (cpu1, also1) = (
+        procs::cpu_ticks(relay.pid()),
+        su.redis_pid.and_then(procs::cpu_ticks),
+    );
+    if st.errors.load(Ordering::Relaxed) > 0 {
+        return Err(format!(
+            "filling the store: {}",
+            st.first_error
+                .lock()
+                .expect("lock")
+                .clone()
+                .unwrap_or_default()
+        ));
+    }
+    let runs = st.runs.load(Ordering::Relaxed);
+    let events = st.events.load(Ordering::Relaxed);
+    let mut fill = super::finish_row(
+        &st,
+        "store-scale",
+        &format!("relay fill, store:true ({})", su.label),
+        FILL_CLIENTS,
+        secs,
+        events,
+        runs,
+        cpu0,
+        cpu1,
+        env.ticks,
+        relay.pid(),
+    );
+    fill.store = su.label.clone();
+    fill.store_cpu_s = also0
+        .zip(also1)
+        .map(|(a, b)| b.saturating_sub(a) as f64 / env.ticks);
+    let after = held(env, su)?;
+    fill.store_bytes_per_run = Some(after.saturating_sub(before) as f64 / runs.max(1) as f64);
+    eprintln!(
+        "  store-scale fill: {runs} runs in {secs:.1} s; store {before} -> {after} bytes ({:.0} per run)",
+        fill.store_bytes_per_run.unwrap_or(0.0)
+    );
+    let mut out = vec![fill];
+    // Then unstored and stored runs on the same relay, its store holding the fill.
+    let model = env.model(DELTAS, plan.delay_ms);
+    for store in [false, true] {
+        let req = Req {
+            url: format!("{base}/v1/responses"),
+            body: Some(super::responses_body(&model, "hi", store, json!([]))),
+        };
+        let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
+        let mut row = super::measure_loop(
+            env,
+            plan,
+            plan.run_length(DELTAS),
+            relay.pid(),
+            "store-scale",
+            &format!("relay store:{store} ({})", su.label),
+            Kind::Relay,
+            Expect { mcp_call: false },
+            plan.scale_clients,
+            make,
+            su.redis_pid,
+        )
+        .await;
+        row.store = su.label.clone();
+        out.push(row);
+    }
+    drop(relay);
+    Ok(out)
+}
+
+/// The scenario's targets (issue 28): disk per stored run, and stored runs' CPU and p99 run time
+/// against the same relay's `store: false` runs; judged on SQLite, Redis shown as info.
+pub fn targets(rows: &[Row]) -> Vec<super::Target> {
+    let mut t = Vec::new();
+    let stores: Vec<&str> = rows
+        .iter()
+        .filter(|r| r.scenario == "store-scale" && r.na.is_none() && r.side.contains("fill"))
+        .map(|r| r.store.as_str())
+        .collect();
+    for store in stores {
+        let find = |prefix: &str| {
+            rows.iter().find(|r| {
+                r.scenario == "store-scale" && r.store == store && r.side.starts_with(prefix)
+            })
+        };
+        let info = store != "sqlite";
+        if let Some(f) = find("relay fill") {
+            let b = f.store_bytes_per_run;
+            let (what, ok) = if store == "sqlite" {
+                (
+                    "store-scale: disk per stored short run <= 4 KiB (sqlite, every file, after a checkpoint)".to_string(),
+                    b.map(|b| b <= 4096.0),
+                )
+            } else {
+                (
+                    format!("store-scale: memory per stored short run ({store}, INFO used_memory)"),
+                    None,
+                )
+            };
+            t.push(super::Target {
+                what,
+                ok,
+                got: format!(
+                    "{} bytes per run over {} runs",
+                    super::fmt_opt(b, 0),
+                    f.runs
+                ),
+                info,
+            });
+        }
+        let (Some(off), Some(on)) = (find("relay store:false"), find("relay store:true")) else {
+            continue;
+        };
+        let cpu = on
+            .cpu_ms_per_run()
+            .zip(off.cpu_ms_per_run())
+            .map(|(a, b)| a / b);
+        t.push(super::Target {
+            what: format!("store-scale: relay CPU per stored run <= 1.3x store:false ({store})"),
+            ok: cpu.map(|c| c <= 1.3),
+            got: format!(
+                "{}x ({} vs {} ms per run)",
+                super::fmt_opt(cpu, 2),
+                super::fmt_opt(on.cpu_ms_per_run(), 3),
+                super::fmt_opt(off.cpu_ms_per_run(), 3)
+            ),
+            info,
+        });
+        let p99 = |r: &Row| load::quantile(&r.run_us, 0.99);
+        let ratio = p99(on)
+            .zip(p99(off))
+            .map(|(a, b)| a as f64 / (b as f64).max(1.0));
+        t.push(super::Target {
+            what: format!(
+                "store-scale: p99 run time stored <= 2x store:false at {} clients ({store})",
+                on.clients
+            ),
+            ok: ratio.map(|r| r <= 2.0),
+            got: format!(
+                "{}x ({} vs {} ms)",
+                super::fmt_opt(ratio, 2),
+                super::fmt_opt(p99(on).map(|v| v as f64 / 1000.0), 1),
+                super::fmt_opt(p99(off).map(|v| v as f64 / 1000.0), 1)
+            ),
+            info,
+        });
+    }
+    t
+}
