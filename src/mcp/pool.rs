@@ -834,15 +834,10 @@ impl Pool {
                         .map_err(|e| init_failure(&e))
                 }
                 Wire::Sse => {
-                    let transport = super::sse::connect(
-                        http,
-                        &url,
-                        token.as_deref(),
-                        &headers,
-                        alive_for_work,
-                    )
-                    .await
-                    .map_err(|e| super::errors::sse_failure(&e))?;
+                    let transport =
+                        super::sse::connect(http, &url, token.as_deref(), &headers, alive_for_work)
+                            .await
+                            .map_err(|e| super::errors::sse_failure(&e))?;
                     listener
                         .serve_with_lifecycle(transport, lifecycle)
                         .await
