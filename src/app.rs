@@ -197,7 +197,7 @@ fn mcp_pool(config: &Config) -> crate::mcp::Pool {
             .tcp_nodelay(true)
     };
     let http = crate::ssrf::guarded_client(config.mcp.ssrf.clone(), builder());
-    let registered = crate::ssrf::guarded_client(config.mcp.registered_ssrf.clone(), builder());
+    let registered = crate::ssrf::guarded_client(config.mcp.registered_policy(), builder());
     crate::mcp::Pool::with_http_clients(pool, http, registered)
 }
 

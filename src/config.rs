@@ -649,12 +649,27 @@ pub struct McpConfig {
     /// Which MCP servers a request may name by URL (`--mcp-allow-private-networks`,
     /// `--mcp-allow-host`); strict by default.
     pub ssrf: crate::ssrf::Policy,
-    /// What registered servers' sessions may reach: `ssrf` and the registered servers' hosts.
-    pub registered_ssrf: crate::ssrf::Policy,
     /// `[mcp_servers.LABEL]`.
     pub registered: crate::mcp::Registered,
     /// `[hosted_tools] web_search = "LABEL:TOOL"`: the registered server and its tool.
     pub web_search: Option<(String, String)>,
+}
+
+impl McpConfig {
+    /// What registered servers' sessions may reach: `ssrf`, and the registered servers' hosts (a
+    /// registered server may be on a private network: the operator chose it). Only their own
+    /// sessions get that reach; a request naming the same host by URL does not.
+    pub fn registered_policy(&self) -> crate::ssrf::Policy {
+        self.ssrf
+            .also_allowing(self.registered.0.values().filter_map(|r| {
+                let url = reqwest::Url::parse(r.tool.server_url.as_deref()?).ok()?;
+                let host = url
+                    .host_str()?
+                    .trim_start_matches('[')
+                    .trim_end_matches(']');
+                crate::ssrf::HostPattern::parse(host).ok()
+            }))
+    }
 }
 
 /// A secret from the command line: `Debug` shows `***`.
@@ -760,7 +775,6 @@ impl Default for Config {
                 max_output_bytes: 64 * 1024,
                 max_concurrent_calls: 8,
                 ssrf: crate::ssrf::Policy::strict(),
-                registered_ssrf: crate::ssrf::Policy::strict(),
                 registered: crate::mcp::Registered::default(),
                 web_search: None,
             },
@@ -1058,17 +1072,6 @@ impl Config {
         }
         c.mcp.ssrf = crate::ssrf::Policy::from_flags(allow_private, &allow_hosts)
             .map_err(|e| bad("--mcp-allow-host", e))?;
-        // A registered server may be on a private network: the operator chose it. Only its own
-        // sessions get that reach; a request naming the same host by URL does not.
-        let mut registered_hosts = allow_hosts;
-        registered_hosts.extend(c.mcp.registered.0.values().filter_map(|r| {
-            reqwest::Url::parse(r.tool.server_url.as_deref()?)
-                .ok()?
-                .host_str()
-                .map(|h| h.trim_start_matches('[').trim_end_matches(']').to_string())
-        }));
-        c.mcp.registered_ssrf = crate::ssrf::Policy::from_flags(allow_private, &registered_hosts)
-            .map_err(|e| bad("mcp_servers", e))?;
         if let Some(n) = args.mcp_max_output_bytes.or(file.mcp_max_output_bytes) {
             if n < 64 {
                 return Err(bad("--mcp-max-output-bytes", format!("'{n}': at least 64")));

@@ -143,7 +143,6 @@ fn config(model_url: &str, tools_url: &str) -> Result<Config, String> {
         },
     );
     c.mcp.ssrf = crate::ssrf::Policy::from_flags(false, &["127.0.0.1".to_string()])?;
-    c.mcp.registered_ssrf = c.mcp.ssrf.clone();
     Ok(c)
 }
 

@@ -515,6 +515,13 @@ impl Policy {
         Ok(Policy::new(allow_private, patterns))
     }
 
+    /// This policy, also allowing `hosts` whatever they resolve to.
+    pub fn also_allowing(&self, hosts: impl IntoIterator<Item = HostPattern>) -> Policy {
+        let mut p = self.clone();
+        p.allow_hosts.extend(hosts);
+        p
+    }
+
     pub fn allows_private(&self) -> bool {
         self.allow_private
     }

@@ -434,13 +434,10 @@ pub(super) fn mcp_specs(
         &cfg.registered,
         request.relay.mcp_servers_allowed.as_deref(),
     )?;
-    for (i, spec) in &specs {
-        let policy = if spec.registered {
-            &cfg.registered_ssrf
-        } else {
-            &cfg.ssrf
-        };
-        policy.check_url(&spec.url).map_err(|r| {
+    // A registered server's URL is the operator's (its sessions connect through the registered
+    // servers' guarded client); a request's own URLs are checked here, before any connection.
+    for (i, spec) in specs.iter().filter(|(_, s)| !s.registered) {
+        cfg.ssrf.check_url(&spec.url).map_err(|r| {
             FieldError::invalid_value(format!("tools[{i}].server_url"), r.to_string())
         })?;
     }

@@ -68,7 +68,6 @@ pub fn config(upstream_base: &str) -> Config {
         ..Config::default()
     };
     c.mcp.ssrf = responses_relay::ssrf::Policy::allow_private_networks();
-    c.mcp.registered_ssrf = c.mcp.ssrf.clone();
     c
 }
 
