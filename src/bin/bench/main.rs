@@ -155,6 +155,7 @@ struct Opts {
 }
 
 /// Settings after the smoke defaults are applied.
+#[derive(Clone)]
 struct Plan {
     smoke: bool,
     clients: usize,
@@ -276,6 +277,30 @@ impl Row {
     }
     fn lat_q(&self, q: f64) -> Option<u32> {
         load::quantile(&self.lat, q)
+    }
+
+    /// Adds another measurement of the same load to this row (its time, runs, events, CPU and
+    /// samples), as if both windows were one.
+    fn merge(&mut self, o: Row) {
+        self.secs += o.secs;
+        self.runs += o.runs;
+        self.events += o.events;
+        self.cpu_s += o.cpu_s;
+        self.store_cpu_s = match (self.store_cpu_s, o.store_cpu_s) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        for (mine, theirs) in [
+            (&mut self.lat, o.lat),
+            (&mut self.ttfe, o.ttfe),
+            (&mut self.run_us, o.run_us),
+        ] {
+            mine.extend(theirs);
+            mine.sort_unstable();
+        }
+        self.peak_rss_kib = self.peak_rss_kib.max(o.peak_rss_kib);
+        self.errors += o.errors;
+        self.first_error = self.first_error.take().or(o.first_error);
     }
 }
 

@@ -150,9 +150,16 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
         fill.store_bytes_per_run.unwrap_or(0.0)
     );
     let mut out = vec![fill];
-    // Then unstored and stored runs on the same relay, its store holding the fill.
+    // Then unstored and stored runs on the same relay, its store holding the fill, in four
+    // half windows ordered false, true, true, false: a drift of the shared machine's load over
+    // the measurement weighs on both sides alike.
     let model = env.model(DELTAS, plan.delay_ms);
-    for store in [false, true] {
+    let half = super::Plan {
+        window: plan.window / 2,
+        ..plan.clone()
+    };
+    let mut sides: [Option<Row>; 2] = [None, None];
+    for store in [false, true, true, false] {
         let req = Req {
             url: format!("{base}/v1/responses"),
             body: Some(super::responses_body(&model, "hi", store, json!([]))),
@@ -160,7 +167,7 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
         let mut row = super::measure_loop(
             env,
-            plan,
+            &half,
             plan.run_length(DELTAS),
             relay.pid(),
             "store-scale",
@@ -173,8 +180,12 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
         )
         .await;
         row.store = su.label.clone();
-        out.push(row);
+        match &mut sides[store as usize] {
+            Some(side) => side.merge(row),
+            side => *side = Some(row),
+        }
     }
+    out.extend(sides.into_iter().flatten());
     drop(relay);
     Ok(out)
 }
