@@ -2,14 +2,31 @@
 //! any run.
 //!
 //! Keys of a run (all under the run's time to live):
-//! - `relay:resp:{id}`: a hash with the Response JSON, the input JSON, `status`, `background`,
-//!   `turns` (each model turn's usage, once the run ended), and,
-//!   while the run goes on, `owner` (the relay instance running it) and `lease` (unix ms until
-//!   which that owner holds it), `cancel` when another relay asked to cancel it;
-//! - `relay:log:{id}`: a Stream, one entry per event (`seq`, `offset_ms`, `kind`, `data`), whose
-//!   entry id is `0-{seq+1}`, so a duplicate or a gap is refused by Redis itself;
+//! - `relay:resp:{id}`: a hash with the input JSON, `status`, `background`, `tenant`,
+//!   `deadline`, `turns` (each model turn's usage, once the run ended), the Response JSON
+//!   (`response`) until the run is packed, and, while the run goes on, `owner` (the relay
+//!   instance running it) and `lease` (unix ms until which that owner holds it), `cancel` when
+//!   another relay asked to cancel it;
+//!   once the run finished, `packed`: its whole log and final Response in one zstd blob (the
+//!   format SQLite keeps, [`packed`](super::packed)), instead of `response` and the stream;
+//! - `relay:log:{id}`: while the run goes on, a Stream, one entry per event (`seq`, `offset_ms`,
+//!   `kind`, `data`), whose entry id is `0-{seq+1}`, so a duplicate or a gap is refused by Redis
+//!   itself;
 //! - `relay:item:{item_id}` (the default tenant's; data kept before tenants existed is its) or
-//!   `relay:titem:{tenant}:{item_id}`: a hash with the item JSON and its run's id.
+//!   `relay:titem:{tenant}:{item_id}`: a hash with the item JSON and its run's id;
+//! - `relay:tail:{id}`: set (for a few seconds) by a relay tailing the run live (below).
+//!
+//! Packing (issue 28): once Redis acknowledged a run's terminal event, its owner packs the log
+//! it holds and replaces the stream by the blob and drops `response`, in one script (`PACK`)
+//! that does so only for a finished run whose stream holds exactly the events packed. Every
+//! event is still kept in the stream before any client sees it; a replay serves the packed
+//! frames, the bytes the live clients got. Every read of a log takes the blob or the stream in
+//! one script, so it never falls between the two; runs kept before packing (a finished stream,
+//! `response`) read as before. A relay tailing a run live marks it (`relay:tail:{id}`, renewed
+//! before it blocks on the stream): the owner does not pack a marked run, and tries again once
+//! the mark lapsed, so a blocking read never waits on a stream that went away; a tail that
+//! finds the stream gone reads the rest from the blob. A finished short run then holds about a
+//! quarter of the memory it held with its stream (ARCHITECTURE.md, "Measured decisions").
 //!
 //! Tenants: the run's hash holds its `tenant` (none: the default tenant); every read of a run is
 //! a script that answers nothing unless the hash's tenant is the reader's, and items live under
@@ -31,13 +48,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::redis::aio::MultiplexedConnection;
 use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::packed::{self, Packer};
 use super::{Record, RunQuery, StoreError, Tenant, status_of, unfinished};
 use crate::api::fold::Fold;
 use crate::api::output_as_input;
@@ -65,6 +83,18 @@ const CLAIM_MS: u64 = 30_000;
 const BATCH: usize = 512;
 /// How long a blocking read waits before checking on the run.
 const BLOCK_MS: u64 = 1000;
+/// A relay tailing a live run marks it (`relay:tail:{id}`, lasting this long): while the mark
+/// lasts, the run's stream is not replaced by its packed log, so a blocking read never waits on
+/// a stream that went away. The owner tries again once the mark may have lapsed.
+const TAIL: &str = "relay:tail:";
+const MARK_MS: u64 = 5000;
+/// A tailing relay renews its mark before a blocking read once the mark is this old.
+const MARK_RENEW: Duration = Duration::from_millis(2000);
+/// How many times the owner tries to pack a finished run that is still tailed (every
+/// [`MARK_MS`]); after that its stream stays (it is read whole all the same).
+const PACK_TRIES: u32 = 24;
+/// Where a terminal event's Response JSON is in its group of [`APPEND`]'s ARGV.
+const END_RESPONSE: usize = 8;
 
 /// `XREAD`'s reply: per stream, its entries as (id, fields).
 type StreamReply = Vec<(String, Vec<(String, HashMap<String, String>)>)>;
@@ -229,6 +259,63 @@ const READ: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
 if (redis.call('HGET', KEYS[1], 'tenant') or 'default') ~= ARGV[1] then return {} end
 return redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
+"#;
+
+/// Replaces finished runs' streams by their packed logs. KEYS: per run, its hash, its log and
+/// its tail mark; ARGV: per run, how many entries were packed and the packed log. A run is
+/// packed only if it is finished, not tailed (no mark) and its stream holds exactly the packed
+/// entries; then its hash keeps the blob (`packed`) instead of `response` (the blob holds it),
+/// and the stream is deleted. Answers, per run: 1 packed, 0 not packed (gone, not finished,
+/// already packed, or not the stream packed), -1 tailed (to try again later).
+const PACK: &str = r#"
+local out = {}
+for r = 1, #KEYS / 3 do
+  local rk, lk, mk = KEYS[3 * r - 2], KEYS[3 * r - 1], KEYS[3 * r]
+  local st = redis.call('HGET', rk, 'status')
+  local code = 0
+  if st and st ~= 'queued' and st ~= 'in_progress' then
+    if redis.call('EXISTS', mk) == 1 then code = -1
+    elseif redis.call('XLEN', lk) == tonumber(ARGV[2 * r - 1]) then
+      redis.call('HSET', rk, 'packed', ARGV[2 * r])
+      redis.call('HDEL', rk, 'response')
+      redis.call('DEL', lk)
+      code = 1
+    end
+  end
+  out[r] = code
+end
+return out
+"#;
+
+/// A run's status and log, read together: KEYS[1] its hash, KEYS[2] its stream; ARGV[1] the
+/// tenant it must be of (`*`: any, the relay's own bookkeeping). Answers nothing (an empty list)
+/// for no run (of that tenant, or with no status), else {status, packed log} for a packed run, else {status, false,
+/// the stream's entries}.
+const READ_LOG: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
+local h = redis.call('HMGET', KEYS[1], 'status', 'packed', 'tenant')
+if not h[1] then return {} end
+if ARGV[1] ~= '*' and (h[3] or 'default') ~= ARGV[1] then return {} end
+if h[2] then return {h[1], h[2]} end
+return {h[1], false, redis.call('XRANGE', KEYS[2], '-', '+')}
+"#;
+
+/// One step of tailing a run: KEYS[1] its hash, KEYS[2] its stream, KEYS[3] its tail mark;
+/// ARGV[1] the first stream entry id wanted, ARGV[2] how many entries at most, ARGV[3] the
+/// mark's life (ms). Marks a run not yet finished as tailed. Answers nothing for a run gone,
+/// else {status, packed log} once the stream was packed, else {status, false, entries from
+/// ARGV[1]}.
+const TAIL_STEP: &str = r#"
+local st = redis.call('HGET', KEYS[1], 'status')
+if not st then return {} end
+if st == 'queued' or st == 'in_progress' then
+  redis.call('SET', KEYS[3], '1', 'PX', ARGV[3])
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  local p = redis.call('HGET', KEYS[1], 'packed')
+  if p then return {st, p} end
+end
+return {st, false, redis.call('XRANGE', KEYS[2], ARGV[1], '+', 'COUNT', ARGV[2])}
 "#;
 
 /// A conversation's items (`nil` if there is no such conversation).
@@ -497,6 +584,10 @@ impl Redis {
         format!("{LOG}{id}")
     }
 
+    fn mark_key(id: &str) -> String {
+        format!("{TAIL}{id}")
+    }
+
     /// The sink a run's emitter appends through; `fail` ends the run if its events cannot be kept.
     pub fn sink(&self, id: &str, fail: Option<FailHook>) -> Sink {
         Sink {
@@ -609,12 +700,39 @@ impl Redis {
         Ok(true)
     }
 
-    /// The kept events of a run, in order.
+    /// The kept events of a run, in order (none for a run gone).
     async fn entries(&self, id: &str) -> Result<Vec<LogEntry>, StoreError> {
-        let mut cmd = ::redis::cmd("XRANGE");
-        cmd.arg(Self::log_key(id)).arg("-").arg("+");
-        let raw: Vec<(String, HashMap<String, String>)> = self.inner.conn.query(&cmd).await?;
-        raw.into_iter().map(|(_, f)| entry_of(&f)).collect()
+        Ok(self
+            .read_log(None, id)
+            .await?
+            .map(|k| k.entries)
+            .unwrap_or_default())
+    }
+
+    /// A run's status and kept events, read together (from its packed log once it has one, else
+    /// from its stream): `None` for no run, or one of another tenant than `tenant` (`None`: any).
+    async fn read_log(
+        &self,
+        tenant: Option<&Tenant>,
+        id: &str,
+    ) -> Result<Option<Kept>, StoreError> {
+        let mut cmd = script(READ_LOG, &[Self::resp_key(id), Self::log_key(id)]);
+        cmd.arg(tenant.map_or("*", Tenant::as_str));
+        let reply: Vec<::redis::Value> = self.inner.conn.query(&cmd).await?;
+        kept_of(id, reply)
+    }
+
+    /// One step of tailing run `id` ([`TAIL_STEP`]): `None` for a run gone; else its status and
+    /// the events kept from `next` on (or, once it is packed, all of them), marking a run that
+    /// goes on as tailed.
+    async fn tail_step(&self, id: &str, next: u64) -> Result<Option<Kept>, StoreError> {
+        let mut cmd = script(
+            TAIL_STEP,
+            &[Self::resp_key(id), Self::log_key(id), Self::mark_key(id)],
+        );
+        cmd.arg(format!("0-{}", next + 1)).arg(256).arg(MARK_MS);
+        let reply: Vec<::redis::Value> = self.inner.conn.query(&cmd).await?;
+        kept_of(id, reply)
     }
 
     pub async fn record(&self, tenant: &Tenant, id: &str) -> Result<Option<Record>, StoreError> {
@@ -638,7 +756,10 @@ impl Redis {
             .and_then(Weak::upgrade);
         let now = match tailed {
             Some(log) => log.snapshot(),
-            None => fold_entries(&self.entries(id).await?)?.response().cloned(),
+            None => match self.read_log(Some(tenant), id).await? {
+                Some(k) => fold_entries(&k.entries)?.response().cloned(),
+                None => return Ok(None),
+            },
         };
         if let Some(r) = now {
             record.response = r;
@@ -651,31 +772,38 @@ impl Redis {
         tenant: &Tenant,
         id: &str,
     ) -> Result<Option<(Record, String)>, StoreError> {
-        let Some(f) = self
-            .tenant_fields(tenant, id, &["response", "input", "status"])
-            .await?
-        else {
-            return Ok(None);
-        };
-        let (Some(response), Some(input), Some(status)) =
-            (f[0].clone(), f[1].clone(), f[2].clone())
+        let names = ["response", "input", "status", "packed"];
+        let mut cmd = script(READ, &[Self::resp_key(id)]);
+        cmd.arg(tenant.as_str()).arg(&names[..]);
+        let f: Vec<Option<Vec<u8>>> = self.inner.conn.query(&cmd).await?;
+        let [response, Some(input), Some(status), packed] =
+            <[_; 4]>::try_from(f).unwrap_or_default()
         else {
             return Ok(None);
         };
         let bad =
             |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+        let response = match (packed, response) {
+            // A packed run: its final Response is packed with its log.
+            (Some(blob), _) => serde_json::from_slice(&packed::unpack(&blob)?.response),
+            (None, Some(json)) => serde_json::from_slice(&json),
+            (None, None) => return Ok(None),
+        };
         let record = Record {
             tenant: tenant.clone(),
-            response: serde_json::from_str(&response).map_err(bad)?,
-            input: serde_json::from_str(&input).map_err(bad)?,
+            response: response.map_err(bad)?,
+            input: serde_json::from_slice(&input).map_err(bad)?,
         };
+        let status = String::from_utf8(status)
+            .map_err(|_| StoreError(format!("stored response {id} has a bad status")))?;
         Ok(Some((record, status)))
     }
 
     /// A run's log: complete for a finished run; for a run live on another relay, the kept
     /// events then, appended as that relay keeps them, the rest (tailed with `XREAD BLOCK`).
     pub async fn log(&self, tenant: &Tenant, id: &str) -> Result<Option<Arc<RunLog>>, StoreError> {
-        let Some(f) = self.tenant_fields(tenant, id, &["status"]).await? else {
+        // One read for a finished run: its status and log together.
+        let Some(mut kept) = self.read_log(Some(tenant), id).await? else {
             return Ok(None);
         };
         if let Some(log) = self
@@ -688,13 +816,18 @@ impl Redis {
         {
             return Ok(Some(log));
         }
-        let Some(status) = f[0].clone() else {
-            return Ok(None);
-        };
-        if unfinished(&status) {
-            self.recover(id).await?;
+        if unfinished(&kept.status) && self.recover(id).await? {
+            let Some(again) = self.read_log(Some(tenant), id).await? else {
+                return Ok(None);
+            };
+            kept = again;
         }
-        let entries = self.entries(id).await?;
+        let Kept { status, entries } = kept;
+        if !unfinished(&status) {
+            // Finished: its terminal event was kept with its status (one script), so the log
+            // is whole; replayed as kept, as SQLite's are.
+            return Ok(Some(Arc::new(RunLog::kept(entries))));
+        }
         let fold = fold_entries(&entries)?;
         if fold.is_terminal() {
             return Ok(Some(Arc::new(RunLog::from_entries(entries, fold, true))));
@@ -1063,6 +1196,39 @@ impl Redis {
     }
 }
 
+/// A run's status and kept events.
+struct Kept {
+    status: String,
+    entries: Vec<LogEntry>,
+}
+
+/// [`READ_LOG`]'s or [`TAIL_STEP`]'s reply: `None` for a run gone; the entries of its packed log
+/// (all of them) or of its stream (those read).
+fn kept_of(id: &str, reply: Vec<::redis::Value>) -> Result<Option<Kept>, StoreError> {
+    let bad = |why: String| StoreError(format!("the kept log of {id} is unreadable: {why}"));
+    let mut it = reply.into_iter();
+    let Some(status) = it.next() else {
+        return Ok(None);
+    };
+    let status = String::from_redis_value(status).map_err(|e| bad(e.to_string()))?;
+    let packed = match it.next() {
+        Some(v) => Option::<Vec<u8>>::from_redis_value(v).map_err(|e| bad(e.to_string()))?,
+        None => None,
+    };
+    let entries = match (packed, it.next()) {
+        (Some(blob), _) => packed::unpack(&blob)?.entries,
+        (None, Some(v)) => {
+            let raw = Vec::<(String, HashMap<String, String>)>::from_redis_value(v)
+                .map_err(|e| bad(e.to_string()))?;
+            raw.into_iter()
+                .map(|(_, f)| entry_of(&f))
+                .collect::<Result<_, _>>()?
+        }
+        (None, None) => Vec::new(),
+    };
+    Ok(Some(Kept { status, entries }))
+}
+
 fn entry_of(f: &HashMap<String, String>) -> Result<LogEntry, StoreError> {
     let field = |k: &str| {
         f.get(k)
@@ -1096,13 +1262,69 @@ fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
 
 /// Feeds `log` with the events another relay appends to the run's stream, from `next` on,
 /// until the terminal event (or until no reader holds the log any more).
+///
+/// Each round first takes a step ([`TAIL_STEP`], one script) unless this relay marked the run
+/// as tailed less than [`MARK_RENEW`] ago: it reads what was kept after `next` (from the stream,
+/// or from the packed log once the owner replaced the stream by it) and, while the run goes on,
+/// renews the mark. Then, caught up, it waits on the stream (`XREAD BLOCK`). The mark keeps the
+/// owner from packing the stream away while this relay may be about to wait on it (a blocking
+/// read of a deleted stream would wait its whole time before noticing): a finished run's stream
+/// is gone only once no relay tailing it marked it for [`MARK_MS`].
 async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(Duration::from_secs(1)))
         .set_response_timeout(None);
     let mut conn: Option<MultiplexedConnection> = None;
     let key = Redis::log_key(&id);
+    let mut marked: Option<Instant> = None;
+    let cannot_follow = "This relay could not follow the response's event log.";
     while !log.is_finished() && Arc::strong_count(&log) > 1 {
+        if marked.is_none_or(|t| t.elapsed() >= MARK_RENEW) {
+            let asked = Instant::now();
+            match store.tail_step(&id, next).await {
+                Ok(None) => {
+                    // Deleted (or expired) while tailed: end the readers' streams.
+                    end_tail(
+                        &store,
+                        &id,
+                        &log,
+                        "This response was deleted while it was running.",
+                    );
+                    return;
+                }
+                Ok(Some(Kept { status, entries })) => {
+                    let live = unfinished(&status);
+                    marked = live.then_some(asked);
+                    let read = entries.len();
+                    // A packed log holds every event; a stream's read starts at `next`.
+                    let from = next;
+                    let new = entries.into_iter().skip_while(|e| e.seq < from);
+                    if let Err(e) = follow(&log, new, &mut next) {
+                        tracing::error!(response_id = %id, error = %e, "a tailed event does not continue the log");
+                        end_tail(&store, &id, &log, cannot_follow);
+                        return;
+                    }
+                    if log.is_finished() {
+                        break;
+                    }
+                    if !live && read == 0 {
+                        // Finished, yet nothing kept after what this relay has: a log without
+                        // its end (which a run's status is never written without).
+                        tracing::error!(response_id = %id, "a finished run's kept log has no end");
+                        end_tail(&store, &id, &log, cannot_follow);
+                        return;
+                    }
+                    if !live {
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(response_id = %id, error = %e, "tailing a run failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    continue;
+                }
+            }
+        }
         let c = match &mut conn {
             Some(c) => c,
             None => match store
@@ -1130,41 +1352,22 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
         let read: Result<Option<StreamReply>, RedisError> = cmd.query_async(c).await;
         match read {
             Ok(Some(streams)) => {
-                for (_, entries) in streams {
-                    for (_, fields) in entries {
-                        let appended = entry_of(&fields).and_then(|e| {
-                            let ev = event_of(&e)?;
-                            log.append_kept(e, &ev).map_err(StoreError)
-                        });
-                        match appended {
-                            Ok(()) => next += 1,
-                            Err(e) => {
-                                tracing::error!(response_id = %id, error = %e, "a tailed event does not continue the log");
-                                end_tail(
-                                    &store,
-                                    &id,
-                                    &log,
-                                    "This relay could not follow the response's event log.",
-                                );
-                                return;
-                            }
-                        }
-                    }
+                let entries = streams
+                    .into_iter()
+                    .flat_map(|(_, entries)| entries)
+                    .map(|(_, fields)| entry_of(&fields))
+                    .collect::<Result<Vec<_>, _>>();
+                if let Err(e) = entries.and_then(|e| follow(&log, e.into_iter(), &mut next)) {
+                    tracing::error!(response_id = %id, error = %e, "a tailed event does not continue the log");
+                    end_tail(&store, &id, &log, cannot_follow);
+                    return;
                 }
             }
             Ok(None) => {
-                // Nothing new for a while: is the run still there, and its owner alive?
+                // Nothing new for a while: is the run still there, and its owner alive? (The
+                // next round takes a step, which finds a run deleted, ended, or packed.)
+                marked = None;
                 match store.fields(&id, &["status"]).await {
-                    Ok(f) if f[0].is_none() => {
-                        // Deleted (or expired) while tailed: end the readers' streams.
-                        end_tail(
-                            &store,
-                            &id,
-                            &log,
-                            "This response was deleted while it was running.",
-                        );
-                        return;
-                    }
                     Ok(f) if f[0].as_deref().is_some_and(unfinished) => {
                         if let Err(e) = store.recover(&id).await {
                             tracing::warn!(response_id = %id, error = %e, "could not finish an abandoned run");
@@ -1186,6 +1389,20 @@ async fn tail(store: Redis, id: String, log: Arc<RunLog>, mut next: u64) {
         .lock()
         .expect("tails poisoned")
         .retain(|_, w| w.strong_count() > 0);
+}
+
+/// Appends `entries` (kept by another relay, from `*next` on) to a tailed log.
+fn follow(
+    log: &RunLog,
+    entries: impl Iterator<Item = LogEntry>,
+    next: &mut u64,
+) -> Result<(), StoreError> {
+    for e in entries {
+        let ev = event_of(&e)?;
+        log.append_kept(e, &ev).map_err(StoreError)?;
+        *next += 1;
+    }
+    Ok(())
 }
 
 /// Ends a tailed log that will get no more events from Redis with a terminal event of its own
@@ -1218,6 +1435,11 @@ async fn write_loop(
 ) {
     // Runs whose events Redis did not keep, with the reason their clients are told.
     let mut broken: HashMap<String, String> = HashMap::new();
+    let mut packer = Packer::new()
+        .inspect_err(|e| tracing::error!(error = %e, "finished runs will not be packed"))
+        .ok();
+    // Runs whose terminal event this batch kept: (id, log, its length, Response JSON).
+    let mut ended: Vec<(String, Arc<RunLog>, usize, String)> = Vec::new();
     let mut batch = Vec::with_capacity(BATCH);
     // Waits for one command, then takes every one already queued (up to BATCH).
     while rx.recv_many(&mut batch, BATCH).await > 0 {
@@ -1289,13 +1511,17 @@ async fn write_loop(
                     entry,
                     terminal,
                     fail,
-                    ..
+                    mut args,
                 } => {
                     let kept = matches!(result, Some(Ok(1)));
                     if kept {
                         log.publish(entry.seq as usize + 1, terminal);
                         if terminal {
                             owned.lock().expect("owned poisoned").remove(&id);
+                            if args.len() > END_RESPONSE {
+                                let response = args.swap_remove(END_RESPONSE);
+                                ended.push((id, log, entry.seq as usize + 1, response));
+                            }
                         }
                         continue;
                     }
@@ -1350,7 +1576,69 @@ async fn write_loop(
                 }
             }
         }
+        if let Some(packer) = &mut packer
+            && !ended.is_empty()
+        {
+            pack(&conn, packer, ended.drain(..));
+        }
     }
+}
+
+/// Packs runs whose terminal event Redis acknowledged: each one's whole log and final Response
+/// into one blob ([`packed`], as SQLite keeps a finished run), which then replaces its stream
+/// and its `response` field ([`PACK`], one script for them all, sent beside the writer's next
+/// batches). A run tailed by another relay is packed once that relay stopped marking it. A run
+/// left unpacked (Redis away, this relay stopped first) keeps its stream: read whole all the
+/// same.
+fn pack(
+    conn: &Arc<Conn>,
+    packer: &mut Packer,
+    ended: impl Iterator<Item = (String, Arc<RunLog>, usize, String)>,
+) {
+    let mut runs: Vec<(String, usize, Vec<u8>)> = Vec::new();
+    for (id, log, n, response) in ended {
+        let entries = log.entries_upto(n);
+        match packer.pack(&entries, response.as_bytes()) {
+            Ok(blob) => runs.push((id, entries.len(), blob)),
+            Err(e) => {
+                tracing::warn!(response_id = %id, error = %e, "could not pack a finished run")
+            }
+        }
+    }
+    if runs.is_empty() {
+        return;
+    }
+    let conn = conn.clone();
+    tokio::spawn(async move {
+        for _ in 0..PACK_TRIES {
+            let keys: Vec<String> = runs
+                .iter()
+                .flat_map(|(id, ..)| [Redis::resp_key(id), Redis::log_key(id), Redis::mark_key(id)])
+                .collect();
+            let mut cmd = script(PACK, &keys);
+            for (_, n, blob) in &runs {
+                cmd.arg(n).arg(blob.as_slice());
+            }
+            match conn.query::<Vec<i64>>(&cmd).await {
+                Ok(codes) => {
+                    runs = runs
+                        .into_iter()
+                        .zip(codes)
+                        .filter(|(_, code)| *code == -1)
+                        .map(|(r, _)| r)
+                        .collect();
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not pack finished runs (their streams stay)");
+                    return;
+                }
+            }
+            if runs.is_empty() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(MARK_MS)).await;
+        }
+    });
 }
 
 /// After an error on a run's end (whose reply may have been lost after Redis ran the script):

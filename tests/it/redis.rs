@@ -1,7 +1,8 @@
 //! The Redis store across relays: two relays sharing one Redis serve, resume, read and cancel
 //! each other's runs; a relay killed with `kill -9` has its runs finished as failed by another;
 //! Redis going away mid-run fails the run for its live clients (also when only its end is lost),
-//! and the relay recovers with it.
+//! and the relay recovers with it. A finished run is packed into one blob (its stream gone) and
+//! served as streamed, as is one kept before packing and one packed away under a live tail.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -503,4 +504,387 @@ async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_t
             .contains("deleted"),
         "{folded}"
     );
+}
+
+/// A plain connection to the Redis at `url` (to look at and rewrite what the relays keep).
+fn plain(url: &str) -> ::redis::Connection {
+    ::redis::Client::open(url)
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+/// Whether run `id` is kept packed: its stream gone, its hash holding the packed log and no
+/// `response` (the packed log holds it).
+fn is_packed(redis: &mut ::redis::Connection, id: &str) -> bool {
+    let stream: i64 = ::redis::cmd("EXISTS")
+        .arg(format!("relay:log:{id}"))
+        .query(redis)
+        .unwrap();
+    let (blob, response): (Option<Vec<u8>>, Option<String>) = ::redis::cmd("HMGET")
+        .arg(format!("relay:resp:{id}"))
+        .arg("packed")
+        .arg("response")
+        .query(redis)
+        .unwrap();
+    stream == 0 && blob.is_some_and(|b| !b.is_empty()) && response.is_none()
+}
+
+/// Polls until run `id` is kept packed, for at most `secs` seconds.
+async fn until_packed(redis: &mut ::redis::Connection, id: &str, secs: u64) {
+    let start = Instant::now();
+    while !is_packed(redis, id) {
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "run {id} was not packed within {secs} s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// An SSE body's events and `[DONE]`, as written (comment lines left out).
+fn frames(text: &str) -> String {
+    text.split_inclusive("\n\n")
+        .filter(|b| !b.starts_with(':'))
+        .collect()
+}
+
+/// The first event's Response id.
+fn id_of(body: &SseBody) -> String {
+    body.events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Checks what relay `r` serves of finished run `id` against its live stream (`live`, the text
+/// its client read): the replay whole and after a few of its events, byte for byte; its Response; its
+/// input items (`input`); the viewer's summary. Returns the viewer's log of the run (`logs
+/// export`'s lines).
+async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Value, String) {
+    let body = parse_sse(live);
+    let (status, whole) = get_text(&r.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        frames(&whole),
+        frames(live),
+        "the replay is not the live stream"
+    );
+    let all = frames(live);
+    let blocks: Vec<&str> = all.split_inclusive("\n\n").collect();
+    for after in [0, 1, body.events.len() / 2, body.events.len() - 2] {
+        let (status, rest) = get_text(&r.url(&format!(
+            "/v1/responses/{id}?stream=true&starting_after={after}"
+        )))
+        .await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            frames(&rest),
+            blocks[after + 1..].concat(),
+            "starting_after={after}"
+        );
+    }
+    let (status, response) = get(&r.url(&format!("/v1/responses/{id}"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(response, check_events(&body.events));
+    let (status, items) = get(&r.url(&format!("/v1/responses/{id}/input_items"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        items["data"][0]["content"],
+        json!([{"type": "input_text", "text": input}]),
+        "{items}"
+    );
+    let (status, listed) = get(&r.url("/ui/api/runs")).await;
+    assert_eq!(status, 200);
+    assert!(
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == id && s["status"] == "completed"),
+        "{listed}"
+    );
+    let (status, summary) = get(&r.url(&format!("/ui/api/runs/{id}"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(summary["events"], body.events.len(), "{summary}");
+    let (status, log) = get_text(&r.url(&format!("/ui/api/runs/{id}/log"))).await;
+    assert_eq!(status, 200);
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let events: Vec<Value> = lines.iter().map(|l| l["event"].clone()).collect();
+    assert_eq!(events, body.events, "the viewer's log is the stream");
+    assert!(lines.iter().all(|l| l["offset_ms"].is_u64()));
+    (summary, log)
+}
+
+/// Rewrites finished run `id` (kept packed) as runs were kept before packing: its first `n`
+/// events in its stream (`log`: the viewer's lines, for their offsets; `body`: the stream, for
+/// each event's bytes), its final Response in `response`, no packed log.
+fn unpack_by_hand(
+    redis: &mut ::redis::Connection,
+    id: &str,
+    body: &SseBody,
+    log: &str,
+    response: &str,
+    n: usize,
+) {
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut pipe = ::redis::pipe();
+    pipe.atomic();
+    for (i, (line, data)) in lines.iter().zip(&body.raw).enumerate().take(n) {
+        pipe.cmd("XADD")
+            .arg(format!("relay:log:{id}"))
+            .arg(format!("0-{}", i + 1))
+            .arg("seq")
+            .arg(i)
+            .arg("offset_ms")
+            .arg(line["offset_ms"].as_u64().unwrap())
+            .arg("kind")
+            .arg(body.events[i]["type"].as_str().unwrap())
+            .arg("data")
+            .arg(data)
+            .ignore();
+    }
+    pipe.cmd("HSET")
+        .arg(format!("relay:resp:{id}"))
+        .arg("response")
+        .arg(response)
+        .ignore();
+    pipe.cmd("HDEL")
+        .arg(format!("relay:resp:{id}"))
+        .arg("packed")
+        .ignore();
+    pipe.exec(redis).unwrap();
+}
+
+#[tokio::test]
+async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_streamed() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let mut redis = plain(&url);
+    let live = post_text(
+        &a.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=20", "input": "pack me", "stream": true}),
+    )
+    .await;
+    let body = parse_sse(&live);
+    assert!(body.done);
+    let id = id_of(&body);
+    // Once its end was kept, the run's stream is replaced by one packed blob.
+    until_packed(&mut redis, &id, 10).await;
+    let (summary, log) = serves_as_streamed(&a, &id, &live, "pack me").await;
+    assert_eq!(
+        serves_as_streamed(&b, &id, &live, "pack me").await,
+        (summary.clone(), log.clone())
+    );
+    // A run kept before runs were packed (a stream, its Response in `response`) reads the same.
+    let (_, response) = get_text(&b.url(&format!("/v1/responses/{id}"))).await;
+    unpack_by_hand(&mut redis, &id, &body, &log, &response, body.events.len());
+    assert!(!is_packed(&mut redis, &id));
+    for r in [&a, &b] {
+        assert_eq!(
+            serves_as_streamed(r, &id, &live, "pack me").await,
+            (summary.clone(), log.clone())
+        );
+    }
+    // Deleting a packed run removes it and the output items it kept (found in its packed log).
+    let (status, other) = post(
+        &a.url("/v1/responses"),
+        &json!({"model": "fake-model", "input": "delete me"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{other}");
+    let other_id = other["id"].as_str().unwrap();
+    let msg = format!("relay:item:{}", other["output"][0]["id"].as_str().unwrap());
+    until_packed(&mut redis, other_id, 10).await;
+    let kept: i64 = ::redis::cmd("EXISTS").arg(&msg).query(&mut redis).unwrap();
+    assert_eq!(kept, 1, "the output item is kept");
+    let r = client()
+        .delete(b.url(&format!("/v1/responses/{other_id}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let left: i64 = ::redis::cmd("EXISTS")
+        .arg(format!("relay:resp:{other_id}"))
+        .arg(&msg)
+        .query(&mut redis)
+        .unwrap();
+    assert_eq!(left, 0, "the run's hash or its output item stayed");
+    let (status, _) = get(&a.url(&format!("/v1/responses/{other_id}"))).await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test]
+async fn a_run_tailed_on_another_relay_reaches_it_whole_at_once_and_is_packed_after() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let mut redis = plain(&url);
+    let mut live = client()
+        .post(a.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "tail me", "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    let seen = read_events(&mut live, 4).await;
+    let id = id_of(&parse_sse(&seen));
+    let tailed = client()
+        .get(b.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(tailed.status(), 200);
+    // B marks the run as tailed (so A does not pack its stream away under B's blocking read).
+    let mark = format!("relay:tail:{id}");
+    eventually("B marks the run as tailed", || {
+        ::redis::cmd("EXISTS")
+            .arg(&mark)
+            .query::<i64>(&mut redis)
+            .unwrap()
+            == 1
+    })
+    .await;
+    let (on_a, on_b) = tokio::join!(
+        async {
+            let rest = live.text().await.unwrap();
+            (seen + &rest, Instant::now())
+        },
+        async { (tailed.text().await.unwrap(), Instant::now()) }
+    );
+    assert!(parse_sse(&on_a.0).done);
+    assert_eq!(
+        frames(&on_b.0),
+        frames(&on_a.0),
+        "B's tail is not A's stream"
+    );
+    let later = on_b.1.saturating_duration_since(on_a.1);
+    assert!(
+        later < Duration::from_millis(900),
+        "B's stream ended {later:?} after A's"
+    );
+    // Once B's mark lapsed, A packs the run; both serve it as streamed.
+    until_packed(&mut redis, &id, 20).await;
+    for r in [&a, &b] {
+        serves_as_streamed(r, &id, &on_a.0, "tail me").await;
+    }
+}
+
+#[tokio::test]
+async fn a_tailed_run_whose_stream_is_packed_away_under_the_tail_still_ends_whole() {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    let mut redis = plain(&url);
+    // A real run, kept packed: its events, offsets, Response and packed log.
+    let live = post_text(
+        &a.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=20", "input": "x", "stream": true}),
+    )
+    .await;
+    let body = parse_sse(&live);
+    let id = id_of(&body);
+    until_packed(&mut redis, &id, 10).await;
+    let (_, log) = get_text(&a.url(&format!("/ui/api/runs/{id}/log"))).await;
+    let (_, response) = get_text(&a.url(&format!("/v1/responses/{id}"))).await;
+    let key = format!("relay:resp:{id}");
+    let blob: Vec<u8> = ::redis::cmd("HGET")
+        .arg(&key)
+        .arg("packed")
+        .query(&mut redis)
+        .unwrap();
+    // Made live again, as if a relay that still holds its lease ran it: its first five events
+    // kept in its stream.
+    unpack_by_hand(&mut redis, &id, &body, &log, &response, 5);
+    let lease = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 3_600_000)
+        .to_string();
+    let created = serde_json::to_string(&body.events[0]["response"]).unwrap();
+    let log_key = format!("relay:log:{id}");
+    ::redis::pipe()
+        .cmd("HSET")
+        .arg(&key)
+        .arg("status")
+        .arg("in_progress")
+        .arg("owner")
+        .arg("relay-elsewhere")
+        .arg("lease")
+        .arg(&lease)
+        .arg("response")
+        .arg(&created)
+        .ignore()
+        .exec(&mut redis)
+        .unwrap();
+    let mut tailed = client()
+        .get(b.url(&format!("/v1/responses/{id}?stream=true")))
+        .send()
+        .await
+        .unwrap();
+    let seen = read_events(&mut tailed, 5).await;
+    let mark = format!("relay:tail:{id}");
+    eventually("B marks the run as tailed", || {
+        ::redis::cmd("EXISTS")
+            .arg(&mark)
+            .query::<i64>(&mut redis)
+            .unwrap()
+            == 1
+    })
+    .await;
+    // Its owner keeps the rest and its end, and packs it in the same moment, B's mark
+    // notwithstanding: B's blocking read is never woken by the stream it waits on.
+    let mut end = ::redis::pipe();
+    end.atomic();
+    for (i, data) in body.raw.iter().enumerate().skip(5) {
+        end.cmd("XADD")
+            .arg(&log_key)
+            .arg(format!("0-{}", i + 1))
+            .arg("seq")
+            .arg(i)
+            .arg("offset_ms")
+            .arg(0)
+            .arg("kind")
+            .arg(body.events[i]["type"].as_str().unwrap())
+            .arg("data")
+            .arg(data)
+            .ignore();
+    }
+    end.cmd("HSET")
+        .arg(&key)
+        .arg("status")
+        .arg("completed")
+        .arg("packed")
+        .arg(blob)
+        .ignore()
+        .cmd("HDEL")
+        .arg(&key)
+        .arg("response")
+        .arg("owner")
+        .arg("lease")
+        .ignore()
+        .cmd("DEL")
+        .arg(&log_key)
+        .ignore();
+    end.exec(&mut redis).unwrap();
+    let rest = tokio::time::timeout(Duration::from_secs(5), tailed.text())
+        .await
+        .expect("B's stream ended")
+        .unwrap();
+    assert_eq!(
+        frames(&(seen + &rest)),
+        frames(&live),
+        "B read the packed log to its end"
+    );
+    serves_as_streamed(&b, &id, &live, "x").await;
 }
