@@ -1828,7 +1828,7 @@ fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
     }
     println!();
     println!(
-        "Targets (issue 8 item 4; the store targets are judged on SQLite, other stores shown as info){}:",
+        "Targets (issues 8 and 28; the store targets are judged on SQLite, other stores shown as info, except Redis memory per stored run){}:",
         if plan.smoke {
             " — smoke mode: reported, not enforced"
         } else {
