@@ -880,10 +880,9 @@ impl Journal {
 
     /// Removes the rows no live run needs, once there are enough of them.
     fn trim(&mut self, tx: &rusqlite::Transaction) -> Result<(), StoreError> {
-        let next: i64 =
-            tx.query_row("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal", [], |r| {
-                r.get(0)
-            })?;
+        let next: i64 = tx
+            .prepare_cached("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal")?
+            .query_row([], |r| r.get(0))?;
         let live = self
             .first_row
             .iter()
@@ -896,7 +895,8 @@ impl Journal {
             .map(|(_, row)| *row);
         let keep_from = live.chain(started).min().unwrap_or(next);
         if keep_from - self.trimmed_below >= TRIM_ROWS {
-            tx.execute("DELETE FROM journal WHERE rowid < ?1", [keep_from])?;
+            tx.prepare_cached("DELETE FROM journal WHERE rowid < ?1")?
+                .execute([keep_from])?;
             // An emptied journal numbers its rows from 1 again.
             self.trimmed_to(if keep_from == next { 0 } else { keep_from });
         }
@@ -991,7 +991,8 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
         if !broken.is_empty() {
             to_remove.extend(ending);
         }
-        let mut counts = vec![0usize; batch.len()];
+        let writes = batch.len();
+        let mut counts = vec![0usize; writes];
         let result = (|| -> Result<(), StoreError> {
             let tx = conn.transaction()?;
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
@@ -1098,7 +1099,7 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
                 }
             }
         }
-        window = group_window(busy_from.elapsed());
+        window = group_window(busy_from.elapsed(), writes);
     }
 }
 
@@ -1108,15 +1109,34 @@ fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
 const GATHER_PER_BUSY: u32 = 16;
 /// The longest a batch is gathered: an event waits at most this long (plus a commit) before its
 /// readers see it.
-const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(2);
+const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(4);
 
-/// How long to gather the next batch, sized by what the last one cost (`busy`: committing it
-/// and making it visible): [`GATHER_PER_BUSY`] times that, at most [`GATHER_MAX`]. The writer
-/// then spends at most a seventeenth of its time committing, whatever the load: a cheap batch (a
-/// quiet relay) is gathered for tens of microseconds, a costly one (many runs at once) for up
-/// to 2 ms, and more events then share each commit.
-fn group_window(busy: std::time::Duration) -> std::time::Duration {
+/// How long to gather the next batch, sized by the last one: by what it cost (`busy`:
+/// committing it and making it visible), [`GATHER_PER_BUSY`] times that, at most
+/// [`GATHER_MAX`], so the writer spends at most a seventeenth of its time committing; and not at
+/// all after a batch of one write (`writes`): nothing else arrived while it was gathered and
+/// committed, so waiting would only delay the next (a quiet relay commits each write at once).
+fn group_window(busy: std::time::Duration, writes: usize) -> std::time::Duration {
+    if writes <= 1 {
+        return std::time::Duration::ZERO;
+    }
     (busy * GATHER_PER_BUSY).min(GATHER_MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_lone_write_is_committed_at_once_and_a_busy_writer_gathers_in_proportion_to_its_cost() {
+        assert_eq!(group_window(Duration::from_micros(300), 1), Duration::ZERO);
+        assert_eq!(
+            group_window(Duration::from_micros(50), 2),
+            Duration::from_micros(800)
+        );
+        assert_eq!(group_window(Duration::from_millis(1), 40), GATHER_MAX);
+    }
 }
 
 /// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`]; only
