@@ -437,6 +437,7 @@ pub fn chat_span(model: &str, provider: &str) -> Span {
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = provider,
             gen_ai.request.model = model,
+            gen_ai.response.id = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,

@@ -318,6 +318,16 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
         })
         .collect();
     let mut chat_ids: Vec<String> = chats.iter().map(|c| c.span_id.clone()).collect();
+    // Each chat span carries the id the fake upstream gave that turn's answer (`chatcmpl-fakeN`
+    // for its Nth answer, on every chunk).
+    for (n, parent) in parents.iter().enumerate() {
+        let chat = chats.iter().find(|c| &c.span_id == parent).unwrap();
+        assert_eq!(
+            chat.attr("gen_ai.response.id"),
+            format!("chatcmpl-fake{}", n + 1).as_str(),
+            "{chat:#?}"
+        );
+    }
     parents.sort();
     chat_ids.sort();
     assert_eq!(parents, chat_ids);
@@ -354,6 +364,41 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
         assert!(s.attrs.keys().all(|k| !k.starts_with("gen_ai.input")
             && !k.starts_with("gen_ai.output")
             && !k.starts_with("gen_ai.tool.call.")));
+    }
+}
+
+#[tokio::test]
+async fn a_responses_upstreams_answer_ids_are_on_their_chat_spans() {
+    let up = upstream().await;
+    let mcp = mcp_server().await;
+    let collector = Collector::start().await;
+    let relay = traced_relay(
+        &up.base_url(),
+        &collector.url(),
+        &["--upstream-api", "responses"],
+        &[],
+    );
+    run_with_a_tool_call(&relay, &mcp.url()).await;
+    let spans = collector.trace(TRACE, "POST /v1/responses").await;
+
+    // Each chat span carries the `response.id` of its turn's Responses stream (`resp_fakeN` for
+    // the fake upstream's Nth answer), told apart by the traceparent each turn sent.
+    let chats = named(&spans, "chat fake-model");
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    let turns: Vec<_> = up
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .collect();
+    assert_eq!(turns.len(), 2);
+    for (n, turn) in turns.iter().enumerate() {
+        let (_, parent) = parts(turn.header("traceparent").expect("traceparent upstream"));
+        let chat = chats.iter().find(|c| c.span_id == parent).unwrap();
+        assert_eq!(
+            chat.attr("gen_ai.response.id"),
+            format!("resp_fake{}", n + 1).as_str(),
+            "{chat:#?}"
+        );
     }
 }
 
