@@ -348,6 +348,9 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
             .expect("traceparent header at the MCP server");
         assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
         assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
+        // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
+        assert!(seen[0].headers.iter().all(|(k, _)| k != "mcp-session-id"));
+        assert_eq!(span.attr("mcp.session.id"), &Value::Null, "{span:#?}");
     }
     assert_eq!(collector.services.lock().unwrap()[0], "responses-relay");
 
@@ -368,9 +371,18 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
 }
 
 #[tokio::test]
-async fn a_responses_upstreams_answer_ids_are_on_their_chat_spans() {
+async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spans() {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    // A server of an earlier revision: the `initialize` handshake, a session over Streamable HTTP.
+    let mcp = mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        mcp_test_server::Options {
+            handshake_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let collector = Collector::start().await;
     let relay = traced_relay(
         &up.base_url(),
@@ -400,6 +412,30 @@ async fn a_responses_upstreams_answer_ids_are_on_their_chat_spans() {
             "{chat:#?}"
         );
     }
+
+    // tools/list and tools/call carry the session id the server issued: the `mcp-session-id`
+    // their requests arrived with, one session for both.
+    let mut ids = Vec::new();
+    for (method, name) in [("tools/list", "tools/list math"), ("tools/call", "tools/call add")] {
+        let seen: Vec<_> = mcp
+            .requests_seen()
+            .into_iter()
+            .filter(|r| r.rpc_method == method)
+            .collect();
+        assert_eq!(seen.len(), 1, "{method}: {seen:?}");
+        let issued = seen[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k == "mcp-session-id")
+            .map(|(_, v)| v.clone())
+            .expect("a session id at the MCP server");
+        assert!(!issued.is_empty());
+        let span = one(&spans, name);
+        assert_eq!(span.attr("mcp.session.id"), issued.as_str(), "{span:#?}");
+        ids.push(issued);
+    }
+    assert_eq!(ids[0], ids[1]);
+    assert_eq!(mcp.count("initialize"), 1);
 }
 
 #[tokio::test]
