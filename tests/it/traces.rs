@@ -29,6 +29,9 @@ struct Span {
     attrs: HashMap<String, Value>,
     /// `Status.code`: 2 is error.
     status: i32,
+    /// Start and end, Unix nanoseconds.
+    start: u64,
+    end: u64,
 }
 
 impl Span {
@@ -109,6 +112,8 @@ impl Collector {
                                                 })
                                                 .collect(),
                                             status: span.status.map(|s| s.code).unwrap_or(0),
+                                            start: span.start_time_unix_nano,
+                                            end: span.end_time_unix_nano,
                                         });
                                     }
                                 }
@@ -354,6 +359,20 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
     }
     assert_eq!(collector.services.lock().unwrap()[0], "responses-relay");
 
+    // Every span lies within its parent's time: a span ends when the last handle to it goes (a
+    // chat span's with its turn's stream, invoke_agent's with the run), not at its last exit.
+    for s in &spans {
+        if let Some(parent) = spans.iter().find(|p| p.span_id == s.parent) {
+            assert!(
+                parent.start <= s.start && s.end <= parent.end,
+                "{} outside {}: {spans:#?}",
+                s.name,
+                parent.name
+            );
+        }
+        assert!(s.start <= s.end, "{s:#?}");
+    }
+
     // No content without --otel-capture-content: neither the prompt nor the tool's arguments.
     for s in &spans {
         for (k, v) in &s.attrs {
@@ -416,7 +435,10 @@ async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spa
     // tools/list and tools/call carry the session id the server issued: the `mcp-session-id`
     // their requests arrived with, one session for both.
     let mut ids = Vec::new();
-    for (method, name) in [("tools/list", "tools/list math"), ("tools/call", "tools/call add")] {
+    for (method, name) in [
+        ("tools/list", "tools/list math"),
+        ("tools/call", "tools/call add"),
+    ] {
         let seen: Vec<_> = mcp
             .requests_seen()
             .into_iter()
