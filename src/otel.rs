@@ -402,9 +402,8 @@ pub fn server_answered(span: &Span, status: u16) {
 tokio::task_local! {
     /// The `invoke_agent` span of the run this task works for: the parent of the spans the run
     /// makes. A task-local, not an entered span: the run's task is polled once or more per
-    /// streamed event, and every exit of an entered OpenTelemetry span takes a lock and the
-    /// clock (tracing-opentelemetry records an end time on each exit); swapping a task-local
-    /// costs neither.
+    /// streamed event, and every enter and exit of a span is work for the subscriber (the
+    /// registry's span stack, the log layer's per-layer filter); swapping a task-local is not.
     static AGENT: Span;
 }
 
