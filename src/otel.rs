@@ -4,8 +4,9 @@
 //!
 //! Invariants: with no endpoint configured nothing here does any work (every helper answers
 //! `Span::none()` or `None` after one relaxed load). Exporting never waits on a run: a finished
-//! span is offered to the queue without blocking, and one that does not fit, or whose batch the
-//! collector refuses or does not take in time, is counted in `relay_trace_spans_dropped_total`.
+//! span is put in the queue under a short lock, never waiting on the exporter, and one that does
+//! not fit, or whose batch the collector refuses or does not take in time, is counted in
+//! `relay_trace_spans_dropped_total`.
 //! Spans carry no prompt, output, tool argument or tool result unless `--otel-capture-content`,
 //! and never a header, key or URL query.
 
@@ -169,14 +170,26 @@ enum Control {
     Stop(std::sync::mpsc::Sender<()>),
 }
 
-/// The span processor: finished spans go into a bounded queue without waiting; a thread with
-/// its own small runtime batches them (by size or by `delay`) and exports one batch at a time.
-/// The SDK's batch processor drops silently; this one counts what it drops.
+/// The span processor: a finished span is put in a bounded queue without waiting; a thread with
+/// its own small runtime takes what is queued every `delay`, or at once when a batch is full,
+/// and exports it a batch at a time. The thread is woken once per batch, not once per span (a
+/// wake-up per span was a futex call and a context switch on the run's worker, for each of a
+/// run's three spans). The SDK's batch processor drops silently; this one counts what it drops.
 #[derive(Debug)]
 struct Queue {
-    spans: tokio::sync::mpsc::Sender<SpanData>,
+    shared: std::sync::Arc<Shared>,
     control: tokio::sync::mpsc::UnboundedSender<Control>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// Finished spans waiting for the export thread (at most `max_queue`).
+    spans: Mutex<Vec<SpanData>>,
+    max_queue: usize,
+    /// How many waiting spans make a batch worth waking the thread for.
+    batch: usize,
+    full: tokio::sync::Notify,
 }
 
 impl Queue {
@@ -184,19 +197,25 @@ impl Queue {
         exporter: opentelemetry_otlp::SpanExporter,
         config: &TraceConfig,
     ) -> Result<Queue, String> {
-        let (spans, rx) = tokio::sync::mpsc::channel(config.max_queue);
+        let shared = std::sync::Arc::new(Shared {
+            spans: Mutex::new(Vec::new()),
+            max_queue: config.max_queue,
+            batch: config.max_batch.min(config.max_queue),
+            full: tokio::sync::Notify::new(),
+        });
         let (control, control_rx) = tokio::sync::mpsc::unbounded_channel();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|e| format!("the trace exporter's runtime: {e}"))?;
         let (max_batch, delay) = (config.max_batch, config.delay);
+        let queued = shared.clone();
         let thread = std::thread::Builder::new()
             .name("otlp-export".into())
-            .spawn(move || rt.block_on(export_loop(exporter, rx, control_rx, max_batch, delay)))
+            .spawn(move || rt.block_on(export_loop(exporter, queued, control_rx, max_batch, delay)))
             .map_err(|e| format!("the trace exporter's thread: {e}"))?;
         Ok(Queue {
-            spans,
+            shared,
             control,
             thread: Mutex::new(Some(thread)),
         })
@@ -220,8 +239,18 @@ impl SpanProcessor for Queue {
     fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
 
     fn on_end(&self, span: SpanData) {
-        if self.spans.try_send(span).is_err() {
+        let mut spans = self.shared.spans.lock().unwrap_or_else(|e| e.into_inner());
+        if spans.len() >= self.shared.max_queue {
+            drop(spans);
+            drop(span);
             SPANS_DROPPED.inc();
+            return;
+        }
+        spans.push(span);
+        let full = spans.len() == self.shared.batch;
+        drop(spans);
+        if full {
+            self.shared.full.notify_one();
         }
     }
 
@@ -242,12 +271,11 @@ impl SpanProcessor for Queue {
 
 async fn export_loop(
     exporter: opentelemetry_otlp::SpanExporter,
-    mut spans: tokio::sync::mpsc::Receiver<SpanData>,
+    queued: std::sync::Arc<Shared>,
     mut control: tokio::sync::mpsc::UnboundedReceiver<Control>,
     max_batch: usize,
     delay: Duration,
 ) {
-    let mut batch: Vec<SpanData> = Vec::with_capacity(max_batch);
     let mut tick = tokio::time::interval(delay.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut failures = 0u64;
@@ -255,13 +283,7 @@ async fn export_loop(
         let mut answer = None;
         let mut stop = false;
         tokio::select! {
-            got = spans.recv_many(&mut batch, max_batch), if batch.len() < max_batch => {
-                if got == 0 {
-                    stop = true;
-                } else if batch.len() < max_batch {
-                    continue;
-                }
-            }
+            _ = queued.full.notified() => {}
             _ = tick.tick() => {}
             c = control.recv() => match c {
                 Some(Control::Flush(ack)) => answer = Some(ack),
@@ -269,11 +291,8 @@ async fn export_loop(
                 None => stop = true,
             },
         }
-        if answer.is_some() {
-            while let Ok(s) = spans.try_recv() {
-                batch.push(s);
-            }
-        }
+        let mut batch =
+            std::mem::take(&mut *queued.spans.lock().unwrap_or_else(|e| e.into_inner()));
         while !batch.is_empty() {
             let rest = batch.split_off(batch.len().min(max_batch));
             let sending = std::mem::replace(&mut batch, rest);
@@ -383,9 +402,8 @@ pub fn server_answered(span: &Span, status: u16) {
 tokio::task_local! {
     /// The `invoke_agent` span of the run this task works for: the parent of the spans the run
     /// makes. A task-local, not an entered span: the run's task is polled once or more per
-    /// streamed event, and every exit of an entered OpenTelemetry span takes a lock and the
-    /// clock (tracing-opentelemetry records an end time on each exit); swapping a task-local
-    /// costs neither.
+    /// streamed event, and every enter and exit of a span is work for the subscriber (the
+    /// registry's span stack, the log layer's per-layer filter); swapping a task-local is not.
     static AGENT: Span;
 }
 
@@ -437,6 +455,7 @@ pub fn chat_span(model: &str, provider: &str) -> Span {
             gen_ai.operation.name = "chat",
             gen_ai.provider.name = provider,
             gen_ai.request.model = model,
+            gen_ai.response.id = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
             gen_ai.input.messages = tracing::field::Empty,

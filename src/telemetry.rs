@@ -121,8 +121,111 @@ pub fn init_with_traces(
         );
     tracing_subscriber::registry()
         .with(log_layer(format))
-        .with(traces)
+        .with(NoEnterExit(traces))
         .init();
+}
+
+/// A layer that is told nothing of spans being entered and exited, everything else passed on.
+///
+/// Around the OpenTelemetry layer: its per-layer filter looked every entered span up (the
+/// request's log span, entered on every poll of a run's task, included) only to find it is not
+/// one of its spans, and for its own spans the layer took a lock and the clock on each exit to
+/// note an end time, which then became the span's end: a `chat` span ended when its stream
+/// opened, not when it ended, and `invoke_agent` when its last child was made. Without enters
+/// and exits (the layer tracks no busy time and activates no context), a span ends when it
+/// closes: when the last handle to it, a child's included, is dropped.
+struct NoEnterExit<L>(L);
+
+impl<S: tracing::Subscriber, L: Layer<S>> Layer<S> for NoEnterExit<L> {
+    fn on_register_dispatch(&self, subscriber: &tracing::Dispatch) {
+        self.0.on_register_dispatch(subscriber)
+    }
+
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.0.on_layer(subscriber)
+    }
+
+    fn register_callsite(
+        &self,
+        metadata: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        self.0.register_callsite(metadata)
+    }
+
+    fn enabled(
+        &self,
+        metadata: &tracing::Metadata<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        self.0.enabled(metadata, ctx)
+    }
+
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.on_new_span(attrs, id, ctx)
+    }
+
+    fn max_level_hint(&self) -> Option<tracing::level_filters::LevelFilter> {
+        self.0.max_level_hint()
+    }
+
+    fn on_record(
+        &self,
+        span: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.on_record(span, values, ctx)
+    }
+
+    fn on_follows_from(
+        &self,
+        span: &tracing::span::Id,
+        follows: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.on_follows_from(span, follows, ctx)
+    }
+
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        self.0.event_enabled(event, ctx)
+    }
+
+    fn on_event(&self, event: &tracing::Event<'_>, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.on_event(event, ctx)
+    }
+
+    fn on_close(&self, id: tracing::span::Id, ctx: tracing_subscriber::layer::Context<'_, S>) {
+        self.0.on_close(id, ctx)
+    }
+
+    fn on_id_change(
+        &self,
+        old: &tracing::span::Id,
+        new: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        self.0.on_id_change(old, new, ctx)
+    }
+
+    // How the subscriber finds the per-layer filter inside and the OpenTelemetry layer's
+    // context access (`OpenTelemetrySpanExt`).
+    unsafe fn downcast_raw(&self, id: std::any::TypeId) -> Option<*const ()> {
+        if id == std::any::TypeId::of::<Self>() {
+            Some(self as *const Self as *const ())
+        } else {
+            // SAFETY: passed on as asked; the inner layer answers only for its own types.
+            unsafe { self.0.downcast_raw(id) }
+        }
+    }
 }
 
 type LogLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;

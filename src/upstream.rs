@@ -37,6 +37,10 @@ pub enum ModelEvent {
     },
     Usage(Usage),
     Finish(FinishReason),
+    /// The model server's id of its answer (a chunk's `id`, a Responses stream's `response.id`),
+    /// given once per turn, when first seen. Only the turn's trace span reads it
+    /// (`gen_ai.response.id`).
+    ResponseId(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -389,6 +389,8 @@ pub fn encode_ops(turns: &[Turn]) -> Vec<u8> {
                         FinishReason::ContentFilter => 3,
                     });
                 }
+                // Not encoded: the transcoder passes over it.
+                ModelEvent::ResponseId(_) => {}
             }
         }
         if turn.error.is_some() {

@@ -21,17 +21,44 @@ use tokio_util::sync::CancellationToken;
 
 type Error = StreamableHttpError<reqwest::Error>;
 
+/// The `mcp-session-id` a session's requests go with: none until the server gave one (never,
+/// for a stateless server or the 2026-07-28 lifecycle). Shared by the session and its client.
+#[derive(Clone, Default)]
+pub struct SessionId(Arc<std::sync::Mutex<Option<Arc<str>>>>);
+
+impl SessionId {
+    /// The id the session's latest request went with.
+    pub fn get(&self) -> Option<Arc<str>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn note(&self, id: &Option<Arc<str>>) {
+        if let Some(id) = id {
+            let mut kept = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            if kept.as_ref() != Some(id) {
+                *kept = Some(id.clone());
+            }
+        }
+    }
+}
+
 /// reqwest for one MCP session, stopped by `alive`.
 #[derive(Clone)]
 pub struct SessionClient {
     inner: reqwest::Client,
     alive: CancellationToken,
+    session_id: SessionId,
 }
 
 impl SessionClient {
-    /// A client whose requests all stop once `alive` is cancelled.
-    pub fn new(inner: reqwest::Client, alive: CancellationToken) -> Self {
-        SessionClient { inner, alive }
+    /// A client whose requests all stop once `alive` is cancelled, noting in `session_id` the
+    /// session id its requests go with.
+    pub fn new(inner: reqwest::Client, alive: CancellationToken, session_id: SessionId) -> Self {
+        SessionClient {
+            inner,
+            alive,
+            session_id,
+        }
     }
 
     async fn guarded<T>(
@@ -86,6 +113,7 @@ impl StreamableHttpClient for SessionClient {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
         let custom_headers = with_traceparent(&message, custom_headers);
+        self.session_id.note(&session_id);
         self.guarded(
             self.inner
                 .post_message(uri, message, session_id, auth_header, custom_headers),
@@ -102,6 +130,7 @@ impl StreamableHttpClient for SessionClient {
         max_sse_event_size: usize,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
         let custom_headers = with_traceparent(&message, custom_headers);
+        self.session_id.note(&session_id);
         self.guarded(self.inner.post_message_with_max_sse_event_size(
             uri,
             message,
@@ -122,6 +151,7 @@ impl StreamableHttpClient for SessionClient {
         limits: StreamableHttpResponseLimits,
     ) -> impl Future<Output = Result<StreamableHttpPostResponse, Error>> + Send + '_ {
         let custom_headers = with_traceparent(&message, custom_headers);
+        self.session_id.note(&session_id);
         self.guarded(self.inner.post_message_with_response_limits(
             uri,
             message,

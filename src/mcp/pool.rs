@@ -263,6 +263,8 @@ struct Slot {
 
 struct Session {
     client: Client,
+    /// The `mcp-session-id` its requests go with (Streamable HTTP with the handshake only).
+    id: super::http::SessionId,
     broken: AtomicBool,
     /// Stops every HTTP request of the session when the session is dropped.
     _alive: tokio_util::sync::DropGuard,
@@ -274,7 +276,21 @@ impl Session {
             self.broken.store(true, Ordering::SeqCst);
         }
     }
+
+    /// Records the session's id on an MCP request's trace span (`mcp.session.id`), when it has
+    /// one. An id longer than [`MAX_TRACED_SESSION_ID`] bytes (a server's own choice) is left out.
+    fn traced(&self, span: &tracing::Span) {
+        if span.is_disabled() {
+            return;
+        }
+        if let Some(id) = self.id.get().filter(|id| id.len() <= MAX_TRACED_SESSION_ID) {
+            span.record("mcp.session.id", &*id);
+        }
+    }
 }
+
+/// The longest session id put on a trace span.
+const MAX_TRACED_SESSION_ID: usize = 256;
 
 impl Pool {
     /// A pool with its own HTTP client (connect and read timeouts from `config`). Installs the
@@ -371,6 +387,7 @@ impl Pool {
             // Read once the session is settled (making one forgets the old list).
             let generation = slot.tools.generation();
             let result = self.list_pages(&session, traceparent.as_deref()).await;
+            session.traced(&span);
             if let Err(f) = &result {
                 session.note(f);
             }
@@ -551,6 +568,7 @@ impl Pool {
         let outcome = tokio::time::timeout(remaining, call)
             .instrument(span.clone())
             .await;
+        session.traced(&span);
         self.touch(&slot);
         match outcome {
             Err(_) => {
@@ -810,6 +828,8 @@ impl Pool {
         };
         let (url, token) = (spec.url.clone(), spec.authorization.clone());
         let (http, alive_for_work) = (http.clone(), alive.clone());
+        let id = super::http::SessionId::default();
+        let id_for_work = id.clone();
         let work = async move {
             match wire {
                 Wire::StreamableHttp => {
@@ -826,7 +846,7 @@ impl Pool {
                     retry.base_duration = Duration::from_millis(100);
                     retry.max_delay = Some(Duration::from_secs(1));
                     config.retry_config = Arc::new(retry);
-                    let http = super::http::SessionClient::new(http, alive_for_work);
+                    let http = super::http::SessionClient::new(http, alive_for_work, id_for_work);
                     let transport = StreamableHttpClientTransport::with_client(http, config);
                     listener
                         .serve_with_lifecycle(transport, lifecycle)
@@ -880,6 +900,7 @@ impl Pool {
         tracing::debug!(server_label = %spec.label, ?wire, ?era, "MCP session initialized");
         Ok(Session {
             client,
+            id,
             broken: AtomicBool::new(false),
             _alive: guard,
         })

@@ -191,6 +191,9 @@ impl Transcoder {
             ModelEvent::Finish(reason) => {
                 self.outcome.finish.get_or_insert(reason);
             }
+            // The model server's id is its trace span's (`upstream::Upstreams::open`), not the
+            // Response's.
+            ModelEvent::ResponseId(_) => {}
         }
     }
 

@@ -189,7 +189,10 @@ fn user_part(p: &InputPart) -> Option<Value> {
 }
 
 #[derive(Deserialize)]
-struct Chunk {
+struct Chunk<'a> {
+    /// Borrowed from the payload (no copy per chunk; only the first is kept).
+    #[serde(default, borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
     #[serde(default)]
     choices: Vec<Choice>,
     #[serde(default)]
@@ -281,6 +284,8 @@ impl From<ChatUsage> for Usage {
 #[derive(Debug, Default)]
 pub struct ChunkParser {
     finished: bool,
+    /// Whether the answer's id was passed on (once per turn).
+    id_given: bool,
     /// The turn's tool calls, as the upstream names them.
     calls: CallNames,
 }
@@ -368,6 +373,12 @@ impl ChunkParser {
                 body: Some(err),
                 retry_after: None,
             });
+        }
+        if !self.id_given
+            && let Some(id) = chunk.id.filter(|id| !id.is_empty())
+        {
+            self.id_given = true;
+            out.push(ModelEvent::ResponseId(id.into_owned()));
         }
         for choice in chunk.choices {
             if let Some(delta) = choice.delta {

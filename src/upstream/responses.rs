@@ -172,6 +172,9 @@ pub fn input(items: &[InputItem], custom: &HashSet<&str>) -> Vec<Value> {
 #[derive(Debug, Default)]
 pub struct EventParser {
     finished: bool,
+    /// Whether the answer's id (`response.id` of `response.created` or a later lifecycle event)
+    /// was passed on (once per turn).
+    id_given: bool,
     saw_call: bool,
     /// Upstream output_index → our call index and how many argument bytes were passed on.
     calls: HashMap<u64, (u32, usize)>,
@@ -199,6 +202,15 @@ impl EventParser {
             ))
         })?;
         let kind = ev.get("type").and_then(Value::as_str).unwrap_or_default();
+        if !self.id_given
+            && let Some(id) = ev
+                .pointer("/response/id")
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())
+        {
+            self.id_given = true;
+            out.push(ModelEvent::ResponseId(id.to_string()));
+        }
         let s = |k: &str| {
             ev.get(k)
                 .and_then(Value::as_str)

@@ -163,8 +163,8 @@ fn with_prefix(name: &str, mut model: Value) -> Option<Value> {
     Some(model)
 }
 
-/// A model turn's stream that records on its `chat` span what the turn reported: usage, finish
-/// reasons, a failure, and (with `--otel-capture-content`) the text it wrote. Only made when
+/// A model turn's stream that records on its `chat` span what the turn reported: the model
+/// server's id of its answer, usage, finish reasons, a failure, and (with `--otel-capture-content`) the text it wrote. Only made when
 /// traces are on; the span ends when the stream is dropped.
 struct Traced {
     inner: ModelStream,
@@ -199,6 +199,9 @@ impl Traced {
                     "gen_ai.response.finish_reasons",
                     &self.reasons,
                 );
+            }
+            Ok(ModelEvent::ResponseId(id)) => {
+                self.span.record("gen_ai.response.id", id.as_str());
             }
             Ok(ModelEvent::Text(t)) => {
                 if let Some(text) = &mut self.text {

@@ -29,6 +29,9 @@ struct Span {
     attrs: HashMap<String, Value>,
     /// `Status.code`: 2 is error.
     status: i32,
+    /// Start and end, Unix nanoseconds.
+    start: u64,
+    end: u64,
 }
 
 impl Span {
@@ -109,6 +112,8 @@ impl Collector {
                                                 })
                                                 .collect(),
                                             status: span.status.map(|s| s.code).unwrap_or(0),
+                                            start: span.start_time_unix_nano,
+                                            end: span.end_time_unix_nano,
                                         });
                                     }
                                 }
@@ -318,6 +323,16 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
         })
         .collect();
     let mut chat_ids: Vec<String> = chats.iter().map(|c| c.span_id.clone()).collect();
+    // Each chat span carries the id the fake upstream gave that turn's answer (`chatcmpl-fakeN`
+    // for its Nth answer, on every chunk).
+    for (n, parent) in parents.iter().enumerate() {
+        let chat = chats.iter().find(|c| &c.span_id == parent).unwrap();
+        assert_eq!(
+            chat.attr("gen_ai.response.id"),
+            format!("chatcmpl-fake{}", n + 1).as_str(),
+            "{chat:#?}"
+        );
+    }
     parents.sort();
     chat_ids.sort();
     assert_eq!(parents, chat_ids);
@@ -338,8 +353,25 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
             .expect("traceparent header at the MCP server");
         assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
         assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
+        // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
+        assert!(seen[0].headers.iter().all(|(k, _)| k != "mcp-session-id"));
+        assert_eq!(span.attr("mcp.session.id"), &Value::Null, "{span:#?}");
     }
     assert_eq!(collector.services.lock().unwrap()[0], "responses-relay");
+
+    // Every span lies within its parent's time: a span ends when the last handle to it goes (a
+    // chat span's with its turn's stream, invoke_agent's with the run), not at its last exit.
+    for s in &spans {
+        if let Some(parent) = spans.iter().find(|p| p.span_id == s.parent) {
+            assert!(
+                parent.start <= s.start && s.end <= parent.end,
+                "{} outside {}: {spans:#?}",
+                s.name,
+                parent.name
+            );
+        }
+        assert!(s.start <= s.end, "{s:#?}");
+    }
 
     // No content without --otel-capture-content: neither the prompt nor the tool's arguments.
     for s in &spans {
@@ -355,6 +387,77 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
             && !k.starts_with("gen_ai.output")
             && !k.starts_with("gen_ai.tool.call.")));
     }
+}
+
+#[tokio::test]
+async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spans() {
+    let up = upstream().await;
+    // A server of an earlier revision: the `initialize` handshake, a session over Streamable HTTP.
+    let mcp = mcp_test_server::start(
+        "127.0.0.1:0".parse().unwrap(),
+        mcp_test_server::Options {
+            handshake_only: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let collector = Collector::start().await;
+    let relay = traced_relay(
+        &up.base_url(),
+        &collector.url(),
+        &["--upstream-api", "responses"],
+        &[],
+    );
+    run_with_a_tool_call(&relay, &mcp.url()).await;
+    let spans = collector.trace(TRACE, "POST /v1/responses").await;
+
+    // Each chat span carries the `response.id` of its turn's Responses stream (`resp_fakeN` for
+    // the fake upstream's Nth answer), told apart by the traceparent each turn sent.
+    let chats = named(&spans, "chat fake-model");
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    let turns: Vec<_> = up
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/responses"))
+        .collect();
+    assert_eq!(turns.len(), 2);
+    for (n, turn) in turns.iter().enumerate() {
+        let (_, parent) = parts(turn.header("traceparent").expect("traceparent upstream"));
+        let chat = chats.iter().find(|c| c.span_id == parent).unwrap();
+        assert_eq!(
+            chat.attr("gen_ai.response.id"),
+            format!("resp_fake{}", n + 1).as_str(),
+            "{chat:#?}"
+        );
+    }
+
+    // tools/list and tools/call carry the session id the server issued: the `mcp-session-id`
+    // their requests arrived with, one session for both.
+    let mut ids = Vec::new();
+    for (method, name) in [
+        ("tools/list", "tools/list math"),
+        ("tools/call", "tools/call add"),
+    ] {
+        let seen: Vec<_> = mcp
+            .requests_seen()
+            .into_iter()
+            .filter(|r| r.rpc_method == method)
+            .collect();
+        assert_eq!(seen.len(), 1, "{method}: {seen:?}");
+        let issued = seen[0]
+            .headers
+            .iter()
+            .find(|(k, _)| k == "mcp-session-id")
+            .map(|(_, v)| v.clone())
+            .expect("a session id at the MCP server");
+        assert!(!issued.is_empty());
+        let span = one(&spans, name);
+        assert_eq!(span.attr("mcp.session.id"), issued.as_str(), "{span:#?}");
+        ids.push(issued);
+    }
+    assert_eq!(ids[0], ids[1]);
+    assert_eq!(mcp.count("initialize"), 1);
 }
 
 #[tokio::test]
