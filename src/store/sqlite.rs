@@ -275,14 +275,16 @@ impl Sqlite {
         // Before WAL mode and the first table: it takes effect on a new database only.
         writer.pragma_update(None, "auto_vacuum", "INCREMENTAL")?;
         let writer = configure(writer)?;
-        // A 64 MB page cache keeps the hot pages in memory (with SQLite's 2 MB default the writer
-        // re-read pages and spilled dirty ones mid-transaction). Checkpoints run on their own
+        // A 16 MB page cache keeps the hot pages in memory (with SQLite's 2 MB default the writer
+        // re-read pages and spilled dirty ones mid-transaction; at 64 MB, the scan of the cache's
+        // hash table at the end of every transaction, `pcache1TruncateUnsafe`, was 12% of the
+        // writer under `store-scale`, and with packed logs the hot pages fit in 16). Checkpoints run on their own
         // thread (`checkpoints`), so a commit never waits for one: checkpointing in the writer
         // (SQLite's default) held every event behind it for the checkpoint's copy and fsync,
         // most of the p99 added latency with `store: true` (`bench --scenario stream`: p99
         // 164 -> 64 ms, p50 4.8 -> 2.8 ms without them). The writer still checkpoints itself
         // past 65,536 WAL pages (256 MB), should the checkpointer fall behind.
-        writer.pragma_update(None, "cache_size", -65536)?;
+        writer.pragma_update(None, "cache_size", -16384)?;
         writer.pragma_update(None, "wal_autocheckpoint", 65536)?;
         writer.execute_batch(SCHEMA)?;
         migrate(&writer)?;

@@ -49,8 +49,25 @@ fn held(env: &Env, su: &StoreUse) -> Result<u64, String> {
         let c = rusqlite::Connection::open(f).map_err(|e| format!("{}: {e}", f.display()))?;
         c.busy_timeout(Duration::from_secs(30))
             .map_err(|e| e.to_string())?;
-        c.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
-            .map_err(|e| format!("checkpoint: {e}"))?;
+        // The relay's own checkpointer (every 200 ms) can make this checkpoint answer busy
+        // without truncating the WAL, which would then be counted: tried again until it did.
+        let mut tries = 0;
+        while c
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map_err(|e| format!("checkpoint: {e}"))?
+            != 0
+        {
+            tries += 1;
+            if tries == 100 {
+                return Err(format!(
+                    "{}: the WAL could not be checkpointed",
+                    f.display()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         drop(c);
         return Ok(["", "-wal", "-journal", "-shm"]
             .iter()
