@@ -1125,22 +1125,6 @@ fn group_window(busy: std::time::Duration, writes: usize) -> std::time::Duration
     (busy * GATHER_PER_BUSY).min(GATHER_MAX)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn a_lone_write_is_committed_at_once_and_a_busy_writer_gathers_in_proportion_to_its_cost() {
-        assert_eq!(group_window(Duration::from_micros(300), 1), Duration::ZERO);
-        assert_eq!(
-            group_window(Duration::from_micros(50), 2),
-            Duration::from_micros(800)
-        );
-        assert_eq!(group_window(Duration::from_millis(1), 40), GATHER_MAX);
-    }
-}
-
 /// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`]; only
 /// in a database in incremental vacuum mode (`incremental`, read once by the writer).
 fn give_back_free_pages(conn: &Connection, incremental: bool) -> Result<(), StoreError> {
@@ -1289,4 +1273,20 @@ fn apply(
         }
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_lone_write_is_committed_at_once_and_a_busy_writer_gathers_in_proportion_to_its_cost() {
+        assert_eq!(group_window(Duration::from_micros(300), 1), Duration::ZERO);
+        assert_eq!(
+            group_window(Duration::from_micros(50), 2),
+            Duration::from_micros(800)
+        );
+        assert_eq!(group_window(Duration::from_millis(1), 40), GATHER_MAX);
+    }
 }
