@@ -23,6 +23,15 @@ async fn relay_over(up: &fake_upstream::FakeUpstream, url: &str) -> Relay {
     relay(c).await
 }
 
+/// A fake upstream, a fresh Redis database's URL, and two in-process relays sharing it.
+async fn two_relays() -> (fake_upstream::FakeUpstream, String, Relay, Relay) {
+    let up = upstream().await;
+    let url = redis_db();
+    let a = relay_over(&up, &url).await;
+    let b = relay_over(&up, &url).await;
+    (up, url, a, b)
+}
+
 /// Reads a streaming response until it holds at least `n` whole events; returns the text read.
 async fn read_events(resp: &mut reqwest::Response, n: usize) -> String {
     let mut seen = String::new();
@@ -50,10 +59,7 @@ async fn rest_of(live: reqwest::Response, seen: String) -> SseBody {
 
 #[tokio::test]
 async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (_up, _url, a, b) = two_relays().await;
     let mut live = client()
         .post(a.url("/v1/responses"))
         .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true}))
@@ -102,10 +108,7 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
 
 #[tokio::test]
 async fn previous_response_id_and_item_references_work_across_relays() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (up, _url, a, b) = two_relays().await;
     let (status, first) = post(
         &a.url("/v1/responses"),
         &json!({"model": "fake-model", "input": "turn 0"}),
@@ -149,10 +152,7 @@ async fn previous_response_id_and_item_references_work_across_relays() {
 
 #[tokio::test]
 async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (up, _url, a, b) = two_relays().await;
     let (_, created) = post(
         &a.url("/v1/responses"),
         &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
@@ -464,10 +464,7 @@ fn a_redis_url_is_never_shown_with_its_password() {
 
 #[tokio::test]
 async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_terminal_event() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (_up, url, a, b) = two_relays().await;
     let (_, created) = post(
         &a.url("/v1/responses"),
         &json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true}),
@@ -540,6 +537,25 @@ async fn until_packed(redis: &mut ::redis::Connection, id: &str, secs: u64) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// A 20-delta run streamed whole from relay `r` with `input`, once it is kept packed: its live
+/// stream as read, that stream parsed, and its id.
+async fn packed_run(
+    r: &Relay,
+    redis: &mut ::redis::Connection,
+    input: &str,
+) -> (String, SseBody, String) {
+    let live = post_text(
+        &r.url("/v1/responses"),
+        &json!({"model": "fake-model?deltas=20", "input": input, "stream": true}),
+    )
+    .await;
+    let body = parse_sse(&live);
+    assert!(body.done, "{live}");
+    let id = id_of(&body);
+    until_packed(redis, &id, 10).await;
+    (live, body, id)
 }
 
 /// An SSE body's events and `[DONE]`, as written (comment lines left out).
@@ -664,21 +680,10 @@ fn unpack_by_hand(
 
 #[tokio::test]
 async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_streamed() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (_up, url, a, b) = two_relays().await;
     let mut redis = plain(&url);
-    let live = post_text(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model?deltas=20", "input": "pack me", "stream": true}),
-    )
-    .await;
-    let body = parse_sse(&live);
-    assert!(body.done);
-    let id = id_of(&body);
     // Once its end was kept, the run's stream is replaced by one packed blob.
-    until_packed(&mut redis, &id, 10).await;
+    let (live, body, id) = packed_run(&a, &mut redis, "pack me").await;
     let (summary, log) = serves_as_streamed(&a, &id, &live, "pack me").await;
     assert_eq!(
         serves_as_streamed(&b, &id, &live, "pack me").await,
@@ -724,10 +729,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
 
 #[tokio::test]
 async fn a_run_tailed_on_another_relay_reaches_it_whole_at_once_and_is_packed_after() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (_up, url, a, b) = two_relays().await;
     let mut redis = plain(&url);
     let mut live = client()
         .post(a.url("/v1/responses"))
@@ -780,20 +782,10 @@ async fn a_run_tailed_on_another_relay_reaches_it_whole_at_once_and_is_packed_af
 
 #[tokio::test]
 async fn a_tailed_run_whose_stream_is_packed_away_under_the_tail_still_ends_whole() {
-    let up = upstream().await;
-    let url = redis_db();
-    let a = relay_over(&up, &url).await;
-    let b = relay_over(&up, &url).await;
+    let (_up, url, a, b) = two_relays().await;
     let mut redis = plain(&url);
     // A real run, kept packed: its events, offsets, Response and packed log.
-    let live = post_text(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model?deltas=20", "input": "x", "stream": true}),
-    )
-    .await;
-    let body = parse_sse(&live);
-    let id = id_of(&body);
-    until_packed(&mut redis, &id, 10).await;
+    let (live, body, id) = packed_run(&a, &mut redis, "x").await;
     let (_, log) = get_text(&a.url(&format!("/ui/api/runs/{id}/log"))).await;
     let (_, response) = get_text(&a.url(&format!("/v1/responses/{id}"))).await;
     let key = format!("relay:resp:{id}");
