@@ -1227,12 +1227,7 @@ async fn a_server_speaking_one_lifecycle_is_reached_and_the_way_that_worked_goes
                 .requests_seen()
                 .into_iter()
                 .filter(|r| r.rpc_method == "tools/call")
-                .filter_map(|r| {
-                    r.headers
-                        .into_iter()
-                        .find(|(k, _)| k == "mcp-protocol-version")
-                        .map(|(_, v)| v)
-                })
+                .filter_map(|r| r.header("mcp-protocol-version").map(str::to_string))
                 .collect();
             assert_eq!(versions, HashSet::from(["2024-11-05".to_string()]));
         }

@@ -346,11 +346,9 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
             .collect();
         assert_eq!(seen.len(), 1, "{method}: {seen:?}");
         let header = seen[0]
-            .headers
-            .iter()
-            .find(|(k, _)| k == "traceparent")
-            .map(|(_, v)| v.clone())
-            .expect("traceparent header at the MCP server");
+            .header("traceparent")
+            .expect("traceparent header at the MCP server")
+            .to_string();
         assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
         assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
         // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
@@ -446,11 +444,9 @@ async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spa
             .collect();
         assert_eq!(seen.len(), 1, "{method}: {seen:?}");
         let issued = seen[0]
-            .headers
-            .iter()
-            .find(|(k, _)| k == "mcp-session-id")
-            .map(|(_, v)| v.clone())
-            .expect("a session id at the MCP server");
+            .header("mcp-session-id")
+            .expect("a session id at the MCP server")
+            .to_string();
         assert!(!issued.is_empty());
         let span = one(&spans, name);
         assert_eq!(span.attr("mcp.session.id"), issued.as_str(), "{span:#?}");

@@ -140,6 +140,16 @@ pub struct SeenRequest {
     pub meta_traceparent: Option<String>,
 }
 
+impl SeenRequest {
+    /// The value of header `name` (lower case) the request came with.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     opts: Options,
