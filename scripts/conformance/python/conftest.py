@@ -184,3 +184,13 @@ def client(relay) -> openai.OpenAI:
     c = openai.OpenAI(base_url=relay.v1, api_key="test-key", max_retries=0, timeout=60)
     yield c
     c.close()
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Lists what the deep surface test saw refused with a reason (docs/api.md lists these)."""
+    mod = sys.modules.get("test_sdk_surface_deep")
+    refusals = sorted(getattr(mod, "REFUSALS", ()) or ())
+    if refusals:
+        terminalreporter.write_sep("-", f"refused with a reason by the relay ({len(refusals)})")
+        for line in refusals:
+            terminalreporter.write_line(line)
