@@ -103,3 +103,18 @@ def test_sse_parser_rejects_unterminated_body():
     frames = parse_sse(b": keepalive\n\nevent: a\ndata: {\"type\":\"a\"}\n\ndata: [DONE]\n\n")
     assert [f.comment for f in frames] == [True, False, False]
     assert frames[1].event == "a" and frames[2].data == "[DONE]"
+
+
+def test_the_published_schemas_accept_a_good_response_and_catch_a_broken_one():
+    import orschema
+
+    good = _response("completed")
+    assert orschema.response_errors(good) == []
+    for key in ("usage", "output", "object"):
+        broken = copy.deepcopy(good)
+        del broken[key]
+        assert orschema.response_errors(broken), f"a Response without {key!r} passed the published schema"
+    bad_event = {"type": "response.output_text.delta", "sequence_number": 3, "output_index": 0, "content_index": 0, "delta": "x"}
+    assert orschema.event_errors(bad_event), "a text delta without item_id passed the published schema"
+    assert orschema.event_errors({"type": "response.mcp_call.completed"}, only_spec=True)
+    assert len(orschema.event_schemas()) == 24

@@ -1,14 +1,31 @@
 """The Open Responses compliance checks (PROTOCOL.md §4.4), re-created: the union of the tests of
 every known version of the suite, with the Response resource and every streamed event validated
-against the required fields and types (oresp.py). Plain HTTP, no SDK, as the suite does."""
+against the required fields and types (oresp.py) and against the specification's published
+schemas (orschema.py: its OpenAPI 2026-04-24, `ResponseResource`, each event's schema,
+`CompactResource`), over SSE, JSON and WebSocket mode. Plain HTTP, no SDK, as the suite does."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from conftest import MODEL
 from fixtures import PDF_DATA_URL, PNG_DATA_URL, WEATHER_TOOL
+import orschema
 from oresp import event_errors, post_raw, response_errors, stream_raw, StreamChecker
+
+
+def stream_errors(events: list[dict], only_spec: bool = True) -> list[str]:
+    """Every event against its required fields (oresp) and its published schema (orschema); the
+    terminal event's Response against `ResponseResource`. `only_spec`: every event must be one of
+    the specification's (true of text and function-call runs)."""
+    problems = [err for ev in events for err in event_errors(ev, allow_mcp=False)]
+    problems += [err for ev in events for err in orschema.event_errors(ev, only_spec=only_spec)]
+    for ev in events:
+        if ev.get("type") in ("response.completed", "response.incomplete", "response.failed"):
+            problems += orschema.response_errors(ev["response"])
+    return problems
 
 
 def create(relay, body: dict) -> dict:
@@ -16,7 +33,7 @@ def create(relay, body: dict) -> dict:
     assert r.status == 200, f"HTTP {r.status}: {r.body[:500]!r}"
     assert r.headers.get("content-type", "").startswith("application/json")
     resp = r.json()
-    errors = response_errors(resp)
+    errors = response_errors(resp) + orschema.response_errors(resp)
     assert not errors, "\n".join(errors)
     return resp
 
@@ -38,7 +55,7 @@ def test_basic_response(relay):
 def test_streaming_response(relay):
     _, events = stream_raw(relay.base, {"model": MODEL, "input": [user("Count from 1 to 5.")]})
     assert events, "no events"
-    problems = [err for ev in events for err in event_errors(ev, allow_mcp=False)]
+    problems = stream_errors(events)
     assert not problems, "Event validation failed:\n" + "\n".join(problems)
     checker = StreamChecker(allow_mcp=False)
     for ev in events:
@@ -71,7 +88,7 @@ def test_tool_calling_streaming(relay):
         relay.base,
         {"model": MODEL, "input": [user("What's the weather like in San Francisco?")], "tools": [WEATHER_TOOL]},
     )
-    problems = [err for ev in events for err in event_errors(ev, allow_mcp=False)]
+    problems = stream_errors(events)
     assert not problems, "\n".join(problems)
     types = [e["type"] for e in events]
     assert any(
@@ -175,10 +192,55 @@ def test_every_shape_validates(relay, stream):
     for model in (f"{MODEL}?reasoning=2", f"{MODEL}?refusal=1", f"{MODEL}?finish=length", f"{MODEL}?fault=cut"):
         if stream:
             _, events = stream_raw(relay.base, {"model": model, "input": "x"})
-            problems = [err for ev in events for err in event_errors(ev, allow_mcp=False)]
+            # Reasoning text events are OpenAI's, outside the specification's catalogue.
+            problems = stream_errors(events, only_spec=False)
             assert not problems, f"{model}:\n" + "\n".join(problems)
         else:
             r = post_raw(relay.base, "/v1/responses", {"model": model, "input": "x"})
             assert r.status == 200, (model, r.status, r.body[:300])
-            errors = response_errors(r.json())
+            errors = response_errors(r.json()) + orschema.response_errors(r.json())
             assert not errors, f"{model}:\n" + "\n".join(errors)
+
+
+def test_multi_turn_streamed_with_previous_response_id_validates(relay):
+    first = create(relay, {"input": [user("Remember this secret word: papaya. Reply with OK.")], "store": True})
+    _, events = stream_raw(relay.base, {"model": MODEL, "previous_response_id": first["id"], "input": [user("The word?")]})
+    problems = stream_errors(events)
+    assert not problems, "\n".join(problems)
+    assert events[-1]["response"]["previous_response_id"] == first["id"]
+
+
+def test_websocket_mode_events_validate(relay):
+    """WebSocket mode: each frame is an event of the specification, and the terminal one's
+    Response a `ResponseResource` (system prompt, function tools, a chained second response)."""
+    from websockets.sync.client import connect
+
+    url = relay.base.replace("http://", "ws://", 1) + "/v1/responses"
+    with connect(url, additional_headers={"authorization": "Bearer test-key"}, open_timeout=30) as ws:
+        previous = None
+        for body in (
+            {"instructions": "You are terse.", "input": [user("What's the weather like in San Francisco?")], "tools": [WEATHER_TOOL]},
+            {"input": [user("And tomorrow?")]},
+        ):
+            frame = {"type": "response.create", "model": MODEL, **body}
+            if previous:
+                frame["previous_response_id"] = previous
+            ws.send(json.dumps(frame))
+            events = []
+            while not events or events[-1]["type"] not in ("response.completed", "response.incomplete", "response.failed", "error"):
+                events.append(json.loads(ws.recv(timeout=60)))
+            problems = stream_errors(events)
+            assert not problems, "\n".join(problems)
+            assert events[-1]["type"] == "response.completed", events[-1]
+            previous = events[-1]["response"]["id"]
+
+
+def test_compact_validates(relay):
+    r = post_raw(
+        relay.base,
+        "/v1/responses/compact",
+        {"model": MODEL, "input": [user("My name is Alice."), {"type": "message", "role": "assistant", "content": "Hello Alice!"}]},
+    )
+    assert r.status == 200, f"HTTP {r.status}: {r.body[:500]!r}"
+    errors = orschema.compact_errors(r.json())
+    assert not errors, "\n".join(errors)
