@@ -19,6 +19,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 
 use crate::app::App;
+use crate::run::RelaySet;
 use crate::store::Tenant;
 pub use error::ApiError;
 
@@ -320,15 +321,18 @@ pub struct Access {
 }
 
 impl Access {
-    /// `request` as this key may send it: its model checked, the registered MCP servers it may
-    /// use set; and the tenant it runs for.
+    /// `request` as this key may send it: its model checked; what the relay sets for it (the
+    /// registered MCP servers it may use); and the tenant it runs for.
     pub fn admit(
         self,
-        mut request: crate::api::request::CreateRequest,
-    ) -> Result<(crate::api::request::CreateRequest, Tenant), ApiError> {
+        request: crate::api::request::CreateRequest,
+    ) -> Result<(crate::api::request::CreateRequest, RelaySet, Tenant), ApiError> {
         self.check_model(&request.model)?;
-        request.relay.mcp_servers_allowed = self.mcp_servers;
-        Ok((request, self.tenant))
+        let relay = RelaySet {
+            mcp_servers_allowed: self.mcp_servers,
+            ..RelaySet::default()
+        };
+        Ok((request, relay, self.tenant))
     }
 
     /// Whether the key may use the registered MCP server `label`.

@@ -21,11 +21,11 @@ pub async fn create(
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
-    let (request, tenant) = access.admit(request)?;
+    let (request, relay, tenant) = access.admit(request)?;
     let stream = request.stream;
     let background = request.background;
     let permit = app.run_permit().ok_or_else(ApiError::busy)?;
-    let prepared = run::prepare(app, request, client_bearer, tenant).await?;
+    let prepared = run::prepare(app, request, relay, client_bearer, tenant).await?;
     let handle = run::start(app, prepared, permit);
     if stream {
         let guard =
@@ -71,6 +71,15 @@ pub(super) fn client_bearer<B>(app: &App, req: &Request<B>) -> Option<String> {
     }
 }
 
+/// An admitted create-shaped request: the request, what the relay sets for it, the client's
+/// bearer (to go upstream) and its tenant.
+type Admitted = (
+    crate::api::request::CreateRequest,
+    run::RelaySet,
+    Option<String>,
+    Tenant,
+);
+
 /// A create-shaped body for the endpoints that take one beside `POST /v1/responses`: parsed as a
 /// create, the fields they add (`personality`) and `stream` set aside, `input` defaulting to none
 /// with a conversation; admitted for the key (`Access::admit`).
@@ -78,7 +87,7 @@ async fn create_like(
     app: &App,
     req: Request<Incoming>,
     access: super::Access,
-) -> Result<(crate::api::request::CreateRequest, Option<String>, Tenant), ApiError> {
+) -> Result<Admitted, ApiError> {
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let mut value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
@@ -95,8 +104,8 @@ async fn create_like(
         }
     }
     let request = parse_create(&serde_json::to_vec(&value).expect("serializes"))?;
-    let (request, tenant) = access.admit(request)?;
-    Ok((request, client_bearer, tenant))
+    let (request, relay, tenant) = access.admit(request)?;
+    Ok((request, relay, client_bearer, tenant))
 }
 
 /// `POST /v1/responses/input_tokens`: a create body's input tokens, as the model server counts
@@ -106,8 +115,8 @@ pub async fn input_tokens(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    let (request, client_bearer, tenant) = create_like(app, req, access).await?;
-    let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
+    let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
+    let input_tokens = run::count_input_tokens(app, request, relay, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
         json!({"object": "response.input_tokens", "input_tokens": input_tokens}).to_string(),
@@ -121,8 +130,8 @@ pub async fn compact(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    let (request, client_bearer, tenant) = create_like(app, req, access).await?;
-    let compacted = run::compact(app, request, client_bearer, tenant).await?;
+    let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
+    let compacted = run::compact(app, request, relay, client_bearer, tenant).await?;
     Ok(json_response(StatusCode::OK, compacted.to_string()))
 }
 

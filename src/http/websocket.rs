@@ -578,15 +578,15 @@ impl Conn {
             }
         };
         let request = parse_create_value(create)?;
-        let (mut request, tenant) = self.access.clone().admit(request)?;
+        let (mut request, mut relay, tenant) = self.access.clone().admit(request)?;
         request.stream = true;
-        request.relay.generate = generate;
+        relay.generate = generate;
         if let Some(prev) = &request.previous_response_id {
-            request.relay.prior_history = self.chain_of(prev).await;
+            relay.prior_history = self.chain_of(prev).await;
         }
         let permit = app.run_permit().ok_or_else(ApiError::busy)?;
         let prepared = tokio::select! {
-            prepared = run::prepare(app, request, self.bearer.clone(), tenant) => prepared?,
+            prepared = run::prepare(app, request, relay, self.bearer.clone(), tenant) => prepared?,
             // Nobody to answer: nothing is started.
             _ = self.over.cancelled() => return Ok(()),
         };
