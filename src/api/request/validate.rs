@@ -7,7 +7,7 @@ use super::parse::{quoted, valid_name};
 use super::tool_choice::parse_tool_choice;
 use super::validate_input::parse_input;
 use super::validate_tools::parse_tools;
-use super::{CreateRequest, CreateResponse, TextFormat};
+use super::{CreateRequest, CreateResponse, ReasoningParam, TextFormat, TextParam};
 use crate::api::error::FieldError;
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -23,6 +23,8 @@ const INCLUDE_VALUES: &[&str] = &[
 
 const EFFORTS: &[&str] = &["none", "minimal", "low", "medium", "high", "xhigh"];
 
+/// Every check of a create body, in the order its errors take precedence; the request with its
+/// defaults applied.
 pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError> {
     let model = match raw.model {
         Some(m) if !m.trim().is_empty() => m,
@@ -41,133 +43,19 @@ pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError>
         .clone()
         .unwrap_or_else(|| Value::String("auto".into()));
     let tool_choice = parse_tool_choice(raw.tool_choice, &tools)?;
-    let range = |name: &str, v: Option<f64>, lo: f64, hi: f64| -> Result<Option<f64>, FieldError> {
-        match v {
-            Some(x) if !(lo..=hi).contains(&x) || x.is_nan() => Err(FieldError::invalid_value(
-                name,
-                format!("Invalid '{name}': {x}. Expected a value between {lo} and {hi}."),
-            )),
-            other => Ok(other),
-        }
-    };
-    let at_least = |name: &str, v: Option<i64>, lo: i64| -> Result<Option<u64>, FieldError> {
-        match v {
-            Some(x) if x < lo => Err(FieldError::invalid_value(
-                name,
-                format!(
-                    "Invalid '{name}': integer below minimum value. Expected a value >= {lo}, but got {x} instead."
-                ),
-            )),
-            other => Ok(other.map(|x| x as u64)),
-        }
-    };
-    let temperature = range("temperature", raw.temperature, 0.0, 2.0)?;
-    let top_p = range("top_p", raw.top_p, 0.0, 1.0)?;
-    let max_output_tokens = at_least("max_output_tokens", raw.max_output_tokens, 16)?;
-    let max_tool_calls = at_least("max_tool_calls", raw.max_tool_calls, 1)?;
-    let max_steps = at_least("max_steps", raw.max_steps, 1)?;
-    if let Some(n) = raw.top_logprobs
-        && n != 0
-    {
-        return Err(FieldError::unsupported(
-            "top_logprobs",
-            "top_logprobs is not supported by this relay; omit it or send 0.",
-        ));
-    }
+    let sampling = Sampling::check(
+        (raw.temperature, raw.top_p, raw.top_logprobs),
+        (raw.max_output_tokens, raw.max_tool_calls, raw.max_steps),
+    )?;
     let metadata = parse_metadata(raw.metadata.unwrap_or_default())?;
     let store = raw.store.unwrap_or(true);
     let background = raw.background.unwrap_or(false);
-    if background && !store {
-        return Err(FieldError::invalid_value(
-            "background",
-            "Background mode requires 'store' to be true.",
-        ));
-    }
-    if let Some(id) = &raw.previous_response_id
-        && id.trim().is_empty()
-    {
-        return Err(FieldError::invalid_value(
-            "previous_response_id",
-            "Invalid 'previous_response_id': empty string.",
-        ));
-    }
-    let text = raw.text.unwrap_or_default();
-    if let Some(v) = &text.verbosity
-        && !["low", "medium", "high"].contains(&v.as_str())
-    {
-        return Err(FieldError::invalid_value(
-            "text.verbosity",
-            format!("Invalid value: '{v}'. Supported values are: 'low', 'medium', and 'high'."),
-        ));
-    }
-    if let Some(TextFormat::JsonSchema { name, schema, .. }) = &text.format {
-        if !valid_name(name) {
-            return Err(FieldError::invalid_value(
-                "text.format.name",
-                format!(
-                    "Invalid 'text.format.name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'."
-                ),
-            ));
-        }
-        if !schema.is_object() {
-            return Err(FieldError::new(
-                "text.format.schema",
-                "Invalid 'text.format.schema': expected a JSON Schema object.",
-            ));
-        }
-    }
-    let reasoning = raw.reasoning.unwrap_or_default();
-    if let Some(e) = &reasoning.effort
-        && !EFFORTS.contains(&e.as_str())
-    {
-        return Err(FieldError::invalid_value(
-            "reasoning.effort",
-            format!(
-                "Invalid value: '{e}'. Supported values are: {}.",
-                quoted(EFFORTS)
-            ),
-        ));
-    }
-    let summary = reasoning.summary.or(reasoning.generate_summary);
-    if let Some(s) = &summary
-        && !["auto", "concise", "detailed"].contains(&s.as_str())
-    {
-        return Err(FieldError::invalid_value(
-            "reasoning.summary",
-            format!(
-                "Invalid value: '{s}'. Supported values are: 'auto', 'concise', and 'detailed'."
-            ),
-        ));
-    }
-    let truncation = raw.truncation.unwrap_or_else(|| "disabled".into());
-    if !["disabled", "auto"].contains(&truncation.as_str()) {
-        return Err(FieldError::invalid_value(
-            "truncation",
-            format!("Invalid value: '{truncation}'. Supported values are: 'auto' and 'disabled'."),
-        ));
-    }
-    for (i, inc) in raw.include.iter().flatten().enumerate() {
-        if !INCLUDE_VALUES.contains(&inc.as_str()) {
-            return Err(FieldError::invalid_value(
-                format!("include[{i}]"),
-                format!(
-                    "Invalid value: '{inc}'. Supported values are: {}.",
-                    quoted(INCLUDE_VALUES)
-                ),
-            ));
-        }
-    }
-    if let Some(t) = &raw.service_tier
-        && !SERVICE_TIERS.contains(&t.as_str())
-    {
-        return Err(FieldError::invalid_value(
-            "service_tier",
-            format!(
-                "Invalid value: '{t}'. Supported values are: {}.",
-                quoted(SERVICE_TIERS)
-            ),
-        ));
-    }
+    check_storage(store, background, raw.previous_response_id.as_deref())?;
+    let text = check_text(raw.text.unwrap_or_default())?;
+    let (reasoning_effort, reasoning_summary) = check_reasoning(raw.reasoning.unwrap_or_default())?;
+    let truncation = check_truncation(raw.truncation)?;
+    check_include(raw.include.as_deref())?;
+    check_service_tier(raw.service_tier.as_deref())?;
     let conversation = parse_conversation(raw.conversation)?;
     if conversation.is_some() && raw.previous_response_id.is_some() {
         return Err(FieldError::invalid_value(
@@ -194,11 +82,11 @@ pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError>
         tool_choice_echo,
         tool_choice,
         parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
-        max_output_tokens,
-        max_tool_calls,
-        max_steps,
-        temperature,
-        top_p,
+        max_output_tokens: sampling.max_output_tokens,
+        max_tool_calls: sampling.max_tool_calls,
+        max_steps: sampling.max_steps,
+        temperature: sampling.temperature,
+        top_p: sampling.top_p,
         metadata,
         user: raw.user,
         store,
@@ -207,8 +95,8 @@ pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError>
         stream: raw.stream.unwrap_or(false),
         text_format: text.format,
         verbosity: text.verbosity,
-        reasoning_effort: reasoning.effort,
-        reasoning_summary: summary,
+        reasoning_effort,
+        reasoning_summary,
         truncation,
         safety_identifier: raw.safety_identifier,
         prompt_cache_key: raw.prompt_cache_key,
@@ -221,6 +109,195 @@ pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError>
         background_options: raw.background_options,
         service_tier: raw.service_tier,
     })
+}
+
+/// `v`, when sent, between `lo` and `hi`.
+fn range(name: &str, v: Option<f64>, lo: f64, hi: f64) -> Result<Option<f64>, FieldError> {
+    match v {
+        Some(x) if !(lo..=hi).contains(&x) || x.is_nan() => Err(FieldError::invalid_value(
+            name,
+            format!("Invalid '{name}': {x}. Expected a value between {lo} and {hi}."),
+        )),
+        other => Ok(other),
+    }
+}
+
+/// `v`, when sent, at least `lo`.
+fn at_least(name: &str, v: Option<i64>, lo: i64) -> Result<Option<u64>, FieldError> {
+    match v {
+        Some(x) if x < lo => Err(FieldError::invalid_value(
+            name,
+            format!(
+                "Invalid '{name}': integer below minimum value. Expected a value >= {lo}, but got {x} instead."
+            ),
+        )),
+        other => Ok(other.map(|x| x as u64)),
+    }
+}
+
+/// The sampling and budget numbers, each within its range.
+struct Sampling {
+    temperature: Option<f64>,
+    top_p: Option<f64>,
+    max_output_tokens: Option<u64>,
+    max_tool_calls: Option<u64>,
+    max_steps: Option<u64>,
+}
+
+impl Sampling {
+    /// `(temperature, top_p, top_logprobs)` and `(max_output_tokens, max_tool_calls, max_steps)`
+    /// as sent.
+    fn check(
+        (temperature, top_p, top_logprobs): (Option<f64>, Option<f64>, Option<i64>),
+        (max_output_tokens, max_tool_calls, max_steps): (Option<i64>, Option<i64>, Option<i64>),
+    ) -> Result<Sampling, FieldError> {
+        let temperature = range("temperature", temperature, 0.0, 2.0)?;
+        let top_p = range("top_p", top_p, 0.0, 1.0)?;
+        let max_output_tokens = at_least("max_output_tokens", max_output_tokens, 16)?;
+        let max_tool_calls = at_least("max_tool_calls", max_tool_calls, 1)?;
+        let max_steps = at_least("max_steps", max_steps, 1)?;
+        if let Some(n) = top_logprobs
+            && n != 0
+        {
+            return Err(FieldError::unsupported(
+                "top_logprobs",
+                "top_logprobs is not supported by this relay; omit it or send 0.",
+            ));
+        }
+        Ok(Sampling {
+            temperature,
+            top_p,
+            max_output_tokens,
+            max_tool_calls,
+            max_steps,
+        })
+    }
+}
+
+/// `background` needs `store`; `previous_response_id`, when sent, is not empty.
+fn check_storage(
+    store: bool,
+    background: bool,
+    previous_response_id: Option<&str>,
+) -> Result<(), FieldError> {
+    if background && !store {
+        return Err(FieldError::invalid_value(
+            "background",
+            "Background mode requires 'store' to be true.",
+        ));
+    }
+    if let Some(id) = previous_response_id
+        && id.trim().is_empty()
+    {
+        return Err(FieldError::invalid_value(
+            "previous_response_id",
+            "Invalid 'previous_response_id': empty string.",
+        ));
+    }
+    Ok(())
+}
+
+/// `text`: its `verbosity` one of OpenAI's, a `json_schema` format named validly with an object
+/// schema.
+fn check_text(text: TextParam) -> Result<TextParam, FieldError> {
+    if let Some(v) = &text.verbosity
+        && !["low", "medium", "high"].contains(&v.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "text.verbosity",
+            format!("Invalid value: '{v}'. Supported values are: 'low', 'medium', and 'high'."),
+        ));
+    }
+    if let Some(TextFormat::JsonSchema { name, schema, .. }) = &text.format {
+        if !valid_name(name) {
+            return Err(FieldError::invalid_value(
+                "text.format.name",
+                format!(
+                    "Invalid 'text.format.name': '{name}'. Expected a string that matches the pattern '^[a-zA-Z0-9_-]{{1,64}}$'."
+                ),
+            ));
+        }
+        if !schema.is_object() {
+            return Err(FieldError::new(
+                "text.format.schema",
+                "Invalid 'text.format.schema': expected a JSON Schema object.",
+            ));
+        }
+    }
+    Ok(text)
+}
+
+/// `reasoning`: its effort and its summary (`summary`, or the older `generate_summary`).
+fn check_reasoning(
+    reasoning: ReasoningParam,
+) -> Result<(Option<String>, Option<String>), FieldError> {
+    if let Some(e) = &reasoning.effort
+        && !EFFORTS.contains(&e.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "reasoning.effort",
+            format!(
+                "Invalid value: '{e}'. Supported values are: {}.",
+                quoted(EFFORTS)
+            ),
+        ));
+    }
+    let summary = reasoning.summary.or(reasoning.generate_summary);
+    if let Some(s) = &summary
+        && !["auto", "concise", "detailed"].contains(&s.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "reasoning.summary",
+            format!(
+                "Invalid value: '{s}'. Supported values are: 'auto', 'concise', and 'detailed'."
+            ),
+        ));
+    }
+    Ok((reasoning.effort, summary))
+}
+
+/// `truncation`: `disabled` (the default) or `auto`.
+fn check_truncation(truncation: Option<String>) -> Result<String, FieldError> {
+    let truncation = truncation.unwrap_or_else(|| "disabled".into());
+    if !["disabled", "auto"].contains(&truncation.as_str()) {
+        return Err(FieldError::invalid_value(
+            "truncation",
+            format!("Invalid value: '{truncation}'. Supported values are: 'auto' and 'disabled'."),
+        ));
+    }
+    Ok(truncation)
+}
+
+/// `include`: each one of OpenAI's values.
+fn check_include(include: Option<&[String]>) -> Result<(), FieldError> {
+    for (i, inc) in include.into_iter().flatten().enumerate() {
+        if !INCLUDE_VALUES.contains(&inc.as_str()) {
+            return Err(FieldError::invalid_value(
+                format!("include[{i}]"),
+                format!(
+                    "Invalid value: '{inc}'. Supported values are: {}.",
+                    quoted(INCLUDE_VALUES)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `service_tier`: one of OpenAI's (accepted and echoed as `default`).
+fn check_service_tier(tier: Option<&str>) -> Result<(), FieldError> {
+    if let Some(t) = tier
+        && !SERVICE_TIERS.contains(&t)
+    {
+        return Err(FieldError::invalid_value(
+            "service_tier",
+            format!(
+                "Invalid value: '{t}'. Supported values are: {}.",
+                quoted(SERVICE_TIERS)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// `metadata`: at most 16 string values, keys of at most 64 and values of at most 512 characters.

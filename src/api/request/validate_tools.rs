@@ -37,18 +37,7 @@ pub fn parse_tools(tools: Vec<Value>, base: &str) -> Result<Vec<ToolParam>, Fiel
             "namespace" => out.push(ToolParam::Namespace(parse_namespace(tool, &param)?)),
             "mcp" => out.push(ToolParam::Mcp(from_value_at(tool, &param)?)),
             "tool_search" => {
-                let t: ToolSearchParam = from_value_at(tool, &param)?;
-                if let Some(e) = t.execution.as_deref()
-                    && e != "server"
-                    && e != "client"
-                {
-                    return Err(FieldError::invalid_value(
-                        format!("{param}.execution"),
-                        format!(
-                            "Invalid value: '{e}'. Supported values are: 'server' and 'client'."
-                        ),
-                    ));
-                }
+                let t = parse_tool_search(tool, &param)?;
                 if out.iter().any(|t| matches!(t, ToolParam::ToolSearch(_))) {
                     return Err(FieldError::invalid_value(
                         format!("{param}.type"),
@@ -93,8 +82,29 @@ pub fn parse_tools(tools: Vec<Value>, base: &str) -> Result<Vec<ToolParam>, Fiel
             }
         }
     }
+    check_unique_names(&out, base)?;
+    Ok(out)
+}
+
+/// A `tool_search` tool: its `execution` is `server` or `client`.
+fn parse_tool_search(tool: Value, param: &str) -> Result<ToolSearchParam, FieldError> {
+    let t: ToolSearchParam = from_value_at(tool, param)?;
+    if let Some(e) = t.execution.as_deref()
+        && e != "server"
+        && e != "client"
+    {
+        return Err(FieldError::invalid_value(
+            format!("{param}.execution"),
+            format!("Invalid value: '{e}'. Supported values are: 'server' and 'client'."),
+        ));
+    }
+    Ok(t)
+}
+
+/// No two function or custom tools of `tools` (named from `base`) share a name.
+fn check_unique_names(tools: &[ToolParam], base: &str) -> Result<(), FieldError> {
     let mut names = std::collections::HashSet::new();
-    for (i, t) in out.iter().enumerate() {
+    for (i, t) in tools.iter().enumerate() {
         let name = match t {
             ToolParam::Function(f) => &f.name,
             ToolParam::Custom(c) => &c.name,
@@ -107,7 +117,7 @@ pub fn parse_tools(tools: Vec<Value>, base: &str) -> Result<Vec<ToolParam>, Fiel
             ));
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn parse_function(tool: Value, param: &str) -> Result<FunctionTool, FieldError> {
