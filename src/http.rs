@@ -21,7 +21,7 @@ use hyper::{Method, Request, Response, StatusCode, header};
 use crate::app::App;
 use crate::run::RelaySet;
 use crate::store::Tenant;
-pub use error::ApiError;
+pub use error::{ApiError, ErrorKind};
 
 pub type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BoxErr>;
@@ -202,11 +202,8 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
                 websocket::accept(&app, req, access)
             }
             Some(Route::WebSocket) => Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                ErrorKind::UpgradeRequired,
                 "GET /v1/responses is WebSocket mode: send it as an upgrade (Upgrade: websocket).",
-                None,
-                Some("websocket_upgrade_required"),
             )),
             Some(Route::InputTokens) => responses::input_tokens(&app, req, access).await,
             Some(Route::Compact) => responses::compact(&app, req, access).await,
@@ -254,12 +251,13 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
         false => Route::template(&method, &path),
     };
     let resp = result.unwrap_or_else(|e| {
+        let body = e.body();
         tracing::info!(
             route = %template,
-            status = e.status.as_u16(),
-            code = e.body.code.as_deref().unwrap_or(""),
-            param = e.body.param.as_deref().unwrap_or(""),
-            error = %e.body.message,
+            status = e.status().as_u16(),
+            code = body.code.as_deref().unwrap_or(""),
+            param = body.param.as_deref().unwrap_or(""),
+            error = %body.message,
             "request rejected"
         );
         e.into_response()

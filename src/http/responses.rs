@@ -6,7 +6,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
 use super::sse::{self, CancelOnDrop};
-use super::{ApiError, Body, json_response};
+use super::{ApiError, Body, ErrorKind, json_response};
 use crate::api::request::parse_create;
 use crate::app::App;
 use crate::run;
@@ -163,11 +163,8 @@ pub(super) async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes:
             Err(_) if over => break,
             Err(e) => {
                 return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
+                    ErrorKind::BadRequest,
                     format!("Could not read the request body: {e}"),
-                    None,
-                    None,
                 ));
             }
         };
@@ -189,11 +186,8 @@ pub(super) async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes:
     }
     if over {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
+            ErrorKind::TooLarge,
             format!("The request body is larger than the relay's limit of {limit} bytes."),
-            None,
-            Some("request_too_large"),
         ));
     }
     Ok(buf.freeze())
@@ -265,11 +259,8 @@ pub async fn delete(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Bod
 pub async fn cancel(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Body>, ApiError> {
     let synchronous = || {
         ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
+            ErrorKind::NotCancellable,
             "Cannot cancel a synchronous response. Only responses created with 'background': true can be cancelled.",
-            None,
-            None,
         )
     };
     // A run live here is answered from its own log (its end as its readers saw it, even if the
@@ -301,11 +292,8 @@ pub async fn cancel(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Bod
     if !matches!(response.status, ResponseStatus::Cancelled) {
         let status = serde_json::to_value(response.status).unwrap_or_default();
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
+            ErrorKind::AlreadyFinished,
             format!("Cannot cancel response '{id}': it already finished with status {status}."),
-            None,
-            Some("response_already_finished"),
         ));
     }
     Ok(json_response(
@@ -420,14 +408,9 @@ pub async fn models(
     ))
 }
 
+/// A 400 naming the query parameter `param`.
 pub(super) fn bad_query(param: &str, message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        message,
-        Some(param),
-        Some("invalid_value"),
-    )
+    ApiError::invalid(crate::api::FieldError::invalid_value(param, message))
 }
 
 /// A parsed query string (percent-decoded).
