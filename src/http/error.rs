@@ -79,134 +79,67 @@ const SERVER: &str = "server_error";
 /// One row of the status table: status, OpenAI error `type`, `code`, `Retry-After` seconds.
 type Row<'a> = (StatusCode, &'a str, Option<&'a str>, Option<u64>);
 
+/// A row of the client's fault (`invalid_request_error`).
+fn client(status: StatusCode, code: Option<&str>) -> Row<'_> {
+    (status, INVALID, code, None)
+}
+
+/// A row of the relay's or its dependencies' fault (`server_error`).
+fn server(status: StatusCode, code: &str) -> Row<'_> {
+    (status, SERVER, Some(code), None)
+}
+
 impl ErrorKind {
     /// The status, error `type`, `code` and `Retry-After` this kind answers with.
     pub fn row(&self) -> Row<'_> {
         use ErrorKind as K;
+        use StatusCode as S;
         match self {
-            K::InvalidField(code) => (StatusCode::BAD_REQUEST, INVALID, *code, None),
-            K::BadRequest | K::NotCancellable => (StatusCode::BAD_REQUEST, INVALID, None, None),
-            K::TooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                INVALID,
-                Some("request_too_large"),
-                None,
-            ),
-            K::UpgradeRequired => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("websocket_upgrade_required"),
-                None,
-            ),
-            K::BadUpgrade => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("invalid_websocket_upgrade"),
-                None,
-            ),
-            K::InvalidStreamId => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("invalid_stream_id"),
-                None,
-            ),
-            K::UnsupportedClientEvent => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("unsupported_client_event"),
-                None,
-            ),
-            K::StreamLimit => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("websocket_stream_limit_reached"),
-                None,
-            ),
-            K::ConnectionLimit => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("websocket_connection_limit_reached"),
-                None,
-            ),
-            K::Unauthorized => (
-                StatusCode::UNAUTHORIZED,
-                INVALID,
-                Some("invalid_api_key"),
-                None,
-            ),
-            K::NotFound => (StatusCode::NOT_FOUND, INVALID, None, None),
-            K::PreviousNotFound => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("previous_response_not_found"),
-                None,
-            ),
-            K::AlreadyFinished => (
-                StatusCode::BAD_REQUEST,
-                INVALID,
-                Some("response_already_finished"),
-                None,
-            ),
-            K::ConversationLocked => (
-                StatusCode::CONFLICT,
-                INVALID,
-                Some("conversation_locked"),
-                None,
-            ),
+            K::InvalidField(code) => client(S::BAD_REQUEST, *code),
+            K::BadRequest | K::NotCancellable => client(S::BAD_REQUEST, None),
+            K::TooLarge => client(S::PAYLOAD_TOO_LARGE, Some("request_too_large")),
+            K::UpgradeRequired => client(S::BAD_REQUEST, Some("websocket_upgrade_required")),
+            K::BadUpgrade => client(S::BAD_REQUEST, Some("invalid_websocket_upgrade")),
+            K::InvalidStreamId => client(S::BAD_REQUEST, Some("invalid_stream_id")),
+            K::UnsupportedClientEvent => client(S::BAD_REQUEST, Some("unsupported_client_event")),
+            K::StreamLimit => client(S::BAD_REQUEST, Some("websocket_stream_limit_reached")),
+            K::ConnectionLimit => {
+                client(S::BAD_REQUEST, Some("websocket_connection_limit_reached"))
+            }
+            K::Unauthorized => client(S::UNAUTHORIZED, Some("invalid_api_key")),
+            K::NotFound => client(S::NOT_FOUND, None),
+            K::PreviousNotFound => client(S::BAD_REQUEST, Some("previous_response_not_found")),
+            K::AlreadyFinished => client(S::BAD_REQUEST, Some("response_already_finished")),
+            K::ConversationLocked => client(S::CONFLICT, Some("conversation_locked")),
             K::McpDiscovery => (
-                StatusCode::FAILED_DEPENDENCY,
+                S::FAILED_DEPENDENCY,
                 "external_connector_error",
                 Some("http_error"),
                 None,
             ),
-            K::Busy => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                SERVER,
-                Some("server_busy"),
-                Some(1),
-            ),
-            K::ShuttingDown => (
-                StatusCode::SERVICE_UNAVAILABLE,
-                SERVER,
-                Some("server_shutting_down"),
-                None,
-            ),
+            K::Busy => (S::SERVICE_UNAVAILABLE, SERVER, Some("server_busy"), Some(1)),
+            K::ShuttingDown => server(S::SERVICE_UNAVAILABLE, "server_shutting_down"),
             K::StoreUnavailable => (
-                StatusCode::SERVICE_UNAVAILABLE,
+                S::SERVICE_UNAVAILABLE,
                 SERVER,
                 Some("store_unavailable"),
                 Some(1),
             ),
-            K::StoreFailed => (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                SERVER,
-                Some("store_error"),
-                None,
-            ),
+            K::StoreFailed => server(S::INTERNAL_SERVER_ERROR, "store_error"),
             K::UpstreamRejected {
                 status,
                 kind,
                 code,
                 retry_after,
             } => (
-                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
+                S::from_u16(*status).unwrap_or(S::BAD_GATEWAY),
                 kind.as_deref().unwrap_or(INVALID),
                 Some(code.as_deref().unwrap_or("upstream_error")),
                 *retry_after,
             ),
-            K::UpstreamTimeout => (
-                StatusCode::GATEWAY_TIMEOUT,
-                SERVER,
-                Some("upstream_timeout"),
-                None,
-            ),
-            K::UpstreamFailed => (
-                StatusCode::BAD_GATEWAY,
-                SERVER,
-                Some("upstream_error"),
-                None,
-            ),
-            K::RecordingBroken => (StatusCode::INTERNAL_SERVER_ERROR, SERVER, None, None),
+            K::UpstreamTimeout => server(S::GATEWAY_TIMEOUT, "upstream_timeout"),
+            K::UpstreamFailed => server(S::BAD_GATEWAY, "upstream_error"),
+            K::RecordingBroken => (S::INTERNAL_SERVER_ERROR, SERVER, None, None),
         }
     }
 }

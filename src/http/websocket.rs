@@ -415,38 +415,31 @@ async fn wait_for_events(sending: &[Sending]) {
     }
 }
 
-/// Routes one client frame: a `response.create` to its lane, anything else answered at once.
-fn dispatch(
-    conn: &Arc<Conn>,
-    text: Utf8Bytes,
-    lanes: &mut HashMap<Option<String>, mpsc::Sender<Value>>,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
+/// A client frame: a JSON object, and the lane its `stream_id` names (`None`: the default one).
+fn client_event(text: &Utf8Bytes) -> Result<(Value, Option<String>), ApiError> {
     let value: Value = match serde_json::from_str(text.as_str()) {
         Ok(v @ Value::Object(_)) => v,
-        Ok(_) => {
-            let e = invalid(None, "A client event must be a JSON object.");
-            return conn.send_error(None, &e);
-        }
-        Err(e) => {
-            let e = invalid(None, &format!("The frame is not valid JSON: {e}"));
-            return conn.send_error(None, &e);
-        }
+        Ok(_) => return Err(invalid(None, "A client event must be a JSON object.")),
+        Err(e) => return Err(invalid(None, &format!("The frame is not valid JSON: {e}"))),
     };
     let lane = match value.get("stream_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if valid_stream_id(s) => Some(s.clone()),
         Some(_) => {
-            let e = ApiError::new(
+            return Err(ApiError::new(
                 ErrorKind::InvalidStreamId,
                 "Invalid 'stream_id': 1 to 256 letters, digits, '_', '.' or '-'.",
             )
-            .at("stream_id");
-            return conn.send_error(None, &e);
+            .at("stream_id"));
         }
     };
+    Ok((value, lane))
+}
+
+/// Whether `value` is a `response.create`; any other client event is answered here (on `lane`).
+fn is_create(conn: &Conn, value: &Value, lane: Option<&str>) -> bool {
     match value.get("type").and_then(Value::as_str) {
-        Some("response.create") => {}
+        Some("response.create") => true,
         Some("response.steer") => {
             // The SDKs' own answer for a server that does not steer.
             let steer = json!({"input": value.get("input").cloned().unwrap_or(Value::Null),
@@ -459,7 +452,7 @@ fn dispatch(
             let _ = conn.out.send(Out::Frame(Message::Text(Utf8Bytes::from(
                 frame.to_string(),
             ))));
-            return;
+            false
         }
         Some(other) => {
             let e = ApiError::new(
@@ -469,12 +462,30 @@ fn dispatch(
                 ),
             )
             .at("type");
-            return conn.send_error(lane.as_deref(), &e);
+            conn.send_error(lane, &e);
+            false
         }
         None => {
             let e = ApiError::invalid(FieldError::missing("type"));
-            return conn.send_error(lane.as_deref(), &e);
+            conn.send_error(lane, &e);
+            false
         }
+    }
+}
+
+/// Routes one client frame: a `response.create` to its lane, anything else answered at once.
+fn dispatch(
+    conn: &Arc<Conn>,
+    text: Utf8Bytes,
+    lanes: &mut HashMap<Option<String>, mpsc::Sender<Value>>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    let (value, lane) = match client_event(&text) {
+        Ok(event) => event,
+        Err(e) => return conn.send_error(None, &e),
+    };
+    if !is_create(conn, &value, lane.as_deref()) {
+        return;
     }
     if !lanes.contains_key(&lane) {
         if lane.is_some() && lanes.keys().filter(|k| k.is_some()).count() >= MAX_LANES {
