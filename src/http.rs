@@ -19,8 +19,9 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 
 use crate::app::App;
+use crate::run::RelaySet;
 use crate::store::Tenant;
-pub use error::ApiError;
+pub use error::{ApiError, ErrorKind};
 
 pub type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 pub type Body = UnsyncBoxBody<Bytes, BoxErr>;
@@ -201,11 +202,8 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
                 websocket::accept(&app, req, access)
             }
             Some(Route::WebSocket) => Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                ErrorKind::UpgradeRequired,
                 "GET /v1/responses is WebSocket mode: send it as an upgrade (Upgrade: websocket).",
-                None,
-                Some("websocket_upgrade_required"),
             )),
             Some(Route::InputTokens) => responses::input_tokens(&app, req, access).await,
             Some(Route::Compact) => responses::compact(&app, req, access).await,
@@ -253,12 +251,13 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
         false => Route::template(&method, &path),
     };
     let resp = result.unwrap_or_else(|e| {
+        let body = e.body();
         tracing::info!(
             route = %template,
-            status = e.status.as_u16(),
-            code = e.body.code.as_deref().unwrap_or(""),
-            param = e.body.param.as_deref().unwrap_or(""),
-            error = %e.body.message,
+            status = e.status().as_u16(),
+            code = body.code.as_deref().unwrap_or(""),
+            param = body.param.as_deref().unwrap_or(""),
+            error = %body.message,
             "request rejected"
         );
         e.into_response()
@@ -320,15 +319,18 @@ pub struct Access {
 }
 
 impl Access {
-    /// `request` as this key may send it: its model checked, the registered MCP servers it may
-    /// use set; and the tenant it runs for.
+    /// `request` as this key may send it: its model checked; what the relay sets for it (the
+    /// registered MCP servers it may use); and the tenant it runs for.
     pub fn admit(
         self,
-        mut request: crate::api::request::CreateRequest,
-    ) -> Result<(crate::api::request::CreateRequest, Tenant), ApiError> {
+        request: crate::api::request::CreateRequest,
+    ) -> Result<(crate::api::request::CreateRequest, RelaySet, Tenant), ApiError> {
         self.check_model(&request.model)?;
-        request.relay.mcp_servers_allowed = self.mcp_servers;
-        Ok((request, self.tenant))
+        let relay = RelaySet {
+            mcp_servers_allowed: self.mcp_servers,
+            ..RelaySet::default()
+        };
+        Ok((request, relay, self.tenant))
     }
 
     /// Whether the key may use the registered MCP server `label`.

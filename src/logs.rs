@@ -19,7 +19,7 @@ use serde_json::value::RawValue;
 use crate::api::fold::Fold;
 use crate::api::{Event, OutputItem, Sequenced};
 use crate::eventlog::log::LogEntry;
-use crate::http::{ApiError, Body, BoxErr, json_response, ui};
+use crate::http::{ApiError, Body, BoxErr, ErrorKind, json_response, ui};
 
 /// One line of an exported log.
 #[derive(Serialize, Deserialize)]
@@ -58,7 +58,7 @@ impl Recording {
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
         {
-            let l: Line = serde_json::from_str(line)
+            let l: Line<'_> = serde_json::from_str(line)
                 .map_err(|e| LogError(format!("{}:{}: {e}", path.display(), n + 1)))?;
             events.push((l.offset_ms, l.event.get().to_string()));
         }
@@ -167,15 +167,7 @@ impl Recording {
     /// The run viewer's JSON (`/ui/api/`, as the relay answers it) for this one recorded run:
     /// a listing of it, its summary, its log.
     fn viewer_api(&self, method: &Method, path: &str) -> Result<Response<Body>, ApiError> {
-        let failed = |e: LogError| {
-            ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                e.0,
-                None,
-                None,
-            )
-        };
+        let failed = |e: LogError| ApiError::new(ErrorKind::RecordingBroken, e.0);
         let response = self.final_response().map_err(failed)?;
         let offsets: Vec<(u64, String)> = self
             .parsed()
@@ -380,14 +372,7 @@ async fn answer(
     if !stream {
         return Ok(match rec.final_response() {
             Ok(r) => json_response(StatusCode::OK, serde_json::to_vec(&r).expect("serializes")),
-            Err(e) => ApiError::new(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "server_error",
-                e.0,
-                None,
-                None,
-            )
-            .into_response(),
+            Err(e) => ApiError::new(ErrorKind::RecordingBroken, e.0).into_response(),
         });
     }
     let frames = async_stream::stream! {

@@ -21,6 +21,7 @@ mod approvals;
 mod compact;
 mod context;
 mod prepare;
+mod relay_set;
 pub mod search;
 mod tokens;
 mod tools;
@@ -34,6 +35,7 @@ use tokio_util::sync::CancellationToken;
 pub use approvals::ApprovalAnswer;
 pub use compact::compact;
 pub use prepare::{Purpose, prepare, prepare_for};
+pub use relay_set::RelaySet;
 pub use tokens::count_input_tokens;
 pub use tools::McpSetup;
 
@@ -85,6 +87,8 @@ impl StartError {
 pub struct Prepared {
     pub response: Response,
     pub request: CreateRequest,
+    /// What the relay set for the request (its key's MCP servers, the WebSocket door's).
+    pub relay: RelaySet,
     /// Input items as stored (ids assigned, references resolved).
     pub input: Vec<InputItem>,
     /// What the model sees before its own output: the chain's history and this input.

@@ -179,7 +179,17 @@ fn expect_kind(item: &OutputItem, kinds: &[&str]) -> Result<(), String> {
     }
 }
 
+/// Applies an event scoped to `item` (one whose [`Event::item_scope`] is the item's).
 fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> {
+    if apply_content_event(item, event)? {
+        return Ok(());
+    }
+    apply_call_event(item, event)
+}
+
+/// A content part's event (a message's or a reasoning item's parts and their text): whether
+/// `event` is one.
+fn apply_content_event(item: &mut OutputItem, event: &Event) -> Result<bool, String> {
     match event {
         Event::ContentPartAdded {
             content_index,
@@ -195,7 +205,7 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
                 ));
             }
             content.push(part.clone());
-            Ok(())
+            Ok(true)
         }
         Event::ContentPartDone {
             content_index,
@@ -205,7 +215,7 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             expect_kind(item, &["message", "reasoning"])?;
             let slot = part_at(item, *content_index)?;
             *slot = part.clone();
-            Ok(())
+            Ok(true)
         }
         Event::OutputTextDelta {
             content_index,
@@ -227,7 +237,7 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             let slot = part_at(item, *content_index)?;
             check_part(slot, part)?;
             slot.text_mut().push_str(delta);
-            Ok(())
+            Ok(true)
         }
         Event::OutputTextDone {
             content_index,
@@ -249,8 +259,15 @@ fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> 
             let slot = part_at(item, *content_index)?;
             check_part(slot, part)?;
             *slot.text_mut() = text.clone();
-            Ok(())
+            Ok(true)
         }
+        _ => Ok(false),
+    }
+}
+
+/// A call's event (its arguments or input, its progress), or a status-only item's.
+fn apply_call_event(item: &mut OutputItem, event: &Event) -> Result<(), String> {
+    match event {
         Event::FunctionCallArgumentsDelta { delta, .. } => match item {
             OutputItem::FunctionCall(f) => {
                 f.arguments.push_str(delta);

@@ -6,7 +6,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::{Map, Value, json};
 
 use super::responses::{Query, list_page, read_body};
-use super::{ApiError, Body, json_response};
+use super::{ApiError, Body, ErrorKind, json_response};
 use crate::api::FieldError;
 use crate::api::request::{InputItem, parse_input, parse_metadata};
 use crate::api::response::Conversation;
@@ -20,21 +20,15 @@ const MAX_ADD_ITEMS: usize = 1000;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
+        ErrorKind::NotFound,
         format!("Conversation with id '{id}' not found."),
-        None,
-        None,
     )
 }
 
 fn item_not_found(id: &str) -> ApiError {
     ApiError::new(
-        StatusCode::NOT_FOUND,
-        "invalid_request_error",
+        ErrorKind::NotFound,
         format!("Item with id '{id}' not found."),
-        None,
-        None,
     )
 }
 

@@ -1,4 +1,9 @@
-//! Every HTTP error the relay answers with: its status and OpenAI's error envelope.
+//! Every HTTP error the relay answers with: what went wrong ([`ErrorKind`], chosen where it
+//! happens) and, here alone, the status, OpenAI error `type` and `code` (and `Retry-After`) each
+//! kind answers with.
+//!
+//! Invariant: [`ErrorKind::row`] is the one table of error statuses: an exhaustive `match`, no
+//! catch-all arm, so a new kind of failure cannot go out without its row.
 
 use hyper::{Method, Response, StatusCode};
 use serde_json::json;
@@ -8,107 +13,239 @@ use crate::api::{ErrorBody, FieldError};
 use crate::run::StartError;
 use crate::upstream::UpstreamError;
 
+/// What went wrong, as the client is told it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// A field of the body (or a query parameter) at fault; the code is the field error's own
+    /// (`invalid_value`, `missing_required_parameter`, ...).
+    InvalidField(Option<&'static str>),
+    /// The body could not be read, or a request the relay does not take for no field's sake.
+    BadRequest,
+    /// The body is over the relay's limit.
+    TooLarge,
+    /// `GET /v1/responses` sent without the WebSocket upgrade.
+    UpgradeRequired,
+    /// A WebSocket upgrade the relay cannot accept (not HTTP/1.1, no key, wrong version).
+    BadUpgrade,
+    /// A WebSocket event's `stream_id` is not a valid one.
+    InvalidStreamId,
+    /// A WebSocket client event other than `response.create` (or `response.steer`).
+    UnsupportedClientEvent,
+    /// A WebSocket connection opened too many stream ids, or queued too many creates on one.
+    StreamLimit,
+    /// A WebSocket connection is past its lifetime.
+    ConnectionLimit,
+    /// A missing or wrong API key.
+    Unauthorized,
+    /// No such route, response, conversation or item (for this key's tenant).
+    NotFound,
+    /// `previous_response_id` names no stored response of the tenant.
+    PreviousNotFound,
+    /// Cancelling a response that was not created in the background.
+    NotCancellable,
+    /// Cancelling a response that already ended otherwise.
+    AlreadyFinished,
+    /// Another run holds the conversation.
+    ConversationLocked,
+    /// An MCP server's tools could not be listed (under `--mcp-discovery-failure fail`).
+    McpDiscovery,
+    /// The relay runs as many responses as it may.
+    Busy,
+    /// The relay is shutting down.
+    ShuttingDown,
+    /// The store cannot be reached (Redis away): worth a retry.
+    StoreUnavailable,
+    /// The store failed otherwise.
+    StoreFailed,
+    /// The upstream model server refused the request (a 4xx): its status, and its envelope's
+    /// `type` and `code` when it sent them, passed on.
+    UpstreamRejected {
+        status: u16,
+        kind: Option<String>,
+        code: Option<String>,
+        retry_after: Option<u64>,
+    },
+    /// The upstream model server did not answer in time.
+    UpstreamTimeout,
+    /// The upstream model server failed otherwise (unreachable, a 5xx, a broken answer).
+    UpstreamFailed,
+    /// A recording that cannot be replayed (`logs serve`).
+    RecordingBroken,
+}
+
+const INVALID: &str = "invalid_request_error";
+const SERVER: &str = "server_error";
+
+/// One row of the status table: status, OpenAI error `type`, `code`, `Retry-After` seconds.
+type Row<'a> = (StatusCode, &'a str, Option<&'a str>, Option<u64>);
+
+/// A row of the client's fault (`invalid_request_error`).
+fn client(status: StatusCode, code: Option<&str>) -> Row<'_> {
+    (status, INVALID, code, None)
+}
+
+/// A row of the relay's or its dependencies' fault (`server_error`).
+fn server(status: StatusCode, code: &str) -> Row<'_> {
+    (status, SERVER, Some(code), None)
+}
+
+impl ErrorKind {
+    /// The status, error `type`, `code` and `Retry-After` this kind answers with.
+    pub fn row(&self) -> Row<'_> {
+        use ErrorKind as K;
+        use StatusCode as S;
+        match self {
+            K::InvalidField(code) => client(S::BAD_REQUEST, *code),
+            K::BadRequest | K::NotCancellable => client(S::BAD_REQUEST, None),
+            K::TooLarge => client(S::PAYLOAD_TOO_LARGE, Some("request_too_large")),
+            K::UpgradeRequired => client(S::BAD_REQUEST, Some("websocket_upgrade_required")),
+            K::BadUpgrade => client(S::BAD_REQUEST, Some("invalid_websocket_upgrade")),
+            K::InvalidStreamId => client(S::BAD_REQUEST, Some("invalid_stream_id")),
+            K::UnsupportedClientEvent => client(S::BAD_REQUEST, Some("unsupported_client_event")),
+            K::StreamLimit => client(S::BAD_REQUEST, Some("websocket_stream_limit_reached")),
+            K::ConnectionLimit => {
+                client(S::BAD_REQUEST, Some("websocket_connection_limit_reached"))
+            }
+            K::Unauthorized => client(S::UNAUTHORIZED, Some("invalid_api_key")),
+            K::NotFound => client(S::NOT_FOUND, None),
+            K::PreviousNotFound => client(S::BAD_REQUEST, Some("previous_response_not_found")),
+            K::AlreadyFinished => client(S::BAD_REQUEST, Some("response_already_finished")),
+            K::ConversationLocked => client(S::CONFLICT, Some("conversation_locked")),
+            K::McpDiscovery => (
+                S::FAILED_DEPENDENCY,
+                "external_connector_error",
+                Some("http_error"),
+                None,
+            ),
+            K::Busy => (S::SERVICE_UNAVAILABLE, SERVER, Some("server_busy"), Some(1)),
+            K::ShuttingDown => server(S::SERVICE_UNAVAILABLE, "server_shutting_down"),
+            K::StoreUnavailable => (
+                S::SERVICE_UNAVAILABLE,
+                SERVER,
+                Some("store_unavailable"),
+                Some(1),
+            ),
+            K::StoreFailed => server(S::INTERNAL_SERVER_ERROR, "store_error"),
+            K::UpstreamRejected {
+                status,
+                kind,
+                code,
+                retry_after,
+            } => (
+                S::from_u16(*status).unwrap_or(S::BAD_GATEWAY),
+                kind.as_deref().unwrap_or(INVALID),
+                Some(code.as_deref().unwrap_or("upstream_error")),
+                *retry_after,
+            ),
+            K::UpstreamTimeout => server(S::GATEWAY_TIMEOUT, "upstream_timeout"),
+            K::UpstreamFailed => server(S::BAD_GATEWAY, "upstream_error"),
+            K::RecordingBroken => (S::INTERNAL_SERVER_ERROR, SERVER, None, None),
+        }
+    }
+}
+
+/// An error answer: its kind, its message, and the `param` it names (if any).
 #[derive(Debug)]
 pub struct ApiError {
-    pub status: StatusCode,
-    pub body: ErrorBody,
-    /// Seconds for a `Retry-After` header.
-    pub retry_after: Option<u64>,
+    pub kind: ErrorKind,
+    pub message: String,
+    pub param: Option<String>,
 }
 
 impl ApiError {
-    pub fn new(
-        status: StatusCode,
-        kind: &str,
-        message: impl Into<String>,
-        param: Option<&str>,
-        code: Option<&str>,
-    ) -> Self {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         ApiError {
-            status,
-            body: ErrorBody {
-                message: message.into(),
-                kind: kind.into(),
-                param: param.map(str::to_string),
-                code: code.map(str::to_string),
-            },
-            retry_after: None,
+            kind,
+            message: message.into(),
+            param: None,
         }
+    }
+
+    /// The error, naming `param`.
+    pub fn at(mut self, param: &str) -> Self {
+        self.param = Some(param.to_string());
+        self
+    }
+
+    pub fn status(&self) -> StatusCode {
+        self.kind.row().0
+    }
+
+    /// OpenAI's error envelope's inside: `message`, `type`, `param`, `code`.
+    pub fn body(&self) -> ErrorBody {
+        let (_, kind, code, _) = self.kind.row();
+        ErrorBody {
+            message: self.message.clone(),
+            kind: kind.into(),
+            param: self.param.clone(),
+            code: code.map(str::to_string),
+        }
+    }
+
+    /// Seconds for a `Retry-After` header.
+    pub fn retry_after(&self) -> Option<u64> {
+        self.kind.row().3
     }
 
     /// The relay is running as many runs as it may.
     pub fn busy() -> Self {
-        let mut e = Self::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "server_error",
+        Self::new(
+            ErrorKind::Busy,
             "The relay is running as many responses as it is configured for; retry shortly.",
-            None,
-            Some("server_busy"),
-        );
-        e.retry_after = Some(1);
-        e
+        )
     }
 
     pub fn invalid(e: FieldError) -> Self {
-        let param = (!e.param.is_empty()).then_some(e.param.as_str());
-        Self::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            e.message.clone(),
-            param,
-            e.code,
-        )
+        ApiError {
+            kind: ErrorKind::InvalidField(e.code),
+            param: (!e.param.is_empty()).then_some(e.param),
+            message: e.message,
+        }
     }
 
     pub fn not_found_route(method: &Method, path: &str) -> Self {
         Self::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
+            ErrorKind::NotFound,
             format!("Invalid URL ({method} {path})"),
-            None,
-            None,
         )
     }
 
     pub fn response_not_found(id: &str) -> Self {
         Self::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
+            ErrorKind::NotFound,
             format!("No response found with id '{id}'."),
-            None,
-            None,
         )
     }
 
+    /// A store failure (logged here): unavailable when its message says so, else failed.
     pub fn store(message: &str) -> Self {
         tracing::error!(error = %message, "store failure");
         if message.contains(crate::store::UNAVAILABLE) {
-            let mut e = Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
-                "The relay's store is unavailable; try again shortly.",
-                None,
-                Some("store_unavailable"),
-            );
-            e.retry_after = Some(1);
-            return e;
+            return Self::store_unavailable();
         }
+        Self::store_failed()
+    }
+
+    /// The store cannot be reached; worth a retry.
+    pub fn store_unavailable() -> Self {
         Self::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "server_error",
+            ErrorKind::StoreUnavailable,
+            "The relay's store is unavailable; try again shortly.",
+        )
+    }
+
+    /// The store failed otherwise.
+    pub fn store_failed() -> Self {
+        Self::new(
+            ErrorKind::StoreFailed,
             "The relay's store failed; try again.",
-            None,
-            Some("store_error"),
         )
     }
 
     pub fn unauthorized() -> Self {
         Self::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_request_error",
+            ErrorKind::Unauthorized,
             "Incorrect or missing API key. Send one of the relay's keys as 'Authorization: Bearer <key>'.",
-            None,
-            Some("invalid_api_key"),
         )
     }
 
@@ -131,39 +268,26 @@ impl ApiError {
                         .and_then(|v| v.as_str())
                         .map(str::to_string)
                 };
-                let status = StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY);
                 ApiError {
-                    status,
-                    body: ErrorBody {
-                        message: format!("Upstream model server: {message}"),
-                        kind: field("type").unwrap_or_else(|| "invalid_request_error".into()),
-                        param: field("param"),
-                        code: field("code").or_else(|| Some("upstream_error".into())),
+                    kind: ErrorKind::UpstreamRejected {
+                        status: *status,
+                        kind: field("type"),
+                        code: field("code"),
+                        retry_after: retry_after.map(|d| d.as_secs().max(1)),
                     },
-                    retry_after: retry_after.map(|d| d.as_secs().max(1)),
+                    message: format!("Upstream model server: {message}"),
+                    param: field("param"),
                 }
             }
-            UpstreamError::Timeout(_) => Self::new(
-                StatusCode::GATEWAY_TIMEOUT,
-                "server_error",
-                e.to_string(),
-                None,
-                Some("upstream_timeout"),
-            ),
-            _ => Self::new(
-                StatusCode::BAD_GATEWAY,
-                "server_error",
-                e.to_string(),
-                None,
-                Some("upstream_error"),
-            ),
+            UpstreamError::Timeout(_) => Self::new(ErrorKind::UpstreamTimeout, e.to_string()),
+            _ => Self::new(ErrorKind::UpstreamFailed, e.to_string()),
         }
     }
 
     pub fn into_response(self) -> Response<Body> {
-        let body = serde_json::to_vec(&json!({"error": self.body})).expect("serializes");
-        let mut resp = json_response(self.status, body);
-        if let Some(s) = self.retry_after {
+        let body = serde_json::to_vec(&json!({"error": self.body()})).expect("serializes");
+        let mut resp = json_response(self.status(), body);
+        if let Some(s) = self.retry_after() {
             resp.headers_mut()
                 .insert(hyper::header::RETRY_AFTER, s.into());
         }
@@ -185,38 +309,23 @@ impl From<FieldError> for ApiError {
 
 impl From<StartError> for ApiError {
     fn from(e: StartError) -> Self {
+        let message = e.to_string();
         match e {
             StartError::Invalid(f) => ApiError::invalid(f),
-            StartError::PreviousNotFound(_) => ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                e.to_string(),
-                Some("previous_response_id"),
-                Some("previous_response_not_found"),
-            ),
+            StartError::PreviousNotFound(_) => {
+                ApiError::new(ErrorKind::PreviousNotFound, message).at("previous_response_id")
+            }
             StartError::Upstream(u) => ApiError::upstream(&u),
-            StartError::ConversationNotFound(_) => ApiError::new(
-                StatusCode::NOT_FOUND,
-                "invalid_request_error",
-                e.to_string(),
-                Some("conversation"),
-                None,
-            ),
-            StartError::ConversationBusy(_) => ApiError::new(
-                StatusCode::CONFLICT,
-                "invalid_request_error",
-                e.to_string(),
-                Some("conversation"),
-                Some("conversation_locked"),
-            ),
-            StartError::Store(_) => ApiError::store(&e.to_string()),
-            StartError::McpDiscovery { .. } => ApiError::new(
-                StatusCode::FAILED_DEPENDENCY,
-                "external_connector_error",
-                e.to_string(),
-                Some("tools"),
-                Some("http_error"),
-            ),
+            StartError::ConversationNotFound(_) => {
+                ApiError::new(ErrorKind::NotFound, message).at("conversation")
+            }
+            StartError::ConversationBusy(_) => {
+                ApiError::new(ErrorKind::ConversationLocked, message).at("conversation")
+            }
+            StartError::Store(_) => ApiError::store(&message),
+            StartError::McpDiscovery { .. } => {
+                ApiError::new(ErrorKind::McpDiscovery, message).at("tools")
+            }
         }
     }
 }

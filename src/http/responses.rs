@@ -6,7 +6,7 @@ use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 
 use super::sse::{self, CancelOnDrop};
-use super::{ApiError, Body, json_response};
+use super::{ApiError, Body, ErrorKind, json_response};
 use crate::api::request::parse_create;
 use crate::app::App;
 use crate::run;
@@ -21,11 +21,11 @@ pub async fn create(
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
-    let (request, tenant) = access.admit(request)?;
+    let (request, relay, tenant) = access.admit(request)?;
     let stream = request.stream;
     let background = request.background;
     let permit = app.run_permit().ok_or_else(ApiError::busy)?;
-    let prepared = run::prepare(app, request, client_bearer, tenant).await?;
+    let prepared = run::prepare(app, request, relay, client_bearer, tenant).await?;
     let handle = run::start(app, prepared, permit);
     if stream {
         let guard =
@@ -71,6 +71,15 @@ pub(super) fn client_bearer<B>(app: &App, req: &Request<B>) -> Option<String> {
     }
 }
 
+/// An admitted create-shaped request: the request, what the relay sets for it, the client's
+/// bearer (to go upstream) and its tenant.
+type Admitted = (
+    crate::api::request::CreateRequest,
+    run::RelaySet,
+    Option<String>,
+    Tenant,
+);
+
 /// A create-shaped body for the endpoints that take one beside `POST /v1/responses`: parsed as a
 /// create, the fields they add (`personality`) and `stream` set aside, `input` defaulting to none
 /// with a conversation; admitted for the key (`Access::admit`).
@@ -78,7 +87,7 @@ async fn create_like(
     app: &App,
     req: Request<Incoming>,
     access: super::Access,
-) -> Result<(crate::api::request::CreateRequest, Option<String>, Tenant), ApiError> {
+) -> Result<Admitted, ApiError> {
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let mut value: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
@@ -95,8 +104,8 @@ async fn create_like(
         }
     }
     let request = parse_create(&serde_json::to_vec(&value).expect("serializes"))?;
-    let (request, tenant) = access.admit(request)?;
-    Ok((request, client_bearer, tenant))
+    let (request, relay, tenant) = access.admit(request)?;
+    Ok((request, relay, client_bearer, tenant))
 }
 
 /// `POST /v1/responses/input_tokens`: a create body's input tokens, as the model server counts
@@ -106,8 +115,8 @@ pub async fn input_tokens(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    let (request, client_bearer, tenant) = create_like(app, req, access).await?;
-    let input_tokens = run::count_input_tokens(app, request, client_bearer, tenant).await?;
+    let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
+    let input_tokens = run::count_input_tokens(app, request, relay, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
         json!({"object": "response.input_tokens", "input_tokens": input_tokens}).to_string(),
@@ -121,8 +130,8 @@ pub async fn compact(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
-    let (request, client_bearer, tenant) = create_like(app, req, access).await?;
-    let compacted = run::compact(app, request, client_bearer, tenant).await?;
+    let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
+    let compacted = run::compact(app, request, relay, client_bearer, tenant).await?;
     Ok(json_response(StatusCode::OK, compacted.to_string()))
 }
 
@@ -154,11 +163,8 @@ pub(super) async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes:
             Err(_) if over => break,
             Err(e) => {
                 return Err(ApiError::new(
-                    StatusCode::BAD_REQUEST,
-                    "invalid_request_error",
+                    ErrorKind::BadRequest,
                     format!("Could not read the request body: {e}"),
-                    None,
-                    None,
                 ));
             }
         };
@@ -180,11 +186,8 @@ pub(super) async fn read_body(mut body: Incoming, limit: usize) -> Result<bytes:
     }
     if over {
         return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "invalid_request_error",
+            ErrorKind::TooLarge,
             format!("The request body is larger than the relay's limit of {limit} bytes."),
-            None,
-            Some("request_too_large"),
         ));
     }
     Ok(buf.freeze())
@@ -256,11 +259,8 @@ pub async fn delete(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Bod
 pub async fn cancel(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Body>, ApiError> {
     let synchronous = || {
         ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
+            ErrorKind::NotCancellable,
             "Cannot cancel a synchronous response. Only responses created with 'background': true can be cancelled.",
-            None,
-            None,
         )
     };
     // A run live here is answered from its own log (its end as its readers saw it, even if the
@@ -292,11 +292,8 @@ pub async fn cancel(app: &App, tenant: &Tenant, id: &str) -> Result<Response<Bod
     if !matches!(response.status, ResponseStatus::Cancelled) {
         let status = serde_json::to_value(response.status).unwrap_or_default();
         return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
+            ErrorKind::AlreadyFinished,
             format!("Cannot cancel response '{id}': it already finished with status {status}."),
-            None,
-            Some("response_already_finished"),
         ));
     }
     Ok(json_response(
@@ -411,14 +408,9 @@ pub async fn models(
     ))
 }
 
+/// A 400 naming the query parameter `param`.
 pub(super) fn bad_query(param: &str, message: String) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        message,
-        Some(param),
-        Some("invalid_value"),
-    )
+    ApiError::invalid(crate::api::FieldError::invalid_value(param, message))
 }
 
 /// A parsed query string (percent-decoded).

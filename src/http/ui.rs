@@ -213,15 +213,7 @@ fn offsets(entries: &[crate::eventlog::log::LogEntry]) -> Vec<(u64, String)> {
 /// pass as `after` for the next page.
 async fn list(app: &App, tenant: &Tenant, query: Option<&str>) -> Result<Response<Body>, ApiError> {
     let q = Query::parse(query);
-    let bad = |param: &str, message: String| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            message,
-            Some(param),
-            Some("invalid_value"),
-        )
-    };
+    let bad = super::responses::bad_query;
     let limit = match q.get("limit") {
         None => 20,
         Some(n) => n

@@ -38,7 +38,8 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 use tokio_util::sync::CancellationToken;
 
-use super::{Access, ApiError, Body, full};
+use super::{Access, ApiError, Body, ErrorKind, full};
+use crate::api::FieldError;
 use crate::api::request::{InputItem, parse_create_value};
 use crate::app::App;
 use crate::run;
@@ -72,15 +73,7 @@ pub fn accept(
     mut req: Request<Incoming>,
     access: Access,
 ) -> Result<Response<Body>, ApiError> {
-    let bad = |message: &str| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            message,
-            None,
-            Some("invalid_websocket_upgrade"),
-        )
-    };
+    let bad = |message: &str| ApiError::new(ErrorKind::BadUpgrade, message);
     if req.version() != hyper::Version::HTTP_11 {
         return Err(bad("WebSocket mode needs an HTTP/1.1 upgrade."));
     }
@@ -422,40 +415,31 @@ async fn wait_for_events(sending: &[Sending]) {
     }
 }
 
-/// Routes one client frame: a `response.create` to its lane, anything else answered at once.
-fn dispatch(
-    conn: &Arc<Conn>,
-    text: Utf8Bytes,
-    lanes: &mut HashMap<Option<String>, mpsc::Sender<Value>>,
-    tasks: &mut tokio::task::JoinSet<()>,
-) {
+/// A client frame: a JSON object, and the lane its `stream_id` names (`None`: the default one).
+fn client_event(text: &Utf8Bytes) -> Result<(Value, Option<String>), ApiError> {
     let value: Value = match serde_json::from_str(text.as_str()) {
         Ok(v @ Value::Object(_)) => v,
-        Ok(_) => {
-            let e = invalid(None, "A client event must be a JSON object.");
-            return conn.send_error(None, &e);
-        }
-        Err(e) => {
-            let e = invalid(None, &format!("The frame is not valid JSON: {e}"));
-            return conn.send_error(None, &e);
-        }
+        Ok(_) => return Err(invalid(None, "A client event must be a JSON object.")),
+        Err(e) => return Err(invalid(None, &format!("The frame is not valid JSON: {e}"))),
     };
     let lane = match value.get("stream_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if valid_stream_id(s) => Some(s.clone()),
         Some(_) => {
-            let e = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+            return Err(ApiError::new(
+                ErrorKind::InvalidStreamId,
                 "Invalid 'stream_id': 1 to 256 letters, digits, '_', '.' or '-'.",
-                Some("stream_id"),
-                Some("invalid_stream_id"),
-            );
-            return conn.send_error(None, &e);
+            )
+            .at("stream_id"));
         }
     };
+    Ok((value, lane))
+}
+
+/// Whether `value` is a `response.create`; any other client event is answered here (on `lane`).
+fn is_create(conn: &Conn, value: &Value, lane: Option<&str>) -> bool {
     match value.get("type").and_then(Value::as_str) {
-        Some("response.create") => {}
+        Some("response.create") => true,
         Some("response.steer") => {
             // The SDKs' own answer for a server that does not steer.
             let steer = json!({"input": value.get("input").cloned().unwrap_or(Value::Null),
@@ -468,40 +452,48 @@ fn dispatch(
             let _ = conn.out.send(Out::Frame(Message::Text(Utf8Bytes::from(
                 frame.to_string(),
             ))));
-            return;
+            false
         }
         Some(other) => {
             let e = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                ErrorKind::UnsupportedClientEvent,
                 format!(
                     "The client event '{other}' is not supported by this relay; send 'response.create'."
                 ),
-                Some("type"),
-                Some("unsupported_client_event"),
-            );
-            return conn.send_error(lane.as_deref(), &e);
+            )
+            .at("type");
+            conn.send_error(lane, &e);
+            false
         }
         None => {
-            let e = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
-                "Missing required parameter: 'type'.",
-                Some("type"),
-                Some("missing_required_parameter"),
-            );
-            return conn.send_error(lane.as_deref(), &e);
+            let e = ApiError::invalid(FieldError::missing("type"));
+            conn.send_error(lane, &e);
+            false
         }
+    }
+}
+
+/// Routes one client frame: a `response.create` to its lane, anything else answered at once.
+fn dispatch(
+    conn: &Arc<Conn>,
+    text: Utf8Bytes,
+    lanes: &mut HashMap<Option<String>, mpsc::Sender<Value>>,
+    tasks: &mut tokio::task::JoinSet<()>,
+) {
+    let (value, lane) = match client_event(&text) {
+        Ok(event) => event,
+        Err(e) => return conn.send_error(None, &e),
+    };
+    if !is_create(conn, &value, lane.as_deref()) {
+        return;
     }
     if !lanes.contains_key(&lane) {
         if lane.is_some() && lanes.keys().filter(|k| k.is_some()).count() >= MAX_LANES {
             let e = ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_request_error",
+                ErrorKind::StreamLimit,
                 format!("A connection may open at most {MAX_LANES} stream ids."),
-                Some("stream_id"),
-                Some("websocket_stream_limit_reached"),
-            );
+            )
+            .at("stream_id");
             return conn.send_error(lane.as_deref(), &e);
         }
         let (tx, rx) = mpsc::channel(LANE_QUEUE);
@@ -514,14 +506,12 @@ fn dispatch(
     }
     if lanes[&lane].try_send(value).is_err() {
         let e = ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
+            ErrorKind::StreamLimit,
             format!(
                 "At most {LANE_QUEUE} responses may wait in one stream id; send this one when an earlier one has ended."
             ),
-            Some("stream_id"),
-            Some("websocket_stream_limit_reached"),
-        );
+        )
+        .at("stream_id");
         conn.send_error(lane.as_deref(), &e);
     }
 }
@@ -547,11 +537,8 @@ impl Conn {
         let app = &self.app;
         if app.shutdown_token().is_cancelled() {
             return Err(ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "server_error",
+                ErrorKind::ShuttingDown,
                 "The relay is shutting down.",
-                None,
-                Some("server_shutting_down"),
             ));
         }
         let body = create.as_object_mut().expect("dispatched objects only");
@@ -578,15 +565,15 @@ impl Conn {
             }
         };
         let request = parse_create_value(create)?;
-        let (mut request, tenant) = self.access.clone().admit(request)?;
+        let (mut request, mut relay, tenant) = self.access.clone().admit(request)?;
         request.stream = true;
-        request.relay.generate = generate;
+        relay.generate = generate;
         if let Some(prev) = &request.previous_response_id {
-            request.relay.prior_history = self.chain_of(prev).await;
+            relay.prior_history = self.chain_of(prev).await;
         }
         let permit = app.run_permit().ok_or_else(ApiError::busy)?;
         let prepared = tokio::select! {
-            prepared = run::prepare(app, request, self.bearer.clone(), tenant) => prepared?,
+            prepared = run::prepare(app, request, relay, self.bearer.clone(), tenant) => prepared?,
             // Nobody to answer: nothing is started.
             _ = self.over.cancelled() => return Ok(()),
         };
@@ -656,14 +643,15 @@ impl Conn {
 
     /// Sends `e` as an `error` frame (logged: a rejection always is).
     fn send_error(&self, lane: Option<&str>, e: &ApiError) {
+        let body = e.body();
         tracing::info!(
-            status = e.status.as_u16(),
-            code = e.body.code.as_deref().unwrap_or(""),
-            param = e.body.param.as_deref().unwrap_or(""),
-            error = %e.body.message,
+            status = e.status().as_u16(),
+            code = body.code.as_deref().unwrap_or(""),
+            param = body.param.as_deref().unwrap_or(""),
+            error = %body.message,
             "websocket error frame"
         );
-        let mut frame = json!({"type": "error", "status": e.status.as_u16(), "error": e.body});
+        let mut frame = json!({"type": "error", "status": e.status().as_u16(), "error": body});
         if let Some(lane) = lane {
             frame["stream_id"] = Value::from(lane);
         }
@@ -696,22 +684,11 @@ fn valid_stream_id(s: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
+/// A 400 with no code, naming `param` if any.
 fn invalid(param: Option<&str>, message: &str) -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        message,
-        param,
-        None,
-    )
+    ApiError::invalid(FieldError::new(param.unwrap_or_default(), message))
 }
 
 fn lifetime_error() -> ApiError {
-    ApiError::new(
-        StatusCode::BAD_REQUEST,
-        "invalid_request_error",
-        LIFETIME_MESSAGE,
-        None,
-        Some("websocket_connection_limit_reached"),
-    )
+    ApiError::new(ErrorKind::ConnectionLimit, LIFETIME_MESSAGE)
 }

@@ -130,7 +130,7 @@ async fn drive_run(app: &App, p: &mut Prepared, log: Arc<RunLog>, signal: &StopS
         if let Some(ending) = unresolved {
             break 'run ending;
         }
-        if !p.request.relay.generate {
+        if !p.relay.generate {
             // The request's state is recorded; the model is not asked.
             break 'run Ending::Completed;
         }

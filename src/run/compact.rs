@@ -87,6 +87,7 @@ pub(super) async fn summarize(
 pub async fn compact(
     app: &App,
     mut request: CreateRequest,
+    relay: super::RelaySet,
     client_bearer: Option<String>,
     tenant: Tenant,
 ) -> Result<Value, StartError> {
@@ -94,7 +95,7 @@ pub async fn compact(
     request.background = true;
     request.store = false;
     request.stream = false;
-    let p = prepare_for(app, request, client_bearer, tenant, Purpose::Inspect).await?;
+    let p = prepare_for(app, request, relay, client_bearer, tenant, Purpose::Inspect).await?;
     let id = app.ids().mint("cmp");
     let (item, _, usage) = summarize(app, summary_turn(&p), id).await?;
     let mut output: Vec<Value> = p

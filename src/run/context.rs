@@ -2,7 +2,7 @@
 //! stored chain that `previous_response_id` names (each ancestor's input and output, walked back) and the stored
 //! items that `item_reference`s name. Input items get their ids here.
 
-use super::StartError;
+use super::{RelaySet, StartError};
 use crate::api::FieldError;
 use crate::api::request::{CreateRequest, InputItem};
 use crate::api::response::{ContentPart, ReasoningItemInput};
@@ -15,6 +15,7 @@ pub(super) async fn resolve(
     app: &App,
     tenant: &Tenant,
     request: &CreateRequest,
+    relay: &RelaySet,
 ) -> Result<(Vec<InputItem>, Vec<InputItem>), StartError> {
     let mut history = Vec::new();
     if let Some(conversation) = &request.conversation {
@@ -25,7 +26,7 @@ pub(super) async fn resolve(
             .map_err(|e| StartError::Store(e.to_string()))?
             .ok_or_else(|| StartError::ConversationNotFound(conversation.clone()))?;
     }
-    if let Some(prior) = &request.relay.prior_history {
+    if let Some(prior) = &relay.prior_history {
         history = prior.to_vec();
     } else if let Some(prev) = &request.previous_response_id {
         match app

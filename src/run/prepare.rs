@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Prepared, StartError, context, tools, turn};
+use super::{Prepared, RelaySet, StartError, context, tools, turn};
 use crate::api::request::{CreateRequest, InputItem, NamespacedTool, ToolParam};
 use crate::api::response::ReasoningEcho;
 use crate::api::{FieldError, Response, ResponseStatus};
@@ -17,10 +17,11 @@ use crate::store::Tenant;
 pub async fn prepare(
     app: &App,
     request: CreateRequest,
+    relay: RelaySet,
     client_bearer: Option<String>,
     tenant: Tenant,
 ) -> Result<Prepared, StartError> {
-    prepare_for(app, request, client_bearer, tenant, Purpose::Run).await
+    prepare_for(app, request, relay, client_bearer, tenant, Purpose::Run).await
 }
 
 /// What a request is prepared for.
@@ -38,6 +39,7 @@ pub enum Purpose {
 pub async fn prepare_for(
     app: &App,
     request: CreateRequest,
+    relay: RelaySet,
     client_bearer: Option<String>,
     tenant: Tenant,
     purpose: Purpose,
@@ -51,7 +53,7 @@ pub async fn prepare_for(
     }
     let prepared = crate::otel::in_agent(
         span.clone(),
-        prepare_in(app, request, client_bearer, tenant, purpose),
+        prepare_in(app, request, relay, client_bearer, tenant, purpose),
     )
     .await;
     match prepared {
@@ -69,6 +71,7 @@ pub async fn prepare_for(
 async fn prepare_in(
     app: &App,
     request: CreateRequest,
+    relay: RelaySet,
     client_bearer: Option<String>,
     tenant: Tenant,
     purpose: Purpose,
@@ -124,23 +127,26 @@ async fn prepare_in(
         ),
         _ => None,
     };
-    let (history, input) = context::resolve(app, &tenant, &request).await?;
+    let (history, input) = context::resolve(app, &tenant, &request, &relay).await?;
     // A background run is answered before its servers are listed (a slow server must not hold
     // the `queued` answer back), unless it answers approvals: those are checked against the
     // lists (usually reused from the chain) before the run is accepted.
     let tools_pending = request.background
-        && request.relay.generate
+        && relay.generate
         && !input
             .iter()
             .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
     let offered = tools::client_tool_params(&request, &history)?;
     let (mut tools, clients) = tools::client_tools(&offered);
-    let mcp = if tools_pending || !request.relay.generate {
+    let mcp = if tools_pending || !relay.generate {
         // Nothing listed: a run that will not sample (`generate: false`) or lists them itself.
-        tools::mcp_specs(app, &request)?;
+        tools::mcp_specs(app, &request, &relay)?;
         tools::McpSetup::default()
     } else {
-        tools::resolve_mcp(app, &tenant, &request, &history, &input, &mut tools, true).await?
+        tools::resolve_mcp(
+            app, &tenant, &request, &relay, &history, &input, &mut tools, true,
+        )
+        .await?
     };
     let response = template(app, &request);
     let answered = !mcp.answers.is_empty();
@@ -148,6 +154,7 @@ async fn prepare_in(
         response,
         tools,
         request,
+        relay,
         input,
         history,
         first_turn: None,
@@ -165,7 +172,7 @@ async fn prepare_in(
         lock.hold_for(&prepared.response.id).await;
     }
     if purpose == Purpose::Run
-        && prepared.request.relay.generate
+        && prepared.relay.generate
         && !prepared.request.background
         && !answered
         && !prepared.compacts()

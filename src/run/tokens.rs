@@ -6,7 +6,7 @@
 
 use futures::StreamExt;
 
-use super::{Purpose, StartError, prepare_for, turn};
+use super::{Purpose, RelaySet, StartError, prepare_for, turn};
 use crate::api::request::CreateRequest;
 use crate::app::App;
 use crate::store::Tenant;
@@ -16,6 +16,7 @@ use crate::upstream::{ModelEvent, ModelStream, TurnRequest, UpstreamError};
 pub async fn count_input_tokens(
     app: &App,
     mut request: CreateRequest,
+    relay: RelaySet,
     client_bearer: Option<String>,
     tenant: Tenant,
 ) -> Result<u64, StartError> {
@@ -23,7 +24,7 @@ pub async fn count_input_tokens(
     request.background = false;
     request.stream = false;
     request.max_output_tokens = Some(1);
-    let mut p = prepare_for(app, request, client_bearer, tenant, Purpose::Inspect).await?;
+    let mut p = prepare_for(app, request, relay, client_bearer, tenant, Purpose::Inspect).await?;
     let stream = match p.first_turn.take() {
         Some(s) => s,
         None => {

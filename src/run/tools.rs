@@ -277,6 +277,7 @@ pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), Sta
         app,
         &p.tenant,
         &p.request,
+        &p.relay,
         &p.history,
         &p.input,
         &mut p.tools,
@@ -288,17 +289,19 @@ pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), Sta
 
 /// [`resolve_tools`] on a request's parts (`history` ends with `input`); with `strict`, a server
 /// that could not be listed under `--mcp-discovery-failure fail` is an error at once.
+#[allow(clippy::too_many_arguments)] // The request's parts, apart until one run state holds them.
 pub(super) async fn resolve_mcp(
     app: &App,
     tenant: &crate::store::Tenant,
     request: &CreateRequest,
+    relay: &super::RelaySet,
     history: &[InputItem],
     input: &[InputItem],
     tools: &mut Vec<FunctionDef>,
     strict: bool,
 ) -> Result<McpSetup, StartError> {
     let earlier = history.len() - input.len();
-    let mut mcp = mcp_setup(app, request, history, tools).await?;
+    let mut mcp = mcp_setup(app, request, relay, history, tools).await?;
     if strict {
         unlisted_server(app, &mcp)?;
     }
@@ -312,7 +315,7 @@ pub(super) async fn resolve_mcp(
     )
     .await?;
     tools.extend(mcp_function_defs(&mcp));
-    add_web_search(app, request, &mut mcp, tools).await;
+    add_web_search(app, request, relay, &mut mcp, tools).await;
     Ok(mcp)
 }
 
@@ -324,6 +327,7 @@ pub(super) async fn resolve_mcp(
 async fn add_web_search(
     app: &App,
     request: &CreateRequest,
+    relay: &super::RelaySet,
     mcp: &mut McpSetup,
     tools: &mut Vec<FunctionDef>,
 ) {
@@ -335,8 +339,7 @@ async fn add_web_search(
         .tools
         .iter()
         .any(|t| matches!(t, ToolParam::Hosted(kind, _) if kind.starts_with("web_search")));
-    let usable = request
-        .relay
+    let usable = relay
         .mcp_servers_allowed
         .as_ref()
         .is_none_or(|names| names.contains(label));
@@ -425,6 +428,7 @@ pub(super) fn read_only(tool: &McpToolInfo) -> bool {
 pub(super) fn mcp_specs(
     app: &App,
     request: &CreateRequest,
+    relay: &super::RelaySet,
 ) -> Result<Vec<crate::mcp::ServerSpec>, StartError> {
     let cfg = &app.config().mcp;
     let specs = crate::mcp::specs_with(
@@ -432,7 +436,7 @@ pub(super) fn mcp_specs(
         cfg.max_servers,
         cfg.default_approval,
         &cfg.registered,
-        request.relay.mcp_servers_allowed.as_deref(),
+        relay.mcp_servers_allowed.as_deref(),
     )?;
     // A registered server's URL is the operator's (its sessions connect through the registered
     // servers' guarded client); a request's own URLs are checked here, before any connection.
@@ -449,11 +453,12 @@ pub(super) fn mcp_specs(
 async fn mcp_setup(
     app: &App,
     request: &CreateRequest,
+    relay: &super::RelaySet,
     history: &[InputItem],
     functions: &[FunctionDef],
 ) -> Result<McpSetup, StartError> {
     let cfg = &app.config().mcp;
-    let servers = mcp_specs(app, request)?;
+    let servers = mcp_specs(app, request, relay)?;
     if servers.is_empty() {
         return Ok(McpSetup::default());
     }

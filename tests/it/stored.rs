@@ -686,9 +686,15 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
         let body = json!({"model": "fake-model?fault=stall", "input": "x", "background": true})
             .to_string();
         let request = responses_relay::api::request::parse_create(body.as_bytes()).unwrap();
-        let prepared = responses_relay::run::prepare(&app, request, None, Default::default())
-            .await
-            .unwrap();
+        let prepared = responses_relay::run::prepare(
+            &app,
+            request,
+            Default::default(),
+            None,
+            Default::default(),
+        )
+        .await
+        .unwrap();
         let handle = responses_relay::run::start(&app, prepared, app.run_permit().unwrap());
         let found = app
             .store()
