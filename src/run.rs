@@ -20,12 +20,16 @@ pub mod agent;
 mod approvals;
 mod compact;
 mod context;
+pub mod mcp_call;
 mod prepare;
 pub mod search;
+mod stop;
 mod tokens;
+mod tool_search;
 mod tools;
 pub mod transcode;
 mod turn;
+mod web_search;
 
 use std::sync::Arc;
 

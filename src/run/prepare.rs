@@ -73,47 +73,7 @@ async fn prepare_in(
     tenant: Tenant,
     purpose: Purpose,
 ) -> Result<Prepared, StartError> {
-    let limits = &app.config().limits;
-    if request.store {
-        // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
-        app.store()
-            .available()
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?;
-    }
-    if request.input.len() > limits.max_input_items {
-        return Err(StartError::Invalid(FieldError::invalid_value(
-            "input",
-            format!(
-                "Too many input items: {} (this relay accepts at most {}).",
-                request.input.len(),
-                limits.max_input_items
-            ),
-        )));
-    }
-    if request.tools.len() > limits.max_tools {
-        return Err(StartError::Invalid(FieldError::invalid_value(
-            "tools",
-            format!(
-                "Too many tools: {} (this relay accepts at most {}).",
-                request.tools.len(),
-                limits.max_tools
-            ),
-        )));
-    }
-    if app.config().hosted_tools == HostedTools::Reject
-        && let Some((i, kind)) = request.tools.iter().enumerate().find_map(|(i, t)| match t {
-            ToolParam::Hosted(kind, _) => Some((i, kind)),
-            _ => None,
-        })
-    {
-        return Err(StartError::Invalid(FieldError::unsupported(
-            format!("tools[{i}]"),
-            format!(
-                "The hosted tool '{kind}' cannot run on this relay (it runs only function, custom, namespace, mcp and client tools); remove it, or start the relay with --hosted-tools ignore to have it left out of the model's tools."
-            ),
-        )));
-    }
+    admit(app, &request).await?;
     let conversation_lock = match &request.conversation {
         Some(c) if purpose == Purpose::Run => Some(
             app.store()
@@ -172,10 +132,58 @@ async fn prepare_in(
         && prepared.request.compact_threshold.is_none()
     {
         // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
-        let first = turn::turn_request(&prepared, &prepared.history);
-        prepared.first_turn = Some(app.upstream().open(&first).await?);
+        let limit = prepared.request.max_output_tokens;
+        let first = turn::open(app, &prepared, &prepared.history, 0, &[], limit).await?;
+        prepared.first_turn = Some(first);
     }
     Ok(prepared)
+}
+
+/// What is checked before anything is read: the store can keep the run, and the request is
+/// within the relay's limits (input items, tools, hosted tools).
+async fn admit(app: &App, request: &CreateRequest) -> Result<(), StartError> {
+    let limits = &app.config().limits;
+    if request.store {
+        // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
+        app.store()
+            .available()
+            .await
+            .map_err(|e| StartError::Store(e.to_string()))?;
+    }
+    if request.input.len() > limits.max_input_items {
+        return Err(StartError::Invalid(FieldError::invalid_value(
+            "input",
+            format!(
+                "Too many input items: {} (this relay accepts at most {}).",
+                request.input.len(),
+                limits.max_input_items
+            ),
+        )));
+    }
+    if request.tools.len() > limits.max_tools {
+        return Err(StartError::Invalid(FieldError::invalid_value(
+            "tools",
+            format!(
+                "Too many tools: {} (this relay accepts at most {}).",
+                request.tools.len(),
+                limits.max_tools
+            ),
+        )));
+    }
+    if app.config().hosted_tools == HostedTools::Reject
+        && let Some((i, kind)) = request.tools.iter().enumerate().find_map(|(i, t)| match t {
+            ToolParam::Hosted(kind, _) => Some((i, kind)),
+            _ => None,
+        })
+    {
+        return Err(StartError::Invalid(FieldError::unsupported(
+            format!("tools[{i}]"),
+            format!(
+                "The hosted tool '{kind}' cannot run on this relay (it runs only function, custom, namespace, mcp and client tools); remove it, or start the relay with --hosted-tools ignore to have it left out of the model's tools."
+            ),
+        )));
+    }
+    Ok(())
 }
 
 /// The Response as `response.created` shows it: every echo field, no output yet.

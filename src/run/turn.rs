@@ -1,6 +1,7 @@
 //! What the model is sent each turn: the conversation as the model sees it (MCP calls as
 //! function calls and outputs, approval items left out), the offered tools, and the request's
-//! sampling options mapped to a [`TurnRequest`].
+//! sampling options mapped to a [`TurnRequest`]; and [`open`], the one function that opens a
+//! run's model turn.
 
 use serde_json::{Value, json};
 
@@ -10,7 +11,26 @@ use super::transcode::ClientKind;
 use super::{Prepared, transcode};
 use crate::api::request::BuiltinTool;
 use crate::api::request::{InputItem, InputMessage, InputPart, MessageContent, Role};
-use crate::upstream::{FunctionDef, TurnRequest, TurnToolChoice};
+use crate::app::App;
+use crate::upstream::{FunctionDef, ModelStream, TurnRequest, TurnToolChoice, UpstreamError};
+
+/// Opens model turn `step` (0 = first) on `items`, the tools searches `found` added, its output
+/// bounded by `max_output_tokens`: the one place a run's model turns are opened (the first in
+/// `prepare`, before `response.created`, so that an upstream that is down is an HTTP error; the
+/// later ones by the loop). The turn is built at once; the future only opens it (it holds no
+/// borrow of `p`, which is not `Sync`).
+pub(super) fn open<'a>(
+    app: &'a App,
+    p: &Prepared,
+    items: &[InputItem],
+    step: usize,
+    found: &[FunctionDef],
+    max_output_tokens: Option<u64>,
+) -> impl Future<Output = Result<ModelStream, UpstreamError>> + use<'a> {
+    let mut turn = turn_request_at(p, items, step, found);
+    turn.max_output_tokens = max_output_tokens;
+    async move { app.upstream().open(&turn).await }
+}
 
 /// The model turn for the given conversation.
 pub fn turn_request(p: &Prepared, items: &[InputItem]) -> TurnRequest {
