@@ -1,7 +1,7 @@
-//! The agent loop of one run, as a [`Run`] that owns the loop's state: opened (the created
+//! The agent loop of one run, as a `Run` that owns the loop's state: opened (the created
 //! Response, the tool lists), then model turn → the turn's tool calls (MCP calls, tool search,
 //! web search) → next turn, until the model answers without calls or a bound is reached; then
-//! ended. Each method of [`Run`] is one of those steps.
+//! ended. Each method of `Run` is one of those steps.
 //!
 //! Invariants: a run ends with exactly one terminal event (`Run::end`), whatever stops it. Order
 //! of a run's items: the `mcp_list_tools` items (one per server listed for this run), then per

@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Prepared, StartError, context, tools, turn};
+use super::{Prepared, StartError, client_tools, context, tools, turn};
 use crate::api::request::{CreateRequest, InputItem, NamespacedTool, ToolParam};
 use crate::api::response::ReasoningEcho;
 use crate::api::{FieldError, Response, ResponseStatus};
@@ -93,8 +93,8 @@ async fn prepare_in(
         && !input
             .iter()
             .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
-    let offered = tools::client_tool_params(&request, &history)?;
-    let (mut tools, clients) = tools::client_tools(&offered);
+    let offered = client_tools::client_tool_params(&request, &history)?;
+    let (mut tools, clients) = client_tools::client_tools(&offered);
     let mcp = if tools_pending || !request.relay.generate {
         // Nothing listed: a run that will not sample (`generate: false`) or lists them itself.
         tools::mcp_specs(app, &request)?;
