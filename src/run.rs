@@ -2,12 +2,23 @@
 //! [`prepare`]d (everything that can fail before the first byte) and [`start`]ed (the agent loop in
 //! its own task, writing events through the run's one emitter). One request, in reading order:
 //!
-//! - [`prepare`](prepare()): limits, then `context` (the chain and item references), then
-//!   `tools` (function and MCP tools, listed and named; `approvals` matched), then the created
-//!   Response and the first model turn, built by `turn`.
-//! - [`agent`]: the loop: model turn → tool calls (MCP, tool search, approved calls) → next turn.
-//! - [`transcode`]: one model turn's events → Responses events. [`search`]: ranks deferred tools.
-//! - `compact`: the conversation summarized by the model and sealed (compaction).
+//! - [`prepare`](prepare()): limits and the store's availability, then `context` (the chain and
+//!   item references), then the tools: `client_tools` (the tools the client runs, as functions)
+//!   and `tools` (the MCP servers listed and named; `approvals` matched), then the created
+//!   Response and the first model turn, opened by `turn::open`.
+//! - [`agent`]: the loop, a `Run` that owns its state: opened (created, tool lists), approved
+//!   calls, then model turn → the turn's tool calls → next turn, then ended (one terminal event).
+//!   `stop`: what stops a run early and how each stop ends it.
+//! - `turn`: what the model is sent each turn, and `turn::open`, the one function that opens a
+//!   model turn (the first in `prepare`, the later ones in the loop).
+//! - [`transcode`]: one model turn's events → Responses events.
+//! - [`mcp_call`]: an `mcp_call` item's whole life (opened, arguments, run, result, done), the
+//!   only place its events are made: for the transcoder, the loop and the approved calls.
+//! - `tool_search`: the server-side tool search in a run (its items, the tools found);
+//!   [`search`] ranks the deferred tools. `web_search`: OpenAI's `web_search` through a
+//!   registered MCP server.
+//! - `compact`: the conversation summarized by the model and sealed (compaction), for the
+//!   compact endpoint, a `compaction_trigger`, and `context_management` in the loop.
 //! - `tokens`: a request's input tokens, counted by the model server on a one-token turn.
 //!
 //! The log a run writes, and the emitter that writes it, are [`crate::eventlog`]'s; the store
@@ -18,15 +29,20 @@
 
 pub mod agent;
 mod approvals;
+mod client_tools;
 mod compact;
 mod context;
+pub mod mcp_call;
 mod prepare;
 mod relay_set;
 pub mod search;
+mod stop;
 mod tokens;
+mod tool_search;
 mod tools;
 pub mod transcode;
 mod turn;
+mod web_search;
 
 use std::sync::Arc;
 

@@ -17,7 +17,8 @@ use responses_relay::api::{Event, ItemStatus, OutputItem, Response, ResponseStat
 use responses_relay::eventlog::emitter::{Clock, Emitter, Ending, Immediate};
 use responses_relay::api::fold::Fold;
 use responses_relay::eventlog::log::RunLog;
-use responses_relay::run::transcode::{McpCallStarted, McpTarget, ToolMap, Transcoder};
+use responses_relay::run::mcp_call::McpCallStarted;
+use responses_relay::run::transcode::{McpTarget, ToolMap, Transcoder};
 use responses_relay::upstream::chat::ChunkParser;
 use responses_relay::upstream::responses::EventParser;
 use responses_relay::upstream::{FinishReason, ModelEvent, UpstreamError};

@@ -1,13 +1,19 @@
-//! The client's answers to approval requests: each `mcp_approval_response` matched to the request
-//! it answers (in the stored chain, or sent back statelessly), checked (unknown, already answered,
-//! altered, or for a tool this request does not offer: a 400 naming the item), and an answer the
-//! model already acted on told apart as history.
+//! The client's answers to approval requests. Before the first byte, each
+//! `mcp_approval_response` is matched to the request it answers (in the stored chain, or sent
+//! back statelessly), checked (unknown, already answered, altered, or for a tool this request
+//! does not offer: a 400 naming the item), and an answer the model already acted on told apart as
+//! history. Then the loop acts on them before the model samples again: approved calls run (at
+//! most `max_tool_calls`), refused ones reach the model as calls whose result is the refusal.
 
 use super::StartError;
-use crate::api::FieldError;
-use crate::api::request::InputItem;
+use super::mcp_call::{self, NOT_RUN, OVER_LIMIT};
+use super::stop::{Stop, StopSignal};
+use super::tools::McpSetup;
+use crate::api::request::{InputItem, InputMcpCall};
 use crate::api::response::{McpApprovalRequestItem, McpListToolsItem};
+use crate::api::{FieldError, OutputItem, output_as_input};
 use crate::app::App;
+use crate::eventlog::emitter::Emitter;
 use crate::mcp::ServerSpec;
 
 /// An `mcp_approval_response` matched to the request it answers.
@@ -150,4 +156,83 @@ fn model_spoke_after(input: &[InputItem], i: usize) -> bool {
         | InputItem::CompactionTrigger(_) => false,
         InputItem::Compaction(_) => true,
     })
+}
+
+/// What answering the approvals left the run with.
+pub(super) struct Answered {
+    /// The conversation items to add, in answer order: each approved call with its result, each
+    /// refused one as a call whose result is the refusal.
+    pub items: Vec<InputItem>,
+    /// How many calls ran.
+    pub ran: u64,
+    /// Whether some approved calls were over `max_tool_calls` (they failed as not run).
+    pub over_limit: bool,
+}
+
+/// Runs the approved calls (each an `mcp_call` carrying its `approval_request_id`; at most
+/// `max_tool_calls`, the others fail as not run) and tells the model about refused ones.
+pub(super) async fn answer_approvals(
+    app: &App,
+    mcp: &McpSetup,
+    em: &mut Emitter,
+    max_tool_calls: Option<u64>,
+    signal: &StopSignal,
+) -> Result<Answered, Stop> {
+    let mut started: Vec<_> = (mcp.answers.iter().filter(|a| a.approve))
+        .map(|answer| mcp_call::open_approved(em, &answer.request))
+        .collect();
+    let over = mcp_call::over_budget(&mut started, max_tool_calls, 0);
+    let ran = started.len() as u64;
+    let done = match mcp_call::run(app, mcp, em, started, signal).await {
+        Ok((done, _)) => done,
+        Err(stop) => {
+            mcp_call::fail_open(em, &over, NOT_RUN);
+            return Err(stop);
+        }
+    };
+    if !over.is_empty() {
+        mcp_call::fail_open(em, &over, OVER_LIMIT);
+        return Ok(Answered {
+            items: Vec::new(),
+            ran,
+            over_limit: true,
+        });
+    }
+    Ok(Answered {
+        items: answered_items(&mcp.answers, &done),
+        ran,
+        over_limit: false,
+    })
+}
+
+/// The answers as the model is told them, in answer order; a refused call reaches the model as
+/// a call whose result is the refusal (it never becomes an `mcp_call` item of the Response).
+fn answered_items(answers: &[ApprovalAnswer], done: &[OutputItem]) -> Vec<InputItem> {
+    let mut items = Vec::with_capacity(answers.len());
+    for answer in answers {
+        let req = &answer.request;
+        if answer.approve {
+            let ran = done.iter().find(|o| matches!(o, OutputItem::McpCall(c) if c.approval_request_id.as_ref() == Some(&req.id)));
+            items.extend(ran.and_then(output_as_input));
+            continue;
+        }
+        let mut text = format!(
+            "The user refused this call of '{}' on MCP server '{}'.",
+            req.name, req.server_label
+        );
+        if let Some(r) = answer.reason.as_deref().filter(|r| !r.is_empty()) {
+            text.push_str(&format!(" Reason: {r}"));
+        }
+        items.push(InputItem::McpCall(InputMcpCall {
+            id: req.id.clone(),
+            server_label: req.server_label.clone(),
+            name: req.name.clone(),
+            arguments: req.arguments.clone(),
+            output: Some(text),
+            error: None,
+            status: None,
+            approval_request_id: Some(req.id.clone()),
+        }));
+    }
+    items
 }

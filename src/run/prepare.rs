@@ -4,7 +4,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Prepared, RelaySet, StartError, context, tools, turn};
+use super::{Prepared, RelaySet, StartError, client_tools, context, tools, turn};
 use crate::api::request::{CreateRequest, InputItem, NamespacedTool, ToolParam};
 use crate::api::response::ReasoningEcho;
 use crate::api::{FieldError, Response, ResponseStatus};
@@ -76,6 +76,76 @@ async fn prepare_in(
     tenant: Tenant,
     purpose: Purpose,
 ) -> Result<Prepared, StartError> {
+    admit(app, &request).await?;
+    let conversation_lock = match &request.conversation {
+        Some(c) if purpose == Purpose::Run => Some(
+            app.store()
+                .lock_conversation(&tenant, c)
+                .await
+                .map_err(|e| StartError::Store(e.to_string()))?
+                .ok_or_else(|| StartError::ConversationBusy(c.clone()))?,
+        ),
+        _ => None,
+    };
+    let (history, input) = context::resolve(app, &tenant, &request, &relay).await?;
+    // A background run is answered before its servers are listed (a slow server must not hold
+    // the `queued` answer back), unless it answers approvals: those are checked against the
+    // lists (usually reused from the chain) before the run is accepted.
+    let tools_pending = request.background
+        && relay.generate
+        && !input
+            .iter()
+            .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
+    let offered = client_tools::client_tool_params(&request, &history)?;
+    let (mut tools, clients) = client_tools::client_tools(&offered);
+    let mcp = if tools_pending || !relay.generate {
+        // Nothing listed: a run that will not sample (`generate: false`) or lists them itself.
+        tools::mcp_specs(app, &request, &relay)?;
+        tools::McpSetup::default()
+    } else {
+        tools::resolve_mcp(app, &tenant, &request, &relay, &history, &input, &mut tools, true).await?
+    };
+    let response = template(app, &request);
+    let answered = !mcp.answers.is_empty();
+    let mut prepared = Prepared {
+        response,
+        tools,
+        request,
+        relay,
+        input,
+        history,
+        first_turn: None,
+        client_bearer,
+        tenant,
+        conversation_lock,
+        mcp,
+        clients: std::sync::Arc::new(clients),
+        tools_pending,
+        span: tracing::Span::none(),
+    };
+    // Approved calls run before the model samples again, so the first turn cannot open early.
+    // A run that may compact first counts its context before its first turn.
+    if let Some(lock) = &mut prepared.conversation_lock {
+        lock.hold_for(&prepared.response.id).await;
+    }
+    if purpose == Purpose::Run
+        && prepared.relay.generate
+        && !prepared.request.background
+        && !answered
+        && !prepared.compacts()
+        && prepared.request.compact_threshold.is_none()
+    {
+        // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
+        let limit = prepared.request.max_output_tokens;
+        let first = turn::open(app, &prepared, &prepared.history, 0, &[], limit).await?;
+        prepared.first_turn = Some(first);
+    }
+    Ok(prepared)
+}
+
+/// What is checked before anything is read: the store can keep the run, and the request is
+/// within the relay's limits (input items, tools, hosted tools).
+async fn admit(app: &App, request: &CreateRequest) -> Result<(), StartError> {
     let limits = &app.config().limits;
     if request.store {
         // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
@@ -117,72 +187,7 @@ async fn prepare_in(
             ),
         )));
     }
-    let conversation_lock = match &request.conversation {
-        Some(c) if purpose == Purpose::Run => Some(
-            app.store()
-                .lock_conversation(&tenant, c)
-                .await
-                .map_err(|e| StartError::Store(e.to_string()))?
-                .ok_or_else(|| StartError::ConversationBusy(c.clone()))?,
-        ),
-        _ => None,
-    };
-    let (history, input) = context::resolve(app, &tenant, &request, &relay).await?;
-    // A background run is answered before its servers are listed (a slow server must not hold
-    // the `queued` answer back), unless it answers approvals: those are checked against the
-    // lists (usually reused from the chain) before the run is accepted.
-    let tools_pending = request.background
-        && relay.generate
-        && !input
-            .iter()
-            .any(|i| matches!(i, InputItem::McpApprovalResponse(_)));
-    let offered = tools::client_tool_params(&request, &history)?;
-    let (mut tools, clients) = tools::client_tools(&offered);
-    let mcp = if tools_pending || !relay.generate {
-        // Nothing listed: a run that will not sample (`generate: false`) or lists them itself.
-        tools::mcp_specs(app, &request, &relay)?;
-        tools::McpSetup::default()
-    } else {
-        tools::resolve_mcp(
-            app, &tenant, &request, &relay, &history, &input, &mut tools, true,
-        )
-        .await?
-    };
-    let response = template(app, &request);
-    let answered = !mcp.answers.is_empty();
-    let mut prepared = Prepared {
-        response,
-        tools,
-        request,
-        relay,
-        input,
-        history,
-        first_turn: None,
-        client_bearer,
-        tenant,
-        conversation_lock,
-        mcp,
-        clients: std::sync::Arc::new(clients),
-        tools_pending,
-        span: tracing::Span::none(),
-    };
-    // Approved calls run before the model samples again, so the first turn cannot open early.
-    // A run that may compact first counts its context before its first turn.
-    if let Some(lock) = &mut prepared.conversation_lock {
-        lock.hold_for(&prepared.response.id).await;
-    }
-    if purpose == Purpose::Run
-        && prepared.relay.generate
-        && !prepared.request.background
-        && !answered
-        && !prepared.compacts()
-        && prepared.request.compact_threshold.is_none()
-    {
-        // Open the first turn now: an upstream that is down is an HTTP error, not a failed stream.
-        let first = turn::turn_request(&prepared, &prepared.history);
-        prepared.first_turn = Some(app.upstream().open(&first).await?);
-    }
-    Ok(prepared)
+    Ok(())
 }
 
 /// The Response as `response.created` shows it: every echo field, no output yet.

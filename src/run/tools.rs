@@ -1,6 +1,11 @@
-//! The tools a run offers the model: the request's function tools and its `mcp` tools, listed
-//! (or reused from lists in the context), filtered by `allowed_tools`, named for the model, with
-//! deferred servers behind the tool-search function; and the client's approval answers matched.
+//! The MCP side of a run's tools: the request's `mcp` tools validated, listed (or reused from
+//! lists in the context), filtered by `allowed_tools`, named for the model, with deferred
+//! servers behind the tool-search function and `web_search` bound to its registered server; and
+//! the client's approval answers matched. The tools the client runs are `client_tools`'.
+//!
+//! Invariants: servers are listed concurrently but their items keep request order (ids are
+//! minted in that order); a server that could not be listed still has its item (with the
+//! error), and under `--mcp-discovery-failure fail` fails the request after every list is kept.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,13 +13,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::approvals::{ApprovalAnswer, approval_answers};
-use super::transcode::{ClientKind, ClientMap, ClientTarget};
+use super::client_tools::{def, unique};
 use super::{Prepared, StartError, search, transcode};
 use crate::api::FieldError;
 use crate::api::request::{CreateRequest, InputItem, ToolParam};
 use crate::api::response::{McpListToolsItem, McpToolInfo};
 use crate::app::App;
-use crate::upstream::{CustomSpec, FunctionDef};
+use crate::upstream::FunctionDef;
 
 /// The MCP side of a run: its servers, what was listed, and the model-facing names.
 #[derive(Clone, Default)]
@@ -31,240 +36,6 @@ pub struct McpSetup {
     pub search_tool: Option<FunctionDef>,
     /// `web_search`'s registered server and the name of its tool's query argument.
     pub web_search: Option<(crate::mcp::ServerSpec, String)>,
-}
-
-/// The tools the client runs, as functions the model can call, and where each model-facing
-/// name leads (plain functions keep their own name and are not in the map). Names are unique
-/// and valid for the upstream: a namespace's tools are `namespace__tool` (hashed when needed,
-/// as MCP tools are); built-in tools take their type as name (`_` appended on a clash).
-pub(super) fn client_tools(tools: &[ToolParam]) -> (Vec<FunctionDef>, ClientMap) {
-    use crate::api::request::{BuiltinTool, NamespacedTool};
-    let mut defs = Vec::new();
-    let mut map = ClientMap::new();
-    let mut taken: HashSet<String> = tools
-        .iter()
-        .filter_map(|t| match t {
-            ToolParam::Function(f) => Some(f.name.clone()),
-            ToolParam::Custom(c) => Some(c.name.clone()),
-            _ => None,
-        })
-        .collect();
-    let target = |kind, name: &str, namespace: Option<&str>| ClientTarget {
-        kind,
-        name: name.to_string(),
-        namespace: namespace.map(str::to_string),
-    };
-    let namespaces: Vec<(String, Vec<String>)> = tools
-        .iter()
-        .filter_map(|t| match t {
-            ToolParam::Namespace(n) => Some((
-                n.name.clone(),
-                n.tools
-                    .iter()
-                    .map(|t| match t {
-                        NamespacedTool::Function(f) => f.name.clone(),
-                        NamespacedTool::Custom(c) => c.name.clone(),
-                    })
-                    .collect(),
-            )),
-            _ => None,
-        })
-        .collect();
-    let mut ns_names = crate::mcp::model_names(&namespaces, &taken).into_iter();
-    for t in tools {
-        match t {
-            ToolParam::Function(f) => defs.push(function_def(&f.name, f)),
-            ToolParam::Custom(c) => {
-                defs.push(custom_def(&c.name, c));
-                map.insert(c.name.clone(), target(ClientKind::Custom, &c.name, None));
-            }
-            ToolParam::Namespace(n) => {
-                for tool in &n.tools {
-                    let (model_name, _, _) = ns_names.next().expect("one name per namespaced tool");
-                    taken.insert(model_name.clone());
-                    let (def, kind, own) = match tool {
-                        NamespacedTool::Function(f) => {
-                            (function_def(&model_name, f), ClientKind::Function, &f.name)
-                        }
-                        NamespacedTool::Custom(c) => {
-                            (custom_def(&model_name, c), ClientKind::Custom, &c.name)
-                        }
-                    };
-                    let mut def = def;
-                    if !n.description.is_empty() {
-                        def.description
-                            .push_str(&format!(" ({}: {})", n.name, n.description));
-                    }
-                    defs.push(def);
-                    map.insert(model_name, target(kind, own, Some(&n.name)));
-                }
-            }
-            ToolParam::ToolSearch(ts) if t.is_client_search() => {
-                let name = unique("tool_search", &mut taken);
-                let description = ts.description.clone().unwrap_or_else(|| {
-                    "Search for more tools by what you need (a few words); the tools found become callable in your next step.".into()
-                });
-                let parameters = ts.parameters.clone().unwrap_or_else(|| {
-                    json!({"type": "object", "properties": {"query": {"type": "string", "description": "What the tool should do."}}, "required": ["query"]})
-                });
-                defs.push(def(&name, description, parameters));
-                map.insert(name.clone(), target(ClientKind::ToolSearch, &name, None));
-            }
-            ToolParam::Builtin(kind, _) => {
-                let (base, kind, description, parameters) = match kind {
-                    BuiltinTool::LocalShell => (
-                        "local_shell",
-                        ClientKind::LocalShell,
-                        "Run a command on the user's machine and get its output.",
-                        json!({"type": "object", "properties": {
-                            "command": {"type": "array", "items": {"type": "string"}, "description": "The program and its arguments."},
-                            "working_directory": {"type": "string"},
-                            "timeout_ms": {"type": "integer"},
-                            "env": {"type": "object", "additionalProperties": {"type": "string"}}
-                        }, "required": ["command"]}),
-                    ),
-                    BuiltinTool::Shell => (
-                        "shell",
-                        ClientKind::Shell,
-                        "Run shell commands on the user's machine and get their output.",
-                        json!({"type": "object", "properties": {
-                            "commands": {"type": "array", "items": {"type": "string"}, "description": "Shell commands, run in order."},
-                            "timeout_ms": {"type": "integer"},
-                            "max_output_length": {"type": "integer"}
-                        }, "required": ["commands"]}),
-                    ),
-                    BuiltinTool::ApplyPatch => (
-                        "apply_patch",
-                        ClientKind::ApplyPatch,
-                        "Create, update or delete one file. For create_file and update_file, 'diff' is the file's content (create) or a unified diff of the change (update).",
-                        json!({"type": "object", "properties": {
-                            "type": {"type": "string", "enum": ["create_file", "update_file", "delete_file"]},
-                            "path": {"type": "string"},
-                            "diff": {"type": "string"}
-                        }, "required": ["type", "path"]}),
-                    ),
-                    BuiltinTool::Computer => (
-                        "computer",
-                        ClientKind::Computer,
-                        "Act on the user's screen: click, double_click, drag, keypress, move, screenshot, scroll, type or wait.",
-                        json!({"type": "object", "properties": {
-                            "type": {"type": "string", "enum": ["click", "double_click", "drag", "keypress", "move", "screenshot", "scroll", "type", "wait"]},
-                            "x": {"type": "integer"}, "y": {"type": "integer"},
-                            "button": {"type": "string", "enum": ["left", "right", "wheel", "back", "forward"]},
-                            "keys": {"type": "array", "items": {"type": "string"}},
-                            "text": {"type": "string"},
-                            "scroll_x": {"type": "integer"}, "scroll_y": {"type": "integer"},
-                            "path": {"type": "array", "items": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}}}
-                        }, "required": ["type"]}),
-                    ),
-                };
-                let name = unique(base, &mut taken);
-                defs.push(def(&name, description.into(), parameters));
-                map.insert(name.clone(), target(kind, base, None));
-            }
-            ToolParam::Mcp(_) | ToolParam::ToolSearch(_) | ToolParam::Hosted(..) => {}
-        }
-    }
-    (defs, map)
-}
-
-/// The client tools offered this turn: the request's tools, then those its history added (an
-/// `additional_tools` item, or the tools a client's `tool_search_output` found). An added tool
-/// that does not parse is a 400 naming the item it came in.
-pub(super) fn client_tool_params(
-    request: &CreateRequest,
-    history: &[InputItem],
-) -> Result<Vec<ToolParam>, StartError> {
-    let mut offered = request.tools.clone();
-    let earlier = history.len().saturating_sub(request.input.len());
-    for (i, item) in history.iter().enumerate() {
-        let added = match item {
-            InputItem::AdditionalTools(t) => t.fields.get("tools").cloned(),
-            InputItem::ToolSearchOutput(t) if t.execution == "client" => {
-                Some(Value::Array(t.tools.clone()))
-            }
-            _ => None,
-        };
-        let Some(added) = added else { continue };
-        let base = match i.checked_sub(earlier) {
-            Some(j) => format!("input[{j}].tools"),
-            None => "previous_response_id".to_string(),
-        };
-        let Value::Array(added) = added else {
-            return Err(FieldError::new(base, "Invalid 'tools': expected an array.").into());
-        };
-        for tool in crate::api::request::parse_tools(added, &base)? {
-            // Only client tools can be added mid-conversation; the rest was set up already.
-            if !matches!(tool, ToolParam::Mcp(_) | ToolParam::ToolSearch(_))
-                && !offered.contains(&tool)
-            {
-                offered.push(tool);
-            }
-        }
-    }
-    Ok(offered)
-}
-
-fn def(name: &str, description: String, parameters: Value) -> FunctionDef {
-    FunctionDef {
-        name: name.to_string(),
-        description,
-        parameters: Arc::new(parameters),
-        strict: None,
-        custom: None,
-    }
-}
-
-fn function_def(name: &str, f: &crate::api::request::FunctionTool) -> FunctionDef {
-    FunctionDef {
-        strict: f.strict,
-        ..def(
-            name,
-            f.description.clone().unwrap_or_default(),
-            f.parameters
-                .clone()
-                .unwrap_or_else(|| json!({"type": "object", "properties": {}})),
-        )
-    }
-}
-
-/// A `custom` tool as a function of one string argument, `input`, its format in the description.
-fn custom_def(name: &str, c: &crate::api::request::CustomTool) -> FunctionDef {
-    let mut description = c.description.clone().unwrap_or_default();
-    let format = c.format.as_ref();
-    if format.and_then(|f| f.get("type")?.as_str()) == Some("grammar") {
-        let f = format.expect("checked");
-        description.push_str(&format!(
-            "\n\nPut the tool's whole input in the string argument 'input'. It must follow this {} grammar:\n{}",
-            f.get("syntax").and_then(Value::as_str).unwrap_or("lark"),
-            f.get("definition").and_then(Value::as_str).unwrap_or_default()
-        ));
-    } else {
-        description.push_str(
-            "\n\nPut the tool's whole input, as free-form text, in the string argument 'input'.",
-        );
-    }
-    FunctionDef {
-        custom: Some(Arc::new(CustomSpec {
-            description: c.description.clone(),
-            format: c.format.clone(),
-        })),
-        ..def(
-            name,
-            description.trim_start().to_string(),
-            json!({"type": "object", "properties": {"input": {"type": "string", "description": "The tool's input."}}, "required": ["input"]}),
-        )
-    }
-}
-
-/// `base`, or `base` with `_` appended until it is not taken; then taken.
-fn unique(base: &str, taken: &mut HashSet<String>) -> String {
-    let mut name = base.to_string();
-    while taken.contains(&name) {
-        name.push('_');
-    }
-    taken.insert(name.clone());
-    name
 }
 
 /// Resolves the request's `mcp` tools: lists the servers (or reuses lists in the context),
@@ -289,7 +60,7 @@ pub(crate) async fn resolve_tools(app: &App, p: &mut Prepared) -> Result<(), Sta
 
 /// [`resolve_tools`] on a request's parts (`history` ends with `input`); with `strict`, a server
 /// that could not be listed under `--mcp-discovery-failure fail` is an error at once.
-#[allow(clippy::too_many_arguments)] // The request's parts, apart until one run state holds them.
+#[allow(clippy::too_many_arguments)] // the request's parts, apart until a Prepared holds them
 pub(super) async fn resolve_mcp(
     app: &App,
     tenant: &crate::store::Tenant,
@@ -449,7 +220,8 @@ pub(super) fn mcp_specs(
 }
 
 /// Validates the request's `mcp` tools, reuses tool lists already in the context, lists the
-/// other servers concurrently, and names every tool for the model.
+/// other servers concurrently, names every tool for the model, and puts deferred servers'
+/// tools behind the tool-search function.
 async fn mcp_setup(
     app: &App,
     request: &CreateRequest,
@@ -457,12 +229,33 @@ async fn mcp_setup(
     history: &[InputItem],
     functions: &[FunctionDef],
 ) -> Result<McpSetup, StartError> {
-    let cfg = &app.config().mcp;
     let servers = mcp_specs(app, request, relay)?;
     if servers.is_empty() {
         return Ok(McpSetup::default());
     }
-    // Lists already in the context (PROTOCOL §1.5): that server is not listed again.
+    let listed = list_servers(app, &servers, history).await;
+    let reserved: std::collections::HashSet<String> =
+        functions.iter().map(|f| f.name.clone()).collect();
+    let tools = name_tools(&servers, &listed, &reserved);
+    let mut setup = McpSetup {
+        servers,
+        listed,
+        tools,
+        ..McpSetup::default()
+    };
+    add_tool_search(request, &mut setup, &reserved);
+    Ok(setup)
+}
+
+/// One `mcp_list_tools` item per server, in request order: a list already in the context is
+/// reused (PROTOCOL §1.5: that server is not listed again; marked not fresh), the other servers
+/// are listed concurrently (fresh). A server that could not be listed has an item with its
+/// error.
+async fn list_servers(
+    app: &App,
+    servers: &[crate::mcp::ServerSpec],
+    history: &[InputItem],
+) -> Vec<(McpListToolsItem, bool)> {
     let known: std::collections::HashMap<&str, &McpListToolsItem> = history
         .iter()
         .filter_map(|i| match i {
@@ -470,7 +263,7 @@ async fn mcp_setup(
             _ => None,
         })
         .collect();
-    let listings = futures::future::join_all(servers.iter().map(|spec| async {
+    futures::future::join_all(servers.iter().map(|spec| async {
         if let Some(l) = known.get(spec.label.as_str()) {
             // Reused, but only what this request's `allowed_tools` lets through reaches the
             // model (PROTOCOL §1.5): an earlier list may hold tools this request excludes.
@@ -483,64 +276,67 @@ async fn mcp_setup(
                     .cloned()
                     .collect();
             }
-            return Ok((item, false));
+            return (item, false);
         }
         // Minted before listing (futures start in request order), so ids follow the request,
         // not whichever server answers first.
         let id = app.ids().mint("mcpl");
-        let listed = app.mcp().list_tools(spec, cfg.discovery_timeout).await;
-        app.metrics()
-            .mcp_listed(metric_label(app, spec), listed.is_ok());
-        Ok::<_, StartError>(match listed {
-            Ok(tools) => {
-                let total = tools.len();
-                let tools: Arc<[McpToolInfo]> = tools
-                    .into_iter()
-                    .filter(|t| spec.allowed.allows(&t.name, t.read_only))
-                    .map(|t| McpToolInfo {
-                        name: t.name,
-                        description: t.description,
-                        input_schema: t.input_schema,
-                        annotations: Some(json!({"read_only": t.read_only})),
-                    })
-                    .collect();
-                let error = (tools.is_empty() && total > 0 && !spec.allowed.is_all()).then(|| {
-                    format!(
-                        "No tool of MCP server '{}' matches 'allowed_tools'.",
-                        spec.label
-                    )
-                });
-                (
-                    McpListToolsItem {
-                        id,
-                        server_label: spec.label.clone(),
-                        tools,
-                        error,
-                    },
-                    true,
-                )
-            }
-            Err(e) => {
-                let error = Some(e.to_string());
-                (
-                    McpListToolsItem {
-                        id,
-                        server_label: spec.label.clone(),
-                        tools: Arc::new([]),
-                        error,
-                    },
-                    true,
-                )
-            }
-        })
+        (list_server(app, spec, id).await, true)
     }))
-    .await;
-    let mut listed = Vec::with_capacity(listings.len());
-    for l in listings {
-        listed.push(l?);
+    .await
+}
+
+/// Lists one server's tools as the `mcp_list_tools` item `id`: the tools `allowed_tools` lets
+/// through (an error when it lets none of them through), or the listing's error.
+async fn list_server(app: &App, spec: &crate::mcp::ServerSpec, id: String) -> McpListToolsItem {
+    let listed = app
+        .mcp()
+        .list_tools(spec, app.config().mcp.discovery_timeout)
+        .await;
+    app.metrics()
+        .mcp_listed(metric_label(app, spec), listed.is_ok());
+    match listed {
+        Ok(tools) => {
+            let total = tools.len();
+            let tools: Arc<[McpToolInfo]> = tools
+                .into_iter()
+                .filter(|t| spec.allowed.allows(&t.name, t.read_only))
+                .map(|t| McpToolInfo {
+                    name: t.name,
+                    description: t.description,
+                    input_schema: t.input_schema,
+                    annotations: Some(json!({"read_only": t.read_only})),
+                })
+                .collect();
+            let error = (tools.is_empty() && total > 0 && !spec.allowed.is_all()).then(|| {
+                format!(
+                    "No tool of MCP server '{}' matches 'allowed_tools'.",
+                    spec.label
+                )
+            });
+            McpListToolsItem {
+                id,
+                server_label: spec.label.clone(),
+                tools,
+                error,
+            }
+        }
+        Err(e) => McpListToolsItem {
+            id,
+            server_label: spec.label.clone(),
+            tools: Arc::new([]),
+            error: Some(e.to_string()),
+        },
     }
-    let reserved: std::collections::HashSet<String> =
-        functions.iter().map(|f| f.name.clone()).collect();
+}
+
+/// Every listed tool under its model-facing name (unique, none of `reserved`), with whether
+/// its calls need the client's approval.
+fn name_tools(
+    servers: &[crate::mcp::ServerSpec],
+    listed: &[(McpListToolsItem, bool)],
+    reserved: &HashSet<String>,
+) -> transcode::ToolMap {
     let names: Vec<(String, Vec<String>)> = listed
         .iter()
         .map(|(l, _)| {
@@ -551,7 +347,7 @@ async fn mcp_setup(
         })
         .collect();
     let mut tools = transcode::ToolMap::new();
-    for (model_name, label, tool) in crate::mcp::model_names(&names, &reserved) {
+    for (model_name, label, tool) in crate::mcp::model_names(&names, reserved) {
         let spec = servers
             .iter()
             .find(|s| s.label == label)
@@ -573,12 +369,13 @@ async fn mcp_setup(
             },
         );
     }
-    let mut setup = McpSetup {
-        servers,
-        listed,
-        tools,
-        ..McpSetup::default()
-    };
+    tools
+}
+
+/// With `defer_loading` servers (or a `tool_search` tool in the request): their tools become
+/// the deferred candidates, out of the model's first context, and the tool-search function
+/// (named apart from `reserved` and the MCP tools) is offered to find them.
+fn add_tool_search(request: &CreateRequest, setup: &mut McpSetup, reserved: &HashSet<String>) {
     let deferred_labels: Vec<&str> = setup
         .servers
         .iter()
@@ -589,66 +386,66 @@ async fn mcp_setup(
         ToolParam::ToolSearch(ts) => Some(ts.clone()),
         _ => None,
     });
-    if !deferred_labels.is_empty() || explicit.is_some() {
-        setup.deferred = mcp_function_defs_where(&setup, |label| deferred_labels.contains(&label))
-            .into_iter()
-            .map(|(f, label, tool)| search::Candidate {
-                model_name: f.name,
-                label,
-                tool,
-                description: f.description,
-                parameters: f.parameters,
-            })
-            .collect();
-        let mut name = "tool_search".to_string();
-        while reserved.contains(&name) || setup.tools.contains_key(&name) {
-            name.push('_');
-        }
-        let servers: Vec<String> = setup
-            .servers
-            .iter()
-            .filter(|s| s.defer_loading)
-            .map(|s| {
-                let n = setup.deferred.iter().filter(|c| c.label == s.label).count();
-                format!(
-                    "- '{}'{} ({n} tools)",
-                    s.label,
-                    s.description
-                        .as_deref()
-                        .map(|d| format!(": {d}"))
-                        .unwrap_or_default()
-                )
-            })
-            .collect();
-        let explicit = explicit.unwrap_or_default();
-        let description = explicit.description.clone().unwrap_or_else(|| {
-            format!(
-                "Search the tools of these MCP servers by what you need (a few words); the tools found become callable in your next step. Search again with other words if nothing fits.\n{}",
-                servers.join("\n")
-            )
-        });
-        let parameters = Arc::new(explicit.parameters.clone().unwrap_or_else(|| {
-            json!({"type": "object", "properties": {"query": {"type": "string", "description": "What the tool should do."}}, "required": ["query"]})
-        }));
-        setup.tools.insert(
-            name.clone(),
-            transcode::McpTarget {
-                server_label: String::new(),
-                tool: String::new(),
-                needs_approval: false,
-                search: true,
-                web_search: false,
-            },
-        );
-        setup.search_tool = Some(FunctionDef {
-            name,
-            description,
-            parameters,
-            strict: None,
-            custom: None,
-        });
+    if deferred_labels.is_empty() && explicit.is_none() {
+        return;
     }
-    Ok(setup)
+    setup.deferred = mcp_function_defs_where(setup, |label| deferred_labels.contains(&label))
+        .into_iter()
+        .map(|(f, label, tool)| search::Candidate {
+            model_name: f.name,
+            label,
+            tool,
+            description: f.description,
+            parameters: f.parameters,
+        })
+        .collect();
+    let mut name = "tool_search".to_string();
+    while reserved.contains(&name) || setup.tools.contains_key(&name) {
+        name.push('_');
+    }
+    let servers: Vec<String> = setup
+        .servers
+        .iter()
+        .filter(|s| s.defer_loading)
+        .map(|s| {
+            let n = setup.deferred.iter().filter(|c| c.label == s.label).count();
+            format!(
+                "- '{}'{} ({n} tools)",
+                s.label,
+                s.description
+                    .as_deref()
+                    .map(|d| format!(": {d}"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect();
+    let explicit = explicit.unwrap_or_default();
+    let description = explicit.description.clone().unwrap_or_else(|| {
+        format!(
+            "Search the tools of these MCP servers by what you need (a few words); the tools found become callable in your next step. Search again with other words if nothing fits.\n{}",
+            servers.join("\n")
+        )
+    });
+    let parameters = Arc::new(explicit.parameters.clone().unwrap_or_else(|| {
+        json!({"type": "object", "properties": {"query": {"type": "string", "description": "What the tool should do."}}, "required": ["query"]})
+    }));
+    setup.tools.insert(
+        name.clone(),
+        transcode::McpTarget {
+            server_label: String::new(),
+            tool: String::new(),
+            needs_approval: false,
+            search: true,
+            web_search: false,
+        },
+    );
+    setup.search_tool = Some(FunctionDef {
+        name,
+        description,
+        parameters,
+        strict: None,
+        custom: None,
+    });
 }
 
 /// The MCP tools the model sees from the start (deferred servers' tools are found by search),

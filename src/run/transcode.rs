@@ -4,8 +4,9 @@
 //!
 //! Rules: a text item closes when a different kind of output starts (reasoning → message,
 //! text → tool call); tool-call items stay open until the turn ends (calls may interleave), then
-//! close in output order. Function calls are closed here; MCP calls are handed back still open,
-//! for the agent loop to run and finish. Call ids are minted by the relay, so they are unique
+//! close in output order. Function calls are closed here; MCP calls are opened, their arguments
+//! streamed and ended through [`super::mcp_call`] (the one place `mcp_call` events are made) and
+//! handed back still open, for the agent loop to run and finish. Call ids are minted by the relay, so they are unique
 //! within the Response whatever the upstream sends.
 
 use std::collections::HashMap;
@@ -14,6 +15,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
+use super::mcp_call::{self, McpCallStarted};
 use crate::api::response::{
     ClientCallItem, ContentPart, CustomToolCallItem, FunctionCallItem, McpApprovalRequestItem,
     McpCallItem, MessageItem, ReasoningItem, ToolSearchCallItem,
@@ -115,13 +117,12 @@ struct Pending {
     arguments: String,
 }
 
-/// An MCP call the model made, its item open (arguments done), for the agent loop to run.
-#[derive(Debug, Clone)]
-pub struct McpCallStarted {
-    pub output_index: usize,
-    pub item: McpCallItem,
-    /// The model-facing name and call id, for the conversation sent back to the model.
-    pub model_name: String,
+/// An open call's item as the turn ends: where it is and what the model sent.
+struct Closing {
+    output_index: usize,
+    item_id: String,
+    call_id: String,
+    arguments: String,
 }
 
 /// What a turn produced.
@@ -345,23 +346,7 @@ impl Transcoder {
             .unwrap_or_default();
         self.close_text(em, ItemStatus::Completed);
         let output_index = em.next_output_index();
-        let target = match tools.get(&name) {
-            Some(t) if t.search => CallTarget::Search,
-            Some(t) if t.web_search => CallTarget::WebSearch,
-            Some(t) if t.needs_approval => CallTarget::Approval {
-                server_label: t.server_label.clone(),
-                tool: t.tool.clone(),
-            },
-            Some(t) => CallTarget::Mcp {
-                server_label: t.server_label.clone(),
-                tool: t.tool.clone(),
-            },
-            None => CallTarget::Client(self.clients.get(&name).cloned().unwrap_or(ClientTarget {
-                kind: ClientKind::Function,
-                name: name.clone(),
-                namespace: None,
-            })),
-        };
+        let target = self.target_of(&name, tools);
         if buffered(&target) {
             // Nothing is shown until the turn ends: the request (or search) item carries the whole call.
             self.calls.push(OpenCall {
@@ -375,57 +360,7 @@ impl Transcoder {
             });
             return;
         }
-        let (item_id, call_id) = match &target {
-            CallTarget::Client(c) if c.kind == ClientKind::Custom => {
-                (em.mint("ctc"), em.mint("call"))
-            }
-            CallTarget::Client(_) => (em.mint("fc"), em.mint("call")),
-            _ => {
-                let id = em.mint("mcp");
-                (id.clone(), id)
-            }
-        };
-        let item = match &target {
-            CallTarget::Client(c) if c.kind == ClientKind::Custom => {
-                OutputItem::CustomToolCall(CustomToolCallItem {
-                    id: item_id.clone(),
-                    call_id: call_id.clone(),
-                    name: c.name.clone(),
-                    input: String::new(),
-                    namespace: c.namespace.clone(),
-                    status: ItemStatus::InProgress,
-                })
-            }
-            CallTarget::Client(c) => OutputItem::FunctionCall(FunctionCallItem {
-                id: item_id.clone(),
-                call_id: call_id.clone(),
-                name: c.name.clone(),
-                arguments: String::new(),
-                status: ItemStatus::InProgress,
-                namespace: c.namespace.clone(),
-            }),
-            CallTarget::Search | CallTarget::WebSearch => {
-                unreachable!("searches are buffered above")
-            }
-            CallTarget::Mcp { server_label, tool }
-            | CallTarget::Approval { server_label, tool } => OutputItem::McpCall(McpCallItem {
-                id: item_id.clone(),
-                server_label: server_label.clone(),
-                name: tool.clone(),
-                arguments: String::new(),
-                output: None,
-                error: None,
-                status: ItemStatus::InProgress,
-                approval_request_id: None,
-            }),
-        };
-        em.emit(Event::OutputItemAdded { output_index, item });
-        if matches!(target, CallTarget::Mcp { .. }) {
-            em.emit(Event::McpCallInProgress {
-                item_id: item_id.clone(),
-                output_index,
-            });
-        }
+        let (item_id, call_id) = open_item(&target, output_index, em);
         let mut call = OpenCall {
             upstream_index: index,
             output_index,
@@ -442,6 +377,27 @@ impl Transcoder {
             }
         }
         self.calls.push(call);
+    }
+
+    /// Where the model-facing tool `name` leads.
+    fn target_of(&self, name: &str, tools: &ToolMap) -> CallTarget {
+        match tools.get(name) {
+            Some(t) if t.search => CallTarget::Search,
+            Some(t) if t.web_search => CallTarget::WebSearch,
+            Some(t) if t.needs_approval => CallTarget::Approval {
+                server_label: t.server_label.clone(),
+                tool: t.tool.clone(),
+            },
+            Some(t) => CallTarget::Mcp {
+                server_label: t.server_label.clone(),
+                tool: t.tool.clone(),
+            },
+            None => CallTarget::Client(self.clients.get(name).cloned().unwrap_or(ClientTarget {
+                kind: ClientKind::Function,
+                name: name.to_string(),
+                namespace: None,
+            })),
+        }
     }
 
     /// Ends the turn: closes the text item and function calls (marked `incomplete` when the
@@ -467,127 +423,204 @@ impl Transcoder {
                 arguments,
                 ..
             } = call;
+            let closing = Closing {
+                output_index,
+                item_id,
+                call_id,
+                arguments,
+            };
             match target {
-                CallTarget::Client(c) => {
-                    self.outcome.client_calls += 1;
-                    let item = match c.kind {
-                        ClientKind::Function => {
-                            em.emit(Event::FunctionCallArgumentsDone {
-                                item_id: item_id.clone(),
-                                name: c.name.clone(),
-                                output_index,
-                                arguments: arguments.clone(),
-                            });
-                            let item = FunctionCallItem {
-                                id: item_id,
-                                call_id,
-                                name: c.name,
-                                arguments,
-                                status,
-                                namespace: c.namespace,
-                            };
-                            self.outcome.function_calls.push(item.clone());
-                            OutputItem::FunctionCall(item)
-                        }
-                        ClientKind::Custom => {
-                            let input = custom_input(&arguments);
-                            if !input.is_empty() {
-                                em.emit(Event::CustomToolCallInputDelta {
-                                    item_id: item_id.clone(),
-                                    output_index,
-                                    delta: input.clone(),
-                                });
-                            }
-                            em.emit(Event::CustomToolCallInputDone {
-                                item_id: item_id.clone(),
-                                output_index,
-                                input: input.clone(),
-                            });
-                            OutputItem::CustomToolCall(CustomToolCallItem {
-                                id: item_id,
-                                call_id,
-                                name: c.name,
-                                input,
-                                namespace: c.namespace,
-                                status,
-                            })
-                        }
-                        kind => {
-                            // Buffered: the whole item is added and done now.
-                            let output_index = em.next_output_index();
-                            let item = client_item(kind, em, &arguments, status);
-                            em.emit(Event::OutputItemAdded {
-                                output_index,
-                                item: item.clone(),
-                            });
-                            self.outcome.items.push(item.clone());
-                            em.emit(Event::OutputItemDone { output_index, item });
-                            continue;
-                        }
-                    };
-                    self.outcome.items.push(item.clone());
-                    em.emit(Event::OutputItemDone { output_index, item });
-                }
+                CallTarget::Client(c) => self.finish_client_call(c, closing, status, em),
                 CallTarget::Mcp { server_label, tool } => {
-                    em.emit(Event::McpCallArgumentsDone {
-                        item_id: item_id.clone(),
-                        output_index,
-                        arguments: arguments.clone(),
-                    });
                     let item = McpCallItem {
-                        id: item_id,
+                        id: closing.item_id,
                         server_label,
                         name: tool,
-                        arguments,
+                        arguments: closing.arguments,
                         output: None,
                         error: None,
                         status: ItemStatus::InProgress,
                         approval_request_id: None,
                     };
-                    self.outcome.mcp_calls.push(McpCallStarted {
-                        output_index,
-                        item,
-                        model_name: name,
-                    });
+                    let started = mcp_call::arguments_done(em, output_index, item, name);
+                    self.outcome.mcp_calls.push(started);
                 }
                 CallTarget::Search => {
                     if !cut {
-                        self.outcome.searches.push(arguments);
+                        self.outcome.searches.push(closing.arguments);
                     }
                 }
                 CallTarget::WebSearch => {
                     if !cut {
-                        self.outcome.web_searches.push(arguments);
+                        self.outcome.web_searches.push(closing.arguments);
                     }
                 }
                 CallTarget::Approval { server_label, tool } => {
-                    if cut {
-                        continue;
+                    if !cut {
+                        self.request_approval(server_label, tool, closing.arguments, em);
                     }
-                    let item = McpApprovalRequestItem {
-                        id: em.mint("mcpr"),
-                        server_label,
-                        name: tool,
-                        arguments,
-                    };
-                    let output_index = em.next_output_index();
-                    em.emit(Event::OutputItemAdded {
-                        output_index,
-                        item: OutputItem::McpApprovalRequest(item.clone()),
-                    });
-                    em.emit(Event::OutputItemDone {
-                        output_index,
-                        item: OutputItem::McpApprovalRequest(item.clone()),
-                    });
-                    self.outcome
-                        .items
-                        .push(OutputItem::McpApprovalRequest(item.clone()));
-                    self.outcome.approvals.push(item);
                 }
             }
         }
         self.outcome
     }
+
+    /// Closes a call of a client tool: a function's arguments done, a custom tool's input sent
+    /// whole, a built-in tool's whole item added now; then the item done.
+    fn finish_client_call(
+        &mut self,
+        c: ClientTarget,
+        call: Closing,
+        status: ItemStatus,
+        em: &mut Emitter,
+    ) {
+        let Closing {
+            output_index,
+            item_id,
+            call_id,
+            arguments,
+        } = call;
+        self.outcome.client_calls += 1;
+        let item = match c.kind {
+            ClientKind::Function => {
+                em.emit(Event::FunctionCallArgumentsDone {
+                    item_id: item_id.clone(),
+                    name: c.name.clone(),
+                    output_index,
+                    arguments: arguments.clone(),
+                });
+                let item = FunctionCallItem {
+                    id: item_id,
+                    call_id,
+                    name: c.name,
+                    arguments,
+                    status,
+                    namespace: c.namespace,
+                };
+                self.outcome.function_calls.push(item.clone());
+                OutputItem::FunctionCall(item)
+            }
+            ClientKind::Custom => {
+                let input = custom_input(&arguments);
+                if !input.is_empty() {
+                    em.emit(Event::CustomToolCallInputDelta {
+                        item_id: item_id.clone(),
+                        output_index,
+                        delta: input.clone(),
+                    });
+                }
+                em.emit(Event::CustomToolCallInputDone {
+                    item_id: item_id.clone(),
+                    output_index,
+                    input: input.clone(),
+                });
+                OutputItem::CustomToolCall(CustomToolCallItem {
+                    id: item_id,
+                    call_id,
+                    name: c.name,
+                    input,
+                    namespace: c.namespace,
+                    status,
+                })
+            }
+            kind => {
+                // Buffered: the whole item is added and done now.
+                let output_index = em.next_output_index();
+                let item = client_item(kind, em, &arguments, status);
+                em.emit(Event::OutputItemAdded {
+                    output_index,
+                    item: item.clone(),
+                });
+                self.outcome.items.push(item.clone());
+                em.emit(Event::OutputItemDone { output_index, item });
+                return;
+            }
+        };
+        self.outcome.items.push(item.clone());
+        em.emit(Event::OutputItemDone { output_index, item });
+    }
+
+    /// Reports a call that needs the client's approval as an `mcp_approval_request` item (added
+    /// and done at once); the call does not run.
+    fn request_approval(
+        &mut self,
+        server_label: String,
+        tool: String,
+        arguments: String,
+        em: &mut Emitter,
+    ) {
+        let item = McpApprovalRequestItem {
+            id: em.mint("mcpr"),
+            server_label,
+            name: tool,
+            arguments,
+        };
+        let output_index = em.next_output_index();
+        em.emit(Event::OutputItemAdded {
+            output_index,
+            item: OutputItem::McpApprovalRequest(item.clone()),
+        });
+        em.emit(Event::OutputItemDone {
+            output_index,
+            item: OutputItem::McpApprovalRequest(item.clone()),
+        });
+        self.outcome
+            .items
+            .push(OutputItem::McpApprovalRequest(item.clone()));
+        self.outcome.approvals.push(item);
+    }
+}
+
+/// Mints a streamed call's ids and opens its item at `output_index` (a function or custom tool
+/// call, or an MCP call through [`mcp_call::open`]). Returns the item id and the call id.
+fn open_item(target: &CallTarget, output_index: usize, em: &mut Emitter) -> (String, String) {
+    let (item_id, call_id) = match target {
+        CallTarget::Client(c) if c.kind == ClientKind::Custom => (em.mint("ctc"), em.mint("call")),
+        CallTarget::Client(_) => (em.mint("fc"), em.mint("call")),
+        _ => {
+            let id = em.mint("mcp");
+            (id.clone(), id)
+        }
+    };
+    let item = match target {
+        CallTarget::Client(c) if c.kind == ClientKind::Custom => {
+            OutputItem::CustomToolCall(CustomToolCallItem {
+                id: item_id.clone(),
+                call_id: call_id.clone(),
+                name: c.name.clone(),
+                input: String::new(),
+                namespace: c.namespace.clone(),
+                status: ItemStatus::InProgress,
+            })
+        }
+        CallTarget::Client(c) => OutputItem::FunctionCall(FunctionCallItem {
+            id: item_id.clone(),
+            call_id: call_id.clone(),
+            name: c.name.clone(),
+            arguments: String::new(),
+            status: ItemStatus::InProgress,
+            namespace: c.namespace.clone(),
+        }),
+        CallTarget::Mcp { server_label, tool } => {
+            let item = McpCallItem {
+                id: item_id.clone(),
+                server_label: server_label.clone(),
+                name: tool.clone(),
+                arguments: String::new(),
+                output: None,
+                error: None,
+                status: ItemStatus::InProgress,
+                approval_request_id: None,
+            };
+            mcp_call::open(em, output_index, item);
+            return (item_id, call_id);
+        }
+        CallTarget::Approval { .. } | CallTarget::Search | CallTarget::WebSearch => {
+            unreachable!("approval requests and searches are buffered")
+        }
+    };
+    em.emit(Event::OutputItemAdded { output_index, item });
+    (item_id, call_id)
 }
 
 fn empty_part(kind: TextKind, refusal: bool) -> ContentPart {
@@ -666,11 +699,11 @@ fn args_delta(call: &OpenCall, delta: String) -> Option<Event> {
                 delta,
             })
         }
-        CallTarget::Mcp { .. } => Some(Event::McpCallArgumentsDelta {
-            item_id: call.item_id.clone(),
-            output_index: call.output_index,
+        CallTarget::Mcp { .. } => Some(mcp_call::arguments_delta(
+            call.item_id.clone(),
+            call.output_index,
             delta,
-        }),
+        )),
         // A custom tool's input is the string inside the JSON arguments: sent when whole.
         CallTarget::Client(_)
         | CallTarget::Approval { .. }

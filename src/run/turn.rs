@@ -1,6 +1,7 @@
 //! What the model is sent each turn: the conversation as the model sees it (MCP calls as
 //! function calls and outputs, approval items left out), the offered tools, and the request's
-//! sampling options mapped to a [`TurnRequest`].
+//! sampling options mapped to a [`TurnRequest`]; and [`open`], the one function that opens a
+//! run's model turn.
 
 use serde_json::{Value, json};
 
@@ -9,8 +10,30 @@ use std::collections::HashSet;
 use super::transcode::ClientKind;
 use super::{Prepared, transcode};
 use crate::api::request::BuiltinTool;
-use crate::api::request::{InputItem, InputMessage, InputPart, MessageContent, Role};
-use crate::upstream::{FunctionDef, TurnRequest, TurnToolChoice};
+use crate::api::request::{
+    InputFunctionCall, InputFunctionCallOutput, InputItem, InputMessage, InputPart, MessageContent,
+    Role, ToolOutput,
+};
+use crate::app::App;
+use crate::upstream::{FunctionDef, ModelStream, TurnRequest, TurnToolChoice, UpstreamError};
+
+/// Opens model turn `step` (0 = first) on `items`, the tools searches `found` added, its output
+/// bounded by `max_output_tokens`: the one place a run's model turns are opened (the first in
+/// `prepare`, before `response.created`, so that an upstream that is down is an HTTP error; the
+/// later ones by the loop). The turn is built at once; the future only opens it (it holds no
+/// borrow of `p`, which is not `Sync`).
+pub(super) fn open<'a>(
+    app: &'a App,
+    p: &Prepared,
+    items: &[InputItem],
+    step: usize,
+    found: &[FunctionDef],
+    max_output_tokens: Option<u64>,
+) -> impl Future<Output = Result<ModelStream, UpstreamError>> + use<'a> {
+    let mut turn = turn_request_at(p, items, step, found);
+    turn.max_output_tokens = max_output_tokens;
+    async move { app.upstream().open(&turn).await }
+}
 
 /// The model turn for the given conversation.
 pub fn turn_request(p: &Prepared, items: &[InputItem]) -> TurnRequest {
@@ -216,7 +239,6 @@ pub(crate) fn model_view(
     tools: &transcode::ToolMap,
     clients: &transcode::ClientMap,
 ) -> Vec<InputItem> {
-    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     let mut out = Vec::with_capacity(items.len());
     // Consecutive MCP calls become one assistant turn: all the calls, then all their results.
     let mut outputs = Vec::new();
@@ -304,55 +326,17 @@ fn client_view(
     out: &mut Vec<InputItem>,
     images: &mut Vec<InputItem>,
 ) {
-    use crate::api::request::{InputFunctionCall, InputFunctionCallOutput, ToolOutput};
     use transcode::ClientKind;
-    let model_name = |kind, name: &str, namespace| model_name(clients, kind, name, namespace);
-    let call = |call_id: &Option<String>, name: String, arguments: String| {
-        InputItem::FunctionCall(InputFunctionCall {
-            id: None,
-            call_id: call_id.clone().unwrap_or_default(),
-            name,
-            arguments,
-            status: None,
-            namespace: None,
-            caller: None,
-            is_async: None,
-        })
-    };
-    let output = |call_id: &Option<String>, output: ToolOutput| {
-        InputItem::FunctionCallOutput(InputFunctionCallOutput {
-            id: None,
-            call_id: call_id.clone().unwrap_or_default(),
-            output,
-            status: None,
-            caller: None,
-        })
-    };
-    let field = |t: &crate::api::request::ToolItem, key: &str| {
-        t.fields.get(key).cloned().unwrap_or(Value::Null)
-    };
-    let text = |v: Value| match v {
-        Value::String(s) => ToolOutput::Text(s),
-        Value::Array(parts) if parts.iter().all(|p| p.get("type").is_some()) => {
-            ToolOutput::Parts(parts)
-        }
-        Value::Null => ToolOutput::Text(String::new()),
-        other => ToolOutput::Text(other.to_string()),
-    };
-    let arguments = |v: Value, drop_type: bool| match v {
-        Value::Object(mut o) => {
-            if drop_type {
-                o.remove("type");
-            }
-            Value::Object(o).to_string()
-        }
-        other => other.to_string(),
-    };
-    let builtin_name = |kind: ClientKind, base: &str| model_name(kind, base, None);
+    let builtin_name = |kind: ClientKind, base: &str| model_name(clients, kind, base, None);
     match item {
         InputItem::FunctionCall(f) if f.namespace.is_some() => {
             out.push(InputItem::FunctionCall(InputFunctionCall {
-                name: model_name(ClientKind::Function, &f.name, f.namespace.as_deref()),
+                name: model_name(
+                    clients,
+                    ClientKind::Function,
+                    &f.name,
+                    f.namespace.as_deref(),
+                ),
                 namespace: None,
                 ..f.clone()
             }))
@@ -360,6 +344,7 @@ fn client_view(
         InputItem::CustomToolCall(t) => out.push(call(
             &t.call_id,
             model_name(
+                clients,
                 ClientKind::Custom,
                 t.str("name").unwrap_or_default(),
                 t.str("namespace"),
@@ -399,9 +384,11 @@ fn client_view(
             )),
         )),
         InputItem::CustomToolCallOutput(t) | InputItem::LocalShellCallOutput(t) => {
-            out.push(output(&t.call_id, text(field(t, "output"))))
+            out.push(output(&t.call_id, output_text(field(t, "output"))))
         }
-        InputItem::ShellCallOutput(t) => out.push(output(&t.call_id, text(field(t, "output")))),
+        InputItem::ShellCallOutput(t) => {
+            out.push(output(&t.call_id, output_text(field(t, "output"))))
+        }
         InputItem::ApplyPatchCallOutput(t) => {
             let status = t.status.clone().unwrap_or_else(|| "completed".into());
             let said = t.str("output").unwrap_or_default();
@@ -414,28 +401,11 @@ fn client_view(
             ))
         }
         InputItem::ComputerCallOutput(t) => {
-            let shot = field(t, "output");
-            let url = shot
-                .get("image_url")
-                .and_then(Value::as_str)
-                .map(str::to_string);
             out.push(output(
                 &t.call_id,
                 ToolOutput::Text("Screenshot taken: it follows as an image.".into()),
             ));
-            if let Some(url) = url {
-                images.push(InputItem::Message(InputMessage {
-                    id: None,
-                    role: Role::User,
-                    content: MessageContent::Parts(vec![InputPart::InputImage {
-                        image_url: Some(url),
-                        file_id: None,
-                        detail: None,
-                    }]),
-                    status: None,
-                    internal_chat_message_metadata_passthrough: None,
-                }));
-            }
+            images.extend(screenshot(t));
         }
         InputItem::FileSearchCall(_)
         | InputItem::WebSearchCall(_)
@@ -447,4 +417,78 @@ fn client_view(
         | InputItem::ConfigurationUpdate(_) => {}
         other => out.push(other.clone()),
     }
+}
+
+/// A client tool's call as the model made it: a function call.
+fn call(call_id: &Option<String>, name: String, arguments: String) -> InputItem {
+    InputItem::FunctionCall(InputFunctionCall {
+        id: None,
+        call_id: call_id.clone().unwrap_or_default(),
+        name,
+        arguments,
+        status: None,
+        namespace: None,
+        caller: None,
+        is_async: None,
+    })
+}
+
+/// A client tool's output as the model is given it: a function call's output.
+fn output(call_id: &Option<String>, output: ToolOutput) -> InputItem {
+    InputItem::FunctionCallOutput(InputFunctionCallOutput {
+        id: None,
+        call_id: call_id.clone().unwrap_or_default(),
+        output,
+        status: None,
+        caller: None,
+    })
+}
+
+/// A field of a client tool's item (null when absent).
+fn field(t: &crate::api::request::ToolItem, key: &str) -> Value {
+    t.fields.get(key).cloned().unwrap_or(Value::Null)
+}
+
+/// A tool's output value as a function output: a string as text, content parts as parts,
+/// anything else as its JSON.
+fn output_text(v: Value) -> ToolOutput {
+    match v {
+        Value::String(s) => ToolOutput::Text(s),
+        Value::Array(parts) if parts.iter().all(|p| p.get("type").is_some()) => {
+            ToolOutput::Parts(parts)
+        }
+        Value::Null => ToolOutput::Text(String::new()),
+        other => ToolOutput::Text(other.to_string()),
+    }
+}
+
+/// A built-in tool's action (or operation) as a function's JSON arguments, its `type` dropped
+/// when `drop_type`.
+fn arguments(v: Value, drop_type: bool) -> String {
+    match v {
+        Value::Object(mut o) => {
+            if drop_type {
+                o.remove("type");
+            }
+            Value::Object(o).to_string()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A computer call's screenshot as a user message showing the image, when it has one.
+fn screenshot(t: &crate::api::request::ToolItem) -> Option<InputItem> {
+    let shot = field(t, "output");
+    let url = shot.get("image_url").and_then(Value::as_str)?.to_string();
+    Some(InputItem::Message(InputMessage {
+        id: None,
+        role: Role::User,
+        content: MessageContent::Parts(vec![InputPart::InputImage {
+            image_url: Some(url),
+            file_id: None,
+            detail: None,
+        }]),
+        status: None,
+        internal_chat_message_metadata_passthrough: None,
+    }))
 }
