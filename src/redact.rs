@@ -1,5 +1,6 @@
-//! What may be shown of user secrets: echoed `mcp` tools carry no `authorization` or `headers`,
-//! and a `server_url`'s query string becomes `***`.
+//! What may be shown of secrets: echoed `mcp` tools carry no `authorization` or `headers`, a
+//! `server_url`'s userinfo, query string and fragment become `***` ([`mask_url`], also for log
+//! lines), and a store URL's password becomes `***` ([`mask_password`]).
 
 use serde_json::{Value, json};
 
