@@ -153,7 +153,6 @@ impl Pool {
         slot: &Slot,
         timeout: Duration,
     ) -> Result<Session, Failure> {
-        use crate::mcp::Transport;
         let key = Key::of(spec);
         let remembered = self
             .inner
@@ -162,26 +161,7 @@ impl Pool {
             .unwrap_or_else(|e| e.into_inner())
             .get(&key)
             .copied();
-        let sse_path = reqwest::Url::parse(&spec.url)
-            .is_ok_and(|u| u.path().trim_end_matches('/').ends_with("/sse"));
-        let mut ways: Vec<Way> = match spec.transport {
-            Transport::Sse => vec![(Wire::Sse, Era::Handshake)],
-            Transport::Auto if sse_path => vec![(Wire::Sse, Era::Handshake)],
-            Transport::StreamableHttp => vec![
-                (Wire::StreamableHttp, Era::Modern),
-                (Wire::StreamableHttp, Era::Handshake),
-            ],
-            Transport::Auto => vec![
-                (Wire::StreamableHttp, Era::Modern),
-                (Wire::StreamableHttp, Era::Handshake),
-                (Wire::Sse, Era::Handshake),
-            ],
-        };
-        if let Some(way) = remembered
-            && let Some(at) = ways.iter().position(|w| *w == way)
-        {
-            ways[..=at].rotate_right(1);
-        }
+        let ways = ways_to_try(spec, remembered);
         let started = Instant::now();
         let mut last = None;
         for (wire, era) in ways {
@@ -324,6 +304,33 @@ impl Pool {
             _alive: guard,
         })
     }
+}
+
+/// The ways to try for `spec`, in order: what its transport allows (a URL ending in `/sse` is
+/// the legacy transport), the way `remembered` first.
+fn ways_to_try(spec: &ServerSpec, remembered: Option<Way>) -> Vec<Way> {
+    use crate::mcp::Transport;
+    let sse_path = reqwest::Url::parse(&spec.url)
+        .is_ok_and(|u| u.path().trim_end_matches('/').ends_with("/sse"));
+    let mut ways: Vec<Way> = match spec.transport {
+        Transport::Sse => vec![(Wire::Sse, Era::Handshake)],
+        Transport::Auto if sse_path => vec![(Wire::Sse, Era::Handshake)],
+        Transport::StreamableHttp => vec![
+            (Wire::StreamableHttp, Era::Modern),
+            (Wire::StreamableHttp, Era::Handshake),
+        ],
+        Transport::Auto => vec![
+            (Wire::StreamableHttp, Era::Modern),
+            (Wire::StreamableHttp, Era::Handshake),
+            (Wire::Sse, Era::Handshake),
+        ],
+    };
+    if let Some(way) = remembered
+        && let Some(at) = ways.iter().position(|w| *w == way)
+    {
+        ways[..=at].rotate_right(1);
+    }
+    ways
 }
 
 /// `spec`'s headers as HTTP headers; a name or value that is not valid HTTP fails the attempt.
