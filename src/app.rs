@@ -187,18 +187,11 @@ fn mcp_pool(config: &Config) -> crate::mcp::Pool {
         tools_ttl: config.mcp.tools_ttl,
         ..Default::default()
     };
-    let builder = || {
-        reqwest::Client::builder()
-            .connect_timeout(pool.connect_timeout)
-            .read_timeout(pool.read_timeout)
-            // Keep-alive to MCP servers (a fresh TCP connection per MCP request dominated the CPU
-            // per MCP run in the benchmark); no Nagle delay.
-            .pool_idle_timeout(std::time::Duration::from_secs(90))
-            .tcp_nodelay(true)
-    };
-    let http = crate::ssrf::guarded_client(config.mcp.ssrf.clone(), builder());
-    let registered = crate::ssrf::guarded_client(config.mcp.registered_policy(), builder());
-    crate::mcp::Pool::with_http_clients(pool, http, registered)
+    crate::mcp::Pool::with_policies(
+        pool,
+        config.mcp.ssrf.clone(),
+        config.mcp.registered_policy(),
+    )
 }
 
 /// The relay's sealing key: `--secret-key`, else the key file beside the SQLite store (made

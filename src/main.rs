@@ -1,10 +1,12 @@
-//! The `responses-relay` binary: parses the command line, then serves.
+//! The `responses-relay` binary: parses the command line, then runs the subcommand (`serve`,
+//! `logs`, `replay`, `demo`); a bad flag value exits 64 naming the flag.
 
 use std::io::Write;
+use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use clap::Parser;
-use responses_relay::config::{Cli, Command, Config, LogsCommand};
+use responses_relay::config::{Cli, Command, Config, DemoArgs, LogsCommand, ReplayArgs, ServeArgs};
 use responses_relay::logs::Recording;
 use responses_relay::{App, server};
 
@@ -34,124 +36,123 @@ fn main() -> ExitCode {
     responses_relay::install_tls();
     match cli.command {
         Command::Logs(cmd) => logs(cmd),
-        Command::Replay(args) => {
-            let rec = match Recording::read(&args.file) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("error: invalid value for '<FILE>': {e}");
-                    return ExitCode::from(64);
-                }
-            };
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            rt.block_on(async move {
-                let listener = match tokio::net::TcpListener::bind(args.listen).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!(
-                            "error: invalid value for '--listen': cannot bind {}: {e}",
-                            args.listen
-                        );
-                        return ExitCode::from(64);
-                    }
-                };
-                let signal = server::shutdown_signal();
-                let addr = listener.local_addr().expect("bound address");
-                println!("listening on http://{addr}");
-                if let Ok(r) = rec.final_response() {
-                    // Not println!: a reader that took the first line only may have closed stdout.
-                    let _ = writeln!(
-                        std::io::stdout(),
-                        "the recorded run in the viewer: http://{addr}/ui/runs/{}",
-                        r.id
-                    );
-                }
-                responses_relay::logs::serve(listener, rec, args.speed, signal).await;
-                ExitCode::SUCCESS
-            })
-        }
-        Command::Demo(args) => {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            rt.block_on(async move {
-                let mut out = std::io::stdout();
-                match responses_relay::demo::run(args.listen, &mut out, server::shutdown_signal())
-                    .await
-                {
-                    Ok(()) => ExitCode::SUCCESS,
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        ExitCode::from(e.exit_code())
-                    }
-                }
-            })
-        }
-        Command::Serve(args) => {
-            let config = match Config::from_args(args, |k| std::env::var(k).ok()) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(64);
-                }
-            };
-            let traces = match &config.traces {
-                None => {
-                    responses_relay::telemetry::init(config.log_format);
-                    None
-                }
-                Some(t) => match responses_relay::otel::start(t) {
-                    Ok(provider) => {
-                        responses_relay::telemetry::init_with_traces(config.log_format, &provider);
-                        Some(provider)
-                    }
-                    Err(e) => {
-                        eprintln!("error: {e}");
-                        return ExitCode::from(64);
-                    }
-                },
-            };
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            rt.block_on(async move {
-                let listener = match tokio::net::TcpListener::bind(config.listen).await {
-                    Ok(l) => l,
-                    Err(e) => {
-                        eprintln!(
-                            "error: invalid value for '--listen': cannot bind {}: {e}",
-                            config.listen
-                        );
-                        return ExitCode::from(64);
-                    }
-                };
-                let addr = listener.local_addr().expect("bound address");
-                let signal = server::shutdown_signal();
-                println!("listening on http://{addr}");
-                tracing::info!(%addr, upstream = %config.upstream_url, "relay ready");
-                let app = match App::open(config) {
-                    Ok(app) => app,
-                    Err(e) => {
-                        eprintln!("error: invalid value for '--store': {e}");
-                        return ExitCode::from(64);
-                    }
-                };
-                server::serve_on(listener, app, signal).await;
-                // What is queued goes to the collector, waiting a bounded time.
-                if let Some(provider) = traces {
-                    let _ = tokio::task::spawn_blocking(move || {
-                        provider.shutdown_with_timeout(std::time::Duration::from_secs(5))
-                    })
-                    .await;
-                }
-                ExitCode::SUCCESS
-            })
-        }
+        Command::Replay(args) => replay(args),
+        Command::Demo(args) => demo(args),
+        Command::Serve(args) => serve(args),
     }
+}
+
+/// The multi-threaded runtime each serving subcommand runs on.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A listener on `addr`, or the exit code (64, naming `--listen`) when it cannot be bound.
+async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, ExitCode> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+        eprintln!("error: invalid value for '--listen': cannot bind {addr}: {e}");
+        ExitCode::from(64)
+    })
+}
+
+/// `replay FILE`: serves a recorded run to any `POST /v1/responses`.
+fn replay(args: ReplayArgs) -> ExitCode {
+    let rec = match Recording::read(&args.file) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: invalid value for '<FILE>': {e}");
+            return ExitCode::from(64);
+        }
+    };
+    runtime().block_on(async move {
+        let listener = match bind(args.listen).await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        let signal = server::shutdown_signal();
+        let addr = listener.local_addr().expect("bound address");
+        println!("listening on http://{addr}");
+        if let Ok(r) = rec.final_response() {
+            // Not println!: a reader that took the first line only may have closed stdout.
+            let _ = writeln!(
+                std::io::stdout(),
+                "the recorded run in the viewer: http://{addr}/ui/runs/{}",
+                r.id
+            );
+        }
+        responses_relay::logs::serve(listener, rec, args.speed, signal).await;
+        ExitCode::SUCCESS
+    })
+}
+
+/// `demo`: a scripted model, an MCP test server and a relay on loopback.
+fn demo(args: DemoArgs) -> ExitCode {
+    runtime().block_on(async move {
+        let mut out = std::io::stdout();
+        match responses_relay::demo::run(args.listen, &mut out, server::shutdown_signal()).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(e.exit_code())
+            }
+        }
+    })
+}
+
+/// `serve`: the configuration, logs and traces, then the relay until a shutdown signal.
+fn serve(args: ServeArgs) -> ExitCode {
+    let config = match Config::from_args(args, |k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(64);
+        }
+    };
+    let traces = match &config.traces {
+        None => {
+            responses_relay::telemetry::init(config.log_format);
+            None
+        }
+        Some(t) => match responses_relay::otel::start(t) {
+            Ok(provider) => {
+                responses_relay::telemetry::init_with_traces(config.log_format, &provider);
+                Some(provider)
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(64);
+            }
+        },
+    };
+    runtime().block_on(async move {
+        let listener = match bind(config.listen).await {
+            Ok(l) => l,
+            Err(code) => return code,
+        };
+        let addr = listener.local_addr().expect("bound address");
+        let signal = server::shutdown_signal();
+        println!("listening on http://{addr}");
+        tracing::info!(%addr, upstream = %config.upstream_url, "relay ready");
+        let app = match App::open(config) {
+            Ok(app) => app,
+            Err(e) => {
+                eprintln!("error: invalid value for '--store': {e}");
+                return ExitCode::from(64);
+            }
+        };
+        server::serve_on(listener, app, signal).await;
+        // What is queued goes to the collector, waiting a bounded time.
+        if let Some(provider) = traces {
+            let _ = tokio::task::spawn_blocking(move || {
+                provider.shutdown_with_timeout(std::time::Duration::from_secs(5))
+            })
+            .await;
+        }
+        ExitCode::SUCCESS
+    })
 }
 
 /// `logs export ID` and `logs show ID|FILE`.

@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -50,103 +50,59 @@ pub struct RunEnd<'a> {
 }
 
 impl Metrics {
-    /// The metrics, `configured` models allowed as label values from the start.
+    /// The metrics, `configured` models allowed as label values from the start. They are
+    /// registered (and rendered) in this order: requests and runs, the upstream, MCP, streams and
+    /// the store, then the process (build, traces).
     pub fn new(configured: impl IntoIterator<Item = String>) -> Self {
         let mut registry = Registry::default();
-        let http_requests = Family::<Labels, Counter>::default();
-        registry.register(
+        let r = &mut registry;
+        let http_requests = register(
+            r,
             "relay_http_requests",
             "HTTP requests answered, by route and status code",
-            http_requests.clone(),
+            Family::default(),
         );
-        let responses = Family::<Labels, Counter>::default();
-        registry.register(
+        let responses = register(
+            r,
             "relay_responses",
             "Responses run, by model, upstream and final status",
-            responses.clone(),
+            Family::default(),
         );
-        let in_flight = Gauge::default();
-        registry.register(
+        let in_flight = register(
+            r,
             "relay_responses_in_flight",
             "Responses running now",
-            in_flight.clone(),
+            Gauge::default(),
         );
-        let response_duration = Histogram::new(exponential_buckets(0.05, 2.5, 12));
-        registry.register(
+        let response_duration = register(
+            r,
             "relay_response_duration_seconds",
             "Time from a response's start to its terminal event",
-            response_duration.clone(),
+            Histogram::new(exponential_buckets(0.05, 2.5, 12)),
         );
-        let ttft = Histogram::new(exponential_buckets(0.01, 2.0, 14));
-        registry.register(
+        let ttft = register(
+            r,
             "relay_time_to_first_token_seconds",
             "Time from a response's start to its first output text delta",
-            ttft.clone(),
+            Histogram::new(exponential_buckets(0.01, 2.0, 14)),
         );
-        let upstream_duration = Family::<Labels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.01, 2.0, 14))) as fn() -> Histogram,
-        );
-        registry.register(
-            "relay_upstream_request_duration_seconds",
-            "Time until the model server answered a turn's request (its headers)",
-            upstream_duration.clone(),
-        );
-        let tokens = Family::<Labels, Counter>::default();
-        registry.register(
-            "relay_tokens",
-            "Tokens the model servers reported, by type",
-            tokens.clone(),
-        );
-        let mcp_lists = Family::<Labels, Counter>::default();
-        registry.register(
-            "relay_mcp_list_tools",
-            "MCP tool listings, by server and result",
-            mcp_lists.clone(),
-        );
-        let mcp_calls = Family::<Labels, Counter>::default();
-        registry.register(
-            "relay_mcp_tool_calls",
-            "MCP tool calls, by server and result",
-            mcp_calls.clone(),
-        );
-        let mcp_duration = Family::<Labels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.005, 2.2, 13))) as fn() -> Histogram,
-        );
-        registry.register(
-            "relay_mcp_tool_duration_seconds",
-            "Duration of MCP tool calls, by server",
-            mcp_duration.clone(),
-        );
-        let sse_streams = Gauge::default();
-        registry.register(
+        let (upstream_duration, tokens) = register_upstream(r);
+        let (mcp_lists, mcp_calls, mcp_duration) = register_mcp(r);
+        let sse_streams = register(
+            r,
             "relay_sse_streams_active",
             "SSE response bodies being written now",
-            sse_streams.clone(),
+            Gauge::default(),
         );
-        let store_ops = Family::<Labels, Histogram>::new_with_constructor(
-            (|| Histogram::new(exponential_buckets(0.0001, 3.0, 12))) as fn() -> Histogram,
-        );
-        registry.register(
+        let store_ops = register(
+            r,
             "relay_store_operation_duration_seconds",
             "Duration of the store's reads and deletes, by backend and operation",
-            store_ops.clone(),
+            Family::<Labels, Histogram>::new_with_constructor(
+                (|| Histogram::new(exponential_buckets(0.0001, 3.0, 12))) as fn() -> Histogram,
+            ),
         );
-        let build = Family::<Labels, Gauge>::default();
-        build
-            .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
-            .set(1);
-        registry.register("relay_build_info", "The relay's version", build);
-        // Traces (`--otlp-endpoint`): process-wide counters of the one export pipeline.
-        registry.register(
-            "relay_trace_spans_exported",
-            "Trace spans the OTLP collector accepted",
-            crate::otel::SPANS_EXPORTED.clone(),
-        );
-        registry.register(
-            "relay_trace_spans_dropped",
-            "Trace spans lost: the export queue was full, or the collector refused or did not take their batch in time",
-            crate::otel::SPANS_DROPPED.clone(),
-        );
+        register_process(r);
         Metrics {
             registry,
             http_requests,
@@ -277,4 +233,80 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.dec();
     }
+}
+
+/// Registers `metric` under `name` with `help`, and gives it back (a handle on the same metric).
+fn register<M: Metric + Clone>(r: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    r.register(name, help, metric.clone());
+    metric
+}
+
+/// The model servers: how long they took to answer a turn, and the tokens they reported.
+fn register_upstream(r: &mut Registry) -> (Family<Labels, Histogram>, Family<Labels, Counter>) {
+    let duration = register(
+        r,
+        "relay_upstream_request_duration_seconds",
+        "Time until the model server answered a turn's request (its headers)",
+        Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.01, 2.0, 14))) as fn() -> Histogram,
+        ),
+    );
+    let tokens = register(
+        r,
+        "relay_tokens",
+        "Tokens the model servers reported, by type",
+        Family::default(),
+    );
+    (duration, tokens)
+}
+
+/// MCP: tool listings and tool calls by server and result, and the calls' durations.
+fn register_mcp(
+    r: &mut Registry,
+) -> (
+    Family<Labels, Counter>,
+    Family<Labels, Counter>,
+    Family<Labels, Histogram>,
+) {
+    let lists = register(
+        r,
+        "relay_mcp_list_tools",
+        "MCP tool listings, by server and result",
+        Family::default(),
+    );
+    let calls = register(
+        r,
+        "relay_mcp_tool_calls",
+        "MCP tool calls, by server and result",
+        Family::default(),
+    );
+    let duration = register(
+        r,
+        "relay_mcp_tool_duration_seconds",
+        "Duration of MCP tool calls, by server",
+        Family::<Labels, Histogram>::new_with_constructor(
+            (|| Histogram::new(exponential_buckets(0.005, 2.2, 13))) as fn() -> Histogram,
+        ),
+    );
+    (lists, calls, duration)
+}
+
+/// The process: the relay's version, and the trace export's process-wide counters.
+fn register_process(r: &mut Registry) {
+    let build = Family::<Labels, Gauge>::default();
+    build
+        .get_or_create(&vec![("version", env!("CARGO_PKG_VERSION").to_string())])
+        .set(1);
+    r.register("relay_build_info", "The relay's version", build);
+    // Traces (`--otlp-endpoint`): process-wide counters of the one export pipeline.
+    r.register(
+        "relay_trace_spans_exported",
+        "Trace spans the OTLP collector accepted",
+        crate::otel::SPANS_EXPORTED.clone(),
+    );
+    r.register(
+        "relay_trace_spans_dropped",
+        "Trace spans lost: the export queue was full, or the collector refused or did not take their batch in time",
+        crate::otel::SPANS_DROPPED.clone(),
+    );
 }

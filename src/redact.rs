@@ -1,5 +1,6 @@
-//! What may be shown of user secrets: echoed `mcp` tools carry no `authorization` or `headers`,
-//! and a `server_url`'s query string becomes `***`.
+//! What may be shown of secrets: echoed `mcp` tools carry no `authorization` or `headers`, a
+//! `server_url`'s userinfo, query string and fragment become `***` ([`mask_url`], also for log
+//! lines), and a store URL's password becomes `***` ([`mask_password`]).
 
 use serde_json::{Value, json};
 
@@ -44,4 +45,19 @@ pub fn mcp_tool_echo(m: &McpToolParam, default_approval: &str) -> Value {
         "server_description": m.server_description,
         "defer_loading": m.defer_loading.unwrap_or(false),
     })
+}
+
+/// A URL with its password (if any) replaced by `***`, for logs and error messages about the
+/// store (`--store redis://:PASSWORD@HOST`). Unlike [`mask_url`] it keeps the user name, the
+/// query and the fragment, and shows the URL as parsed (normalised); one that does not parse is
+/// shown as `<unparsable URL>`.
+pub fn mask_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<unparsable URL>".into(),
+    }
 }

@@ -750,12 +750,22 @@ pub fn guard(
 /// URLs with IP-literal hosts must still pass [`Policy::check_url`] before they are requested.
 /// Installs the process-wide TLS provider if none is yet.
 pub fn guarded_client(policy: Policy, builder: reqwest::ClientBuilder) -> reqwest::Client {
+    guarded_client_with(policy, Arc::new(SystemLookup), builder)
+}
+
+/// [`guarded_client`] with names resolved by `lookup` (a test's fake DNS), every address still
+/// checked against `policy`.
+pub fn guarded_client_with(
+    policy: Policy,
+    lookup: Arc<dyn Lookup>,
+    builder: reqwest::ClientBuilder,
+) -> reqwest::Client {
     crate::install_tls();
     let policy = Arc::new(policy);
     guard(
         builder,
         policy.clone(),
-        Arc::new(GuardedResolver::system(policy)),
+        Arc::new(GuardedResolver::new(policy, lookup)),
     )
     .build()
     .expect("an HTTP client with a TLS provider installed")

@@ -62,9 +62,9 @@ use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::response::{Conversation, Usage};
 use crate::api::{Response, Sequenced};
-use crate::config::mask_url;
 use crate::eventlog::emitter::{LogSink, end_as_failed};
 use crate::eventlog::log::{LogEntry, RunLog};
+use crate::redact::mask_password as mask_url;
 
 const RESP: &str = "relay:resp:";
 const LOG: &str = "relay:log:";

@@ -353,7 +353,7 @@ impl ChunkParser {
 
     /// Parses one `data:` payload.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
-        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+        let chunk: Chunk<'_> = serde_json::from_str(data).map_err(|e| {
             UpstreamError::Protocol(format!("chunk is not valid JSON ({e}): {}", preview(data)))
         })?;
         if let Some(err) = chunk.error {

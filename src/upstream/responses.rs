@@ -194,6 +194,8 @@ impl EventParser {
         self.finished
     }
 
+    /// Parses one event (one JSON pass) and dispatches it by family: the answer's id, text,
+    /// custom tool calls, function calls, the lifecycle.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
         let ev: Value = serde_json::from_str(data).map_err(|e| {
             UpstreamError::Protocol(format!(
@@ -202,6 +204,55 @@ impl EventParser {
             ))
         })?;
         let kind = ev.get("type").and_then(Value::as_str).unwrap_or_default();
+        self.response_id(&ev, out);
+        let at = || ev["output_index"].as_u64().unwrap_or(0);
+        match kind {
+            "response.output_text.delta" => out.push(ModelEvent::Text(text(&ev, "delta"))),
+            "response.refusal.delta" => out.push(ModelEvent::Refusal(text(&ev, "delta"))),
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                out.push(ModelEvent::Reasoning(text(&ev, "delta")))
+            }
+            "response.output_item.added" if ev["item"]["type"] == "custom_tool_call" => {
+                self.custom_added(at(), &ev["item"], out)
+            }
+            "response.custom_tool_call_input.delta" => self.custom_input(at(), &ev)?,
+            "response.custom_tool_call_input.done" => {
+                self.custom_done(at(), ev["input"].as_str(), out)
+            }
+            "response.output_item.done" if ev["item"]["type"] == "custom_tool_call" => {
+                // Servers that skip the input events: the item carries it whole.
+                self.custom_done(at(), ev["item"]["input"].as_str(), out)
+            }
+            "response.output_item.added" if ev["item"]["type"] == "function_call" => {
+                self.call_added(at(), &ev["item"], out)
+            }
+            "response.function_call_arguments.delta" => self.arguments_delta(at(), &ev, out)?,
+            // Some servers (LM Studio) send the arguments only whole, at the end: pass on
+            // whatever the deltas did not carry.
+            "response.function_call_arguments.done" => {
+                self.arguments_done(at(), ev["arguments"].as_str(), out)
+            }
+            "response.output_item.done" if ev["item"]["type"] == "function_call" => {
+                self.arguments_done(at(), ev["item"]["arguments"].as_str(), out)
+            }
+            "response.completed" | "response.incomplete" => {
+                self.finish(kind == "response.completed", &ev["response"], out)
+            }
+            "response.failed" => {
+                return Err(failure(
+                    &ev["response"]["error"],
+                    "the upstream response failed",
+                ));
+            }
+            "error" => return Err(failure(ev.get("error").unwrap_or(&ev), "upstream error")),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The answer's id (`response.id` of `response.created` or a later lifecycle event), passed
+    /// on once per turn.
+    fn response_id(&mut self, ev: &Value, out: &mut Vec<ModelEvent>) {
         if !self.id_given
             && let Some(id) = ev
                 .pointer("/response/id")
@@ -211,185 +262,154 @@ impl EventParser {
             self.id_given = true;
             out.push(ModelEvent::ResponseId(id.to_string()));
         }
-        let s = |k: &str| {
-            ev.get(k)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
+    }
+
+    /// A `custom_tool_call` item opened at upstream output index `at`: a new call, its input
+    /// gathered until it is done.
+    fn custom_added(&mut self, at: u64, item: &Value, out: &mut Vec<ModelEvent>) {
+        let index = self.next_call;
+        self.next_call = self.next_call.saturating_add(1);
+        self.saw_call = true;
+        let input = item["input"].as_str().unwrap_or_default().to_string();
+        self.custom.insert(at, (index, input));
+        out.push(ModelEvent::ToolCall {
+            index,
+            id: item["call_id"].as_str().map(str::to_string),
+            name: item["name"].as_str().map(str::to_string),
+            arguments: String::new(),
+        });
+    }
+
+    /// More input of the custom tool call at `at`.
+    fn custom_input(&mut self, at: u64, ev: &Value) -> Result<(), UpstreamError> {
+        let Some((_, input)) = self.custom.get_mut(&at) else {
+            return Err(UpstreamError::Protocol(format!(
+                "input for unknown output item {at}"
+            )));
         };
-        match kind {
-            "response.output_text.delta" => out.push(ModelEvent::Text(s("delta"))),
-            "response.refusal.delta" => out.push(ModelEvent::Refusal(s("delta"))),
-            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-                out.push(ModelEvent::Reasoning(s("delta")))
-            }
-            "response.output_item.added" if ev["item"]["type"] == "custom_tool_call" => {
-                let item = &ev["item"];
-                let at = ev["output_index"].as_u64().unwrap_or(0);
-                let index = self.next_call;
-                self.next_call = self.next_call.saturating_add(1);
-                self.saw_call = true;
-                let input = item["input"].as_str().unwrap_or_default().to_string();
-                self.custom.insert(at, (index, input));
-                out.push(ModelEvent::ToolCall {
-                    index,
-                    id: item["call_id"].as_str().map(str::to_string),
-                    name: item["name"].as_str().map(str::to_string),
-                    arguments: String::new(),
-                });
-            }
-            "response.custom_tool_call_input.delta" => {
-                let at = ev["output_index"].as_u64().unwrap_or(0);
-                let Some((_, input)) = self.custom.get_mut(&at) else {
-                    return Err(UpstreamError::Protocol(format!(
-                        "input for unknown output item {at}"
-                    )));
-                };
-                input.push_str(&s("delta"));
-            }
-            "response.custom_tool_call_input.done" => {
-                let at = ev["output_index"].as_u64().unwrap_or(0);
-                if let Some((index, mut input)) = self.custom.remove(&at) {
-                    if let Some(whole) = ev["input"].as_str() {
-                        input = whole.to_string();
-                    }
-                    out.push(ModelEvent::ToolCall {
-                        index,
-                        id: None,
-                        name: None,
-                        arguments: json!({ "input": input }).to_string(),
-                    });
-                }
-            }
-            "response.output_item.done" if ev["item"]["type"] == "custom_tool_call" => {
-                // Servers that skip the input events: the item carries it whole.
-                let at = ev["output_index"].as_u64().unwrap_or(0);
-                if let Some((index, mut input)) = self.custom.remove(&at) {
-                    if let Some(whole) = ev["item"]["input"].as_str() {
-                        input = whole.to_string();
-                    }
-                    out.push(ModelEvent::ToolCall {
-                        index,
-                        id: None,
-                        name: None,
-                        arguments: json!({ "input": input }).to_string(),
-                    });
-                }
-            }
-            "response.output_item.added" => {
-                let item = &ev["item"];
-                if item["type"] == "function_call" {
-                    let at = ev["output_index"].as_u64().unwrap_or(0);
-                    let index = self.next_call;
-                    self.next_call = self.next_call.saturating_add(1);
-                    let arguments = item["arguments"].as_str().unwrap_or_default().to_string();
-                    self.calls.insert(at, (index, arguments.len()));
-                    self.saw_call = true;
-                    out.push(ModelEvent::ToolCall {
-                        index,
-                        id: item["call_id"].as_str().map(str::to_string),
-                        name: item["name"].as_str().map(str::to_string),
-                        arguments,
-                    });
-                }
-            }
-            "response.function_call_arguments.delta" => {
-                let at = ev["output_index"].as_u64().unwrap_or(0);
-                let Some((index, seen)) = self.calls.get_mut(&at) else {
-                    return Err(UpstreamError::Protocol(format!(
-                        "arguments for unknown output item {at}"
-                    )));
-                };
-                let delta = s("delta");
-                *seen += delta.len();
-                out.push(ModelEvent::ToolCall {
-                    index: *index,
-                    id: None,
-                    name: None,
-                    arguments: delta,
-                });
-            }
-            // Some servers (LM Studio) send the arguments only whole, at the end: pass on
-            // whatever the deltas did not carry.
-            "response.function_call_arguments.done" | "response.output_item.done" => {
-                let at = ev["output_index"].as_u64().unwrap_or(0);
-                let whole = if kind == "response.output_item.done" {
-                    if ev["item"]["type"] != "function_call" {
-                        return Ok(());
-                    }
-                    ev["item"]["arguments"].as_str()
-                } else {
-                    ev["arguments"].as_str()
-                };
-                if let (Some(whole), Some((index, seen))) = (whole, self.calls.get_mut(&at))
-                    && whole.len() > *seen
-                    && whole.is_char_boundary(*seen)
-                {
-                    let rest = whole[*seen..].to_string();
-                    *seen = whole.len();
-                    out.push(ModelEvent::ToolCall {
-                        index: *index,
-                        id: None,
-                        name: None,
-                        arguments: rest,
-                    });
-                }
-            }
-            "response.completed" | "response.incomplete" => {
-                let r = &ev["response"];
-                if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
-                    out.push(ModelEvent::Usage(
-                        serde_json::from_value::<Usage>(u.clone())
-                            .unwrap_or_else(|_| lenient_usage(u)),
-                    ));
-                }
-                let reason = if kind == "response.completed" {
-                    if self.saw_call {
-                        FinishReason::ToolCalls
-                    } else {
-                        FinishReason::Stop
-                    }
-                } else {
-                    FinishReason::parse(
-                        r.pointer("/incomplete_details/reason")
-                            .and_then(Value::as_str)
-                            .unwrap_or("length"),
-                    )
-                };
-                self.finished = true;
-                out.push(ModelEvent::Finish(reason));
-            }
-            "response.failed" => {
-                let e = &ev["response"]["error"];
-                let message = e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("the upstream response failed")
-                    .to_string();
-                return Err(UpstreamError::Status {
-                    status: 502,
-                    message,
-                    body: Some(e.clone()),
-                    retry_after: None,
-                });
-            }
-            "error" => {
-                let e = ev.get("error").unwrap_or(&ev);
-                let message = e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("upstream error")
-                    .to_string();
-                return Err(UpstreamError::Status {
-                    status: 502,
-                    message,
-                    body: Some(e.clone()),
-                    retry_after: None,
-                });
-            }
-            _ => {}
-        }
+        input.push_str(&text(ev, "delta"));
         Ok(())
+    }
+
+    /// The custom tool call at `at` is done (`whole`: its input, when the event carries it):
+    /// its input goes on whole, as the function form's `{"input": ...}`.
+    fn custom_done(&mut self, at: u64, whole: Option<&str>, out: &mut Vec<ModelEvent>) {
+        if let Some((index, mut input)) = self.custom.remove(&at) {
+            if let Some(whole) = whole {
+                input = whole.to_string();
+            }
+            out.push(ModelEvent::ToolCall {
+                index,
+                id: None,
+                name: None,
+                arguments: json!({ "input": input }).to_string(),
+            });
+        }
+    }
+
+    /// A `function_call` item opened at `at`: a new call, with whatever arguments it carries.
+    fn call_added(&mut self, at: u64, item: &Value, out: &mut Vec<ModelEvent>) {
+        let index = self.next_call;
+        self.next_call = self.next_call.saturating_add(1);
+        let arguments = item["arguments"].as_str().unwrap_or_default().to_string();
+        self.calls.insert(at, (index, arguments.len()));
+        self.saw_call = true;
+        out.push(ModelEvent::ToolCall {
+            index,
+            id: item["call_id"].as_str().map(str::to_string),
+            name: item["name"].as_str().map(str::to_string),
+            arguments,
+        });
+    }
+
+    /// More arguments of the function call at `at`.
+    fn arguments_delta(
+        &mut self,
+        at: u64,
+        ev: &Value,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), UpstreamError> {
+        let Some((index, seen)) = self.calls.get_mut(&at) else {
+            return Err(UpstreamError::Protocol(format!(
+                "arguments for unknown output item {at}"
+            )));
+        };
+        let delta = text(ev, "delta");
+        *seen += delta.len();
+        out.push(ModelEvent::ToolCall {
+            index: *index,
+            id: None,
+            name: None,
+            arguments: delta,
+        });
+        Ok(())
+    }
+
+    /// The function call at `at` is done with arguments `whole`: the part the deltas did not
+    /// carry goes on.
+    fn arguments_done(&mut self, at: u64, whole: Option<&str>, out: &mut Vec<ModelEvent>) {
+        if let (Some(whole), Some((index, seen))) = (whole, self.calls.get_mut(&at))
+            && whole.len() > *seen
+            && whole.is_char_boundary(*seen)
+        {
+            let rest = whole[*seen..].to_string();
+            *seen = whole.len();
+            out.push(ModelEvent::ToolCall {
+                index: *index,
+                id: None,
+                name: None,
+                arguments: rest,
+            });
+        }
+    }
+
+    /// `response.completed` (`completed`) or `response.incomplete` of `response` `r`: its usage,
+    /// then why the turn ended.
+    fn finish(&mut self, completed: bool, r: &Value, out: &mut Vec<ModelEvent>) {
+        if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+            out.push(ModelEvent::Usage(
+                serde_json::from_value::<Usage>(u.clone()).unwrap_or_else(|_| lenient_usage(u)),
+            ));
+        }
+        let reason = if completed {
+            if self.saw_call {
+                FinishReason::ToolCalls
+            } else {
+                FinishReason::Stop
+            }
+        } else {
+            FinishReason::parse(
+                r.pointer("/incomplete_details/reason")
+                    .and_then(Value::as_str)
+                    .unwrap_or("length"),
+            )
+        };
+        self.finished = true;
+        out.push(ModelEvent::Finish(reason));
+    }
+}
+
+/// The string field `k` of `ev` (empty when missing).
+fn text(ev: &Value, k: &str) -> String {
+    ev.get(k)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The error `e` of a failed answer (`response.failed`, `error`) as a 502, its message or
+/// `otherwise`.
+fn failure(e: &Value, otherwise: &str) -> UpstreamError {
+    let message = e
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or(otherwise)
+        .to_string();
+    UpstreamError::Status {
+        status: 502,
+        message,
+        body: Some(e.clone()),
+        retry_after: None,
     }
 }
 

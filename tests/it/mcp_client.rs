@@ -41,7 +41,15 @@ fn spec(url: &str) -> ServerSpec {
 }
 
 fn pool() -> Pool {
-    Pool::new(PoolConfig::default())
+    pool_with(PoolConfig::default())
+}
+
+/// A pool that may reach loopback (the test servers), through the SSRF guard as every pool.
+fn pool_with(config: PoolConfig) -> Pool {
+    Pool::new(
+        config,
+        responses_relay::ssrf::Policy::allow_private_networks(),
+    )
 }
 
 fn mcp(v: Value) -> ToolParam {
@@ -966,7 +974,7 @@ async fn a_session_survives_a_server_restart_while_idle() {
 async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
     let srv = server(Options::default()).await;
     let s = spec(&srv.url());
-    let pool = Pool::new(PoolConfig {
+    let pool = pool_with(PoolConfig {
         idle_ttl: Duration::from_millis(200),
         ..PoolConfig::default()
     });
@@ -984,7 +992,7 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
     );
 
     let srv2 = server(Options::default()).await;
-    let pool = Pool::new(PoolConfig {
+    let pool = pool_with(PoolConfig {
         max_sessions: 1,
         ..PoolConfig::default()
     });
@@ -1358,7 +1366,7 @@ async fn calls_ask_for_progress_and_a_call_sending_notices_outlasts_the_read_tim
         .await;
         let s = spec(&srv.url());
         // Silence longer than this reading a call's answer is a failure.
-        let pool = Pool::new(PoolConfig {
+        let pool = pool_with(PoolConfig {
             read_timeout: Duration::from_millis(500),
             ..PoolConfig::default()
         });

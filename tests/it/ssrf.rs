@@ -791,19 +791,7 @@ fn spec(url: &str) -> responses_relay::mcp::ServerSpec {
 }
 
 fn pool_through(policy: Policy, dns: Arc<dyn Lookup>) -> responses_relay::mcp::Pool {
-    responses_relay::install_tls();
-    let policy = Arc::new(policy);
-    let builder = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(5))
-        .read_timeout(Duration::from_secs(30));
-    let client = ssrf::guard(
-        builder,
-        policy.clone(),
-        Arc::new(GuardedResolver::new(policy, dns)),
-    )
-    .build()
-    .unwrap();
-    responses_relay::mcp::Pool::with_http_client(Default::default(), client)
+    responses_relay::mcp::Pool::with_lookup(Default::default(), policy, dns)
 }
 
 #[tokio::test]
@@ -836,10 +824,7 @@ async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback
         hint_in(&e.message);
     }
     // The real resolver with the default policy: `localhost` is loopback.
-    let system = responses_relay::mcp::Pool::with_http_client(
-        Default::default(),
-        ssrf::guarded_client(Policy::strict(), reqwest::Client::builder()),
-    );
+    let system = responses_relay::mcp::Pool::new(Default::default(), Policy::strict());
     let e = system
         .list_tools(
             &spec(&format!("http://localhost:{port}/mcp")),
