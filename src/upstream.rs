@@ -41,6 +41,9 @@ pub enum ModelEvent {
     /// given once per turn, when first seen. Only the turn's trace span reads it
     /// (`gen_ai.response.id`).
     ResponseId(String),
+    /// The `phase` of the assistant message the model opens next (a Responses upstream's
+    /// `output_item.added` of a `message`; `None` when it gives none).
+    MessagePhase(Option<crate::api::response::Phase>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,6 +151,8 @@ pub struct TurnRequest {
 #[derive(Debug, Clone, Default)]
 pub struct ResponsesOptions {
     pub reasoning_summary: Option<String>,
+    pub reasoning_context: Option<String>,
+    pub reasoning_mode: Option<String>,
     pub verbosity: Option<String>,
     /// `auto` only (`disabled` is what every upstream does).
     pub truncation: Option<String>,

@@ -391,7 +391,7 @@ pub fn encode_ops(turns: &[Turn]) -> Vec<u8> {
                     });
                 }
                 // Not encoded: the transcoder passes over it.
-                ModelEvent::ResponseId(_) => {}
+                ModelEvent::ResponseId(_) | ModelEvent::MessagePhase(_) => {}
             }
         }
         if turn.error.is_some() {

@@ -34,6 +34,7 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
                     .collect(),
             ),
             status: None,
+            phase: m.phase,
             internal_chat_message_metadata_passthrough: None,
         }),
         OutputItem::FunctionCall(f) => InputItem::FunctionCall(InputFunctionCall {

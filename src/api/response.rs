@@ -93,6 +93,11 @@ impl Usage {
 pub struct ReasoningEcho {
     pub effort: Option<String>,
     pub summary: Option<String>,
+    /// `reasoning.context` and `reasoning.mode`, echoed when the request gave them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
 }
 
 /// The Response object. Serialized with every key present, nulls included.
@@ -184,6 +189,19 @@ pub struct MessageItem {
     pub status: ItemStatus,
     pub role: String,
     pub content: Vec<ContentPart>,
+    /// What an assistant message is (gpt-5.x labels its messages): given by a Responses
+    /// upstream, kept, and sent back with the message in later turns.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+}
+
+/// An assistant message's `phase`: intermediate commentary or the final answer. Clients are
+/// asked to resend it on every assistant message they send back as history.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    Commentary,
+    FinalAnswer,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

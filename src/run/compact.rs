@@ -47,13 +47,9 @@ pub(super) fn summary_turn_of(p: &Prepared, items: &[InputItem]) -> TurnRequest 
         Some(i) => format!("{INSTRUCTIONS}\n\nThe conversation's own instructions were:\n{i}"),
         None => INSTRUCTIONS.to_string(),
     });
-    t.items.push(InputItem::Message(InputMessage {
-        id: None,
-        role: Role::User,
-        content: MessageContent::Text("Write the summary of the conversation above now.".into()),
-        status: None,
-        internal_chat_message_metadata_passthrough: None,
-    }));
+    t.items.push(InputItem::Message(InputMessage::user(
+        MessageContent::Text("Write the summary of the conversation above now.".into()),
+    )));
     t
 }
 

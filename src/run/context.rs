@@ -117,15 +117,9 @@ pub(super) fn open_summary(app: &App, sealed: &str, param: &str) -> Result<Strin
 /// The summary as the model sees it: a user message that says what it is.
 pub(super) fn summary_message(summary: &str) -> InputItem {
     use crate::api::request::{InputMessage, MessageContent, Role};
-    InputItem::Message(InputMessage {
-        id: None,
-        role: Role::User,
-        content: MessageContent::Text(format!(
-            "[A summary of the conversation so far, which was compacted]\n{summary}"
-        )),
-        status: None,
-        internal_chat_message_metadata_passthrough: None,
-    })
+    InputItem::Message(InputMessage::user(MessageContent::Text(format!(
+        "[A summary of the conversation so far, which was compacted]\n{summary}"
+    ))))
 }
 
 /// A reasoning item sent back with the `encrypted_content` the relay sealed: its reasoning

@@ -207,13 +207,9 @@ pub(super) async fn run(
         });
         done.push(close(em, call, result));
     }
-    let images = (!image_parts.is_empty()).then_some(InputItem::Message(InputMessage {
-        id: None,
-        role: Role::User,
-        content: MessageContent::Parts(image_parts),
-        status: None,
-        internal_chat_message_metadata_passthrough: None,
-    }));
+    let images = (!image_parts.is_empty()).then_some(InputItem::Message(InputMessage::user(
+        MessageContent::Parts(image_parts),
+    )));
     Ok((done, images))
 }
 
@@ -256,20 +252,14 @@ async fn call_on_server(app: &App, spec: Option<ServerSpec>, item: McpCallItem) 
 /// The images a call returned as the model is shown them: a line naming the call, then each
 /// image.
 fn image_view(item: &McpCallItem, images: Vec<(String, String)>) -> Vec<InputPart> {
-    let mut parts = vec![InputPart::InputText {
-        text: format!(
-            "Images returned by the call {} of '{}' on MCP server '{}':",
-            item.id, item.name, item.server_label
-        ),
-    }];
+    let mut parts = vec![InputPart::text(format!(
+        "Images returned by the call {} of '{}' on MCP server '{}':",
+        item.id, item.name, item.server_label
+    ))];
     parts.extend(
         images
             .into_iter()
-            .map(|(mime, data)| InputPart::InputImage {
-                image_url: Some(format!("data:{mime};base64,{data}")),
-                file_id: None,
-                detail: None,
-            }),
+            .map(|(mime, data)| InputPart::image(format!("data:{mime};base64,{data}"))),
     );
     parts
 }

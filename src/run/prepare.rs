@@ -103,7 +103,10 @@ async fn prepare_in(
         tools::mcp_specs(app, &request, &relay)?;
         tools::McpSetup::default()
     } else {
-        tools::resolve_mcp(app, &tenant, &request, &relay, &history, &input, &mut tools, true).await?
+        tools::resolve_mcp(
+            app, &tenant, &request, &relay, &history, &input, &mut tools, true,
+        )
+        .await?
     };
     let response = template(app, &request);
     let answered = !mcp.answers.is_empty();
@@ -243,6 +246,8 @@ fn template(app: &App, r: &CreateRequest) -> Response {
         reasoning: ReasoningEcho {
             effort: r.reasoning_effort.clone(),
             summary: r.reasoning_summary.clone(),
+            context: r.reasoning_context.clone(),
+            mode: r.reasoning_mode.clone(),
         },
         store: r.store,
         temperature: r.temperature.unwrap_or(1.0),

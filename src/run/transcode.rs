@@ -154,6 +154,8 @@ pub struct Transcoder {
     /// Seals each reasoning item's content into its `encrypted_content`
     /// (`include: ["reasoning.encrypted_content"]`).
     seal: Option<Arc<crate::seal::Sealer>>,
+    /// The `phase` the upstream gave the assistant message it opened last.
+    phase: Option<crate::api::response::Phase>,
 }
 
 impl Transcoder {
@@ -195,6 +197,7 @@ impl Transcoder {
             // The model server's id is its trace span's (`upstream::Upstreams::open`), not the
             // Response's.
             ModelEvent::ResponseId(_) => {}
+            ModelEvent::MessagePhase(phase) => self.phase = phase,
         }
     }
 
@@ -217,6 +220,7 @@ impl Transcoder {
                             status: ItemStatus::InProgress,
                             role: "assistant".into(),
                             content: Vec::new(),
+                            phase: self.phase,
                         });
                         (id, item)
                     }
@@ -296,6 +300,7 @@ impl Transcoder {
                 status,
                 role: "assistant".into(),
                 content: open.parts,
+                phase: self.phase,
             }),
             TextKind::Reasoning => {
                 let encrypted_content = self.seal.as_ref().map(|s| {

@@ -122,6 +122,8 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
         client_bearer: p.client_bearer.clone(),
         responses_only: crate::upstream::ResponsesOptions {
             reasoning_summary: r.reasoning_summary.clone(),
+            reasoning_context: r.reasoning_context.clone(),
+            reasoning_mode: r.reasoning_mode.clone(),
             verbosity: r.verbosity.clone(),
             truncation: (r.truncation == "auto").then(|| r.truncation.clone()),
             prompt_cache_key: r.prompt_cache_key.clone(),
@@ -278,13 +280,10 @@ pub(crate) fn model_view(
                     caller: None,
                     is_async: None,
                 }));
-                outputs.push(InputItem::FunctionCallOutput(InputFunctionCallOutput {
-                    id: None,
-                    call_id: c.id.clone(),
-                    output: ToolOutput::Text(text),
-                    status: None,
-                    caller: None,
-                }));
+                outputs.push(InputItem::FunctionCallOutput(InputFunctionCallOutput::new(
+                    c.id.clone(),
+                    ToolOutput::Text(text),
+                )));
                 if !matches!(items.get(i + 1), Some(InputItem::McpCall(_))) {
                     out.append(&mut outputs);
                 }
@@ -435,13 +434,10 @@ fn call(call_id: &Option<String>, name: String, arguments: String) -> InputItem 
 
 /// A client tool's output as the model is given it: a function call's output.
 fn output(call_id: &Option<String>, output: ToolOutput) -> InputItem {
-    InputItem::FunctionCallOutput(InputFunctionCallOutput {
-        id: None,
-        call_id: call_id.clone().unwrap_or_default(),
+    InputItem::FunctionCallOutput(InputFunctionCallOutput::new(
+        call_id.clone().unwrap_or_default(),
         output,
-        status: None,
-        caller: None,
-    })
+    ))
 }
 
 /// A field of a client tool's item (null when absent).
@@ -480,15 +476,7 @@ fn arguments(v: Value, drop_type: bool) -> String {
 fn screenshot(t: &crate::api::request::ToolItem) -> Option<InputItem> {
     let shot = field(t, "output");
     let url = shot.get("image_url").and_then(Value::as_str)?.to_string();
-    Some(InputItem::Message(InputMessage {
-        id: None,
-        role: Role::User,
-        content: MessageContent::Parts(vec![InputPart::InputImage {
-            image_url: Some(url),
-            file_id: None,
-            detail: None,
-        }]),
-        status: None,
-        internal_chat_message_metadata_passthrough: None,
-    }))
+    Some(InputItem::Message(InputMessage::user(
+        MessageContent::Parts(vec![InputPart::image(url)]),
+    )))
 }

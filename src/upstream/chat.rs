@@ -161,7 +161,7 @@ fn push_tool_call(out: &mut Vec<Value>, call_id: &str, name: &str, arguments: &s
 
 fn user_part(p: &InputPart) -> Option<Value> {
     Some(match p {
-        InputPart::InputText { text } | InputPart::OutputText { text, .. } => {
+        InputPart::InputText { text, .. } | InputPart::OutputText { text, .. } => {
             json!({"type": "text", "text": text})
         }
         InputPart::Refusal { refusal } => json!({"type": "text", "text": refusal}),

@@ -91,6 +91,12 @@ pub fn request_body(req: &TurnRequest) -> Body<ResponsesTool<'_>> {
     if let Some(s) = &o.reasoning_summary {
         reasoning.insert("summary".into(), json!(s));
     }
+    if let Some(c) = &o.reasoning_context {
+        reasoning.insert("context".into(), json!(c));
+    }
+    if let Some(m) = &o.reasoning_mode {
+        reasoning.insert("mode".into(), json!(m));
+    }
     if !reasoning.is_empty() {
         body.insert("reasoning".into(), Value::Object(reasoning));
     }
@@ -212,6 +218,9 @@ impl EventParser {
             "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
                 out.push(ModelEvent::Reasoning(text(&ev, "delta")))
             }
+            "response.output_item.added" if ev["item"]["type"] == "message" => out.push(
+                ModelEvent::MessagePhase(serde_json::from_value(ev["item"]["phase"].clone()).ok()),
+            ),
             "response.output_item.added" if ev["item"]["type"] == "custom_tool_call" => {
                 self.custom_added(at(), &ev["item"], out)
             }

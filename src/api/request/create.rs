@@ -84,6 +84,21 @@ pub struct ReasoningParam {
     pub effort: Option<String>,
     pub summary: Option<String>,
     pub generate_summary: Option<String>,
+    /// Which reasoning items the model sees again on later turns (`auto`, `current_turn`,
+    /// `all_turns`): sent on to a Responses upstream.
+    pub context: Option<String>,
+    /// The reasoning execution mode (`standard`, `pro`, or a newer name): sent on to a
+    /// Responses upstream.
+    pub mode: Option<String>,
+}
+
+/// `reasoning` as validated: what the model is asked for, and what a Responses upstream gets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Reasoning {
+    pub effort: Option<String>,
+    pub summary: Option<String>,
+    pub context: Option<String>,
+    pub mode: Option<String>,
 }
 
 /// A validated create request: defaults applied, every field checked.
@@ -112,6 +127,10 @@ pub struct CreateRequest {
     pub verbosity: Option<String>,
     pub reasoning_effort: Option<String>,
     pub reasoning_summary: Option<String>,
+    /// `reasoning.context` and `reasoning.mode`, for a Responses upstream (Chat Completions has
+    /// no place for them) and the echo.
+    pub reasoning_context: Option<String>,
+    pub reasoning_mode: Option<String>,
     pub truncation: String,
     pub safety_identifier: Option<String>,
     pub prompt_cache_key: Option<String>,

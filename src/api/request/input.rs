@@ -21,6 +21,10 @@ pub enum Role {
 pub enum InputPart {
     InputText {
         text: String,
+        /// Marks the end of a reusable prompt prefix: sent on to a Responses upstream as given
+        /// (Chat Completions has no place for it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_cache_breakpoint: Option<Value>,
     },
     InputImage {
         #[serde(default)]
@@ -29,6 +33,8 @@ pub enum InputPart {
         file_id: Option<String>,
         #[serde(default)]
         detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_cache_breakpoint: Option<Value>,
     },
     InputFile {
         #[serde(default)]
@@ -39,6 +45,11 @@ pub enum InputPart {
         filename: Option<String>,
         #[serde(default)]
         file_url: Option<String>,
+        /// The detail level a Responses upstream reads the file at, sent on as given.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        prompt_cache_breakpoint: Option<Value>,
     },
     OutputText {
         text: String,
@@ -51,6 +62,26 @@ pub enum InputPart {
     Refusal {
         refusal: String,
     },
+}
+
+impl InputPart {
+    /// An `input_text` part.
+    pub fn text(text: String) -> InputPart {
+        InputPart::InputText {
+            text,
+            prompt_cache_breakpoint: None,
+        }
+    }
+
+    /// An `input_image` part showing the image at `url` (an https or data: URL).
+    pub fn image(url: String) -> InputPart {
+        InputPart::InputImage {
+            image_url: Some(url),
+            file_id: None,
+            detail: None,
+            prompt_cache_breakpoint: None,
+        }
+    }
 }
 
 /// A message's content: a plain string or a list of parts.
@@ -91,7 +122,7 @@ impl MessageContent {
             MessageContent::Parts(parts) => parts
                 .iter()
                 .filter_map(|p| match p {
-                    InputPart::InputText { text } | InputPart::OutputText { text, .. } => {
+                    InputPart::InputText { text, .. } | InputPart::OutputText { text, .. } => {
                         Some(text.as_str())
                     }
                     InputPart::Refusal { refusal } => Some(refusal.as_str()),
@@ -112,9 +143,27 @@ pub struct InputMessage {
     pub content: MessageContent,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// An assistant message's `phase` (`commentary` or `final_answer`): kept with the item and
+    /// sent on to a Responses upstream; Chat Completions has no place for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<crate::api::response::Phase>,
     /// Sent by Codex on its input messages and tolerated by OpenAI; read, never kept or sent on.
     #[serde(default, skip_serializing)]
     pub internal_chat_message_metadata_passthrough: Option<Value>,
+}
+
+impl InputMessage {
+    /// A user message the relay writes itself (a string input, a summary, images for the model).
+    pub fn user(content: MessageContent) -> InputMessage {
+        InputMessage {
+            id: None,
+            role: Role::User,
+            content,
+            status: None,
+            phase: None,
+            internal_chat_message_metadata_passthrough: None,
+        }
+    }
 }
 
 /// A `function_call_output.output`: a string or a list of content parts.
@@ -249,13 +298,10 @@ impl InputItem {
                 caller: None,
                 is_async: None,
             }),
-            InputItem::FunctionCallOutput(InputFunctionCallOutput {
-                id: None,
+            InputItem::FunctionCallOutput(InputFunctionCallOutput::new(
                 call_id,
-                output: ToolOutput::Text(output),
-                status: None,
-                caller: None,
-            }),
+                ToolOutput::Text(output),
+            )),
         ]
     }
 
@@ -305,6 +351,28 @@ pub struct InputFunctionCallOutput {
     pub status: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub caller: Option<Value>,
+    /// The tool (and its `namespace`) that produced the output: kept with the item. The model
+    /// is told whose output it is by `call_id`, under the name the relay gave the tool, so these
+    /// are not sent on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+}
+
+impl InputFunctionCallOutput {
+    /// A call's output as the relay writes it for the model.
+    pub fn new(call_id: String, output: ToolOutput) -> InputFunctionCallOutput {
+        InputFunctionCallOutput {
+            id: None,
+            call_id,
+            output,
+            status: None,
+            caller: None,
+            name: None,
+            namespace: None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize, PartialEq)]
@@ -358,7 +426,7 @@ impl InputItem {
                         }])
                     }
                     MessageContent::Text(text) => {
-                        MessageContent::Parts(vec![InputPart::InputText { text: text.clone() }])
+                        MessageContent::Parts(vec![InputPart::text(text.clone())])
                     }
                     parts => parts.clone(),
                 };

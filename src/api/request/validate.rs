@@ -7,7 +7,7 @@ use super::parse::{quoted, valid_name};
 use super::tool_choice::parse_tool_choice;
 use super::validate_input::parse_input;
 use super::validate_tools::parse_tools;
-use super::{CreateRequest, CreateResponse, ReasoningParam, TextFormat, TextParam};
+use super::{CreateRequest, CreateResponse, Reasoning, ReasoningParam, TextFormat, TextParam};
 use crate::api::error::FieldError;
 
 const INCLUDE_VALUES: &[&str] = &[
@@ -52,7 +52,7 @@ pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError>
     let background = raw.background.unwrap_or(false);
     check_storage(store, background, raw.previous_response_id.as_deref())?;
     let text = check_text(raw.text.unwrap_or_default())?;
-    let (reasoning_effort, reasoning_summary) = check_reasoning(raw.reasoning.unwrap_or_default())?;
+    let reasoning = check_reasoning(raw.reasoning.unwrap_or_default())?;
     let truncation = check_truncation(raw.truncation)?;
     check_include(raw.include.as_deref())?;
     check_service_tier(raw.service_tier.as_deref())?;
@@ -95,8 +95,10 @@ pub(super) fn validate(raw: CreateResponse) -> Result<CreateRequest, FieldError>
         stream: raw.stream.unwrap_or(false),
         text_format: text.format,
         verbosity: text.verbosity,
-        reasoning_effort,
-        reasoning_summary,
+        reasoning_effort: reasoning.effort,
+        reasoning_summary: reasoning.summary,
+        reasoning_context: reasoning.context,
+        reasoning_mode: reasoning.mode,
         truncation,
         safety_identifier: raw.safety_identifier,
         prompt_cache_key: raw.prompt_cache_key,
@@ -228,9 +230,7 @@ fn check_text(text: TextParam) -> Result<TextParam, FieldError> {
 }
 
 /// `reasoning`: its effort and its summary (`summary`, or the older `generate_summary`).
-fn check_reasoning(
-    reasoning: ReasoningParam,
-) -> Result<(Option<String>, Option<String>), FieldError> {
+fn check_reasoning(reasoning: ReasoningParam) -> Result<Reasoning, FieldError> {
     if let Some(e) = &reasoning.effort
         && !EFFORTS.contains(&e.as_str())
     {
@@ -253,7 +253,22 @@ fn check_reasoning(
             ),
         ));
     }
-    Ok((reasoning.effort, summary))
+    if let Some(c) = &reasoning.context
+        && !["auto", "current_turn", "all_turns"].contains(&c.as_str())
+    {
+        return Err(FieldError::invalid_value(
+            "reasoning.context",
+            format!(
+                "Invalid value: '{c}'. Supported values are: 'auto', 'current_turn', and 'all_turns'."
+            ),
+        ));
+    }
+    Ok(Reasoning {
+        effort: reasoning.effort,
+        summary,
+        context: reasoning.context,
+        mode: reasoning.mode,
+    })
 }
 
 /// `truncation`: `disabled` (the default) or `auto`.

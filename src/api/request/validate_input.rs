@@ -10,13 +10,9 @@ use crate::api::error::FieldError;
 /// `input`: a string (one user message) or a list of items.
 pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
     match value {
-        Value::String(text) => Ok(vec![InputItem::Message(InputMessage {
-            id: None,
-            role: Role::User,
-            content: MessageContent::Text(text),
-            status: None,
-            internal_chat_message_metadata_passthrough: None,
-        })]),
+        Value::String(text) => Ok(vec![InputItem::Message(InputMessage::user(
+            MessageContent::Text(text),
+        ))]),
         Value::Array(items) => {
             let mut out = Vec::with_capacity(items.len());
             for (i, mut item) in items.into_iter().enumerate() {
