@@ -2,6 +2,11 @@
 //! (atomic each: Redis runs one script at a time). KEYS and ARGV as each one's doc says; key
 //! names as [`super`]'s doc lays them out.
 
+/// Keeps a starting run and takes its lease: KEYS[1] its hash; ARGV: its id, this relay's
+/// instance, the lease's length (ms), the time to live (s, 0: none), the Response JSON, the input
+/// JSON, status, background (`1`/`0`), `expires_at`, the item key prefix, the tenant, then (item
+/// id, item JSON) pairs (an item already kept keeps its run). Indexes the run in `relay:leases`,
+/// `relay:runs:{tenant}` and, with a time to live, `relay:expiry`.
 pub(super) const INSERT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -72,6 +77,10 @@ end
 return out
 "#;
 
+/// Renews this relay's leases: ARGV[1] its instance, ARGV[2] the lease's length (ms), ARGV[3]
+/// the run hash key prefix, then the ids of the runs it owns. Answers `gone:{id}` (deleted),
+/// `lost:{id}` (finished, or owned by another relay now) and `cancel:{id}` (another relay asked
+/// to cancel it) for the runs this relay must act on.
 pub(super) const RENEW: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -94,6 +103,9 @@ end
 return out
 "#;
 
+/// Claims a run whose lease lapsed: KEYS[1] its hash; ARGV: this relay's instance, the claim's
+/// length (ms), the run's id. Answers 1 if this relay now owns it; 0 if its lease still holds,
+/// or it is finished or gone (then it leaves `relay:leases`).
 pub(super) const CLAIM: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'status', 'lease')
 if (not h[1]) or (h[1] ~= 'queued' and h[1] ~= 'in_progress') then
@@ -109,12 +121,15 @@ redis.call('ZADD', 'relay:leases', lease, ARGV[3])
 return 1
 "#;
 
+/// Up to 100 runs whose lease lapsed (by Redis's clock).
 pub(super) const LAPSED: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 return redis.call('ZRANGEBYSCORE', 'relay:leases', '-inf', string.format('%d', now), 'LIMIT', 0, 100)
 "#;
 
+/// Asks the owner of a run to cancel it (the `cancel` flag, acted on at its next renewal):
+/// KEYS[1] its hash, ARGV[1] the tenant it must be of. Answers 1 if the run was flagged.
 pub(super) const CANCEL: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 local s = h[1]
@@ -225,24 +240,29 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 return redis.call('LRANGE', KEYS[2], 0, -1)
 "#;
 
+/// Keeps a new conversation: KEYS its hash and its item list; ARGV `created_at`, the metadata
+/// JSON, then its first items' JSON.
 pub(super) const CONV_CREATE: &str = r#"
 redis.call('HSET', KEYS[1], 'created_at', ARGV[1], 'metadata', ARGV[2])
 if #ARGV > 2 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 3)) end
 return 1
 "#;
 
+/// Replaces a conversation's metadata (ARGV[1], JSON); 0 if there is no such conversation.
 pub(super) const CONV_UPDATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'metadata', ARGV[1])
 return 1
 "#;
 
+/// Appends items (ARGV, JSON each) to a conversation; 0 if there is no such conversation.
 pub(super) const CONV_APPEND: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if #ARGV > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV)) end
 return 1
 "#;
 
+/// Removes the item with id ARGV[1] from a conversation; 1 if it was there.
 pub(super) const CONV_DELETE_ITEM: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
@@ -255,6 +275,8 @@ end
 return 0
 "#;
 
+/// Takes a conversation's lock (KEYS[1]) with token ARGV[1] for ARGV[2] ms: 1 if taken, either
+/// free or held by a run (`resp_...`) that has ended; 0 while another run holds it.
 pub(super) const CONV_LOCK: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
 local holder = redis.call('GET', KEYS[1])
@@ -268,12 +290,15 @@ end
 return 0
 "#;
 
+/// Makes run ARGV[2] the holder of a lock taken with token ARGV[1] (keeping its expiry); 0 if
+/// the token no longer holds it.
 pub(super) const CONV_HOLD: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return 1
 "#;
 
+/// Releases a lock (KEYS[1]) if token ARGV[1] still holds it.
 pub(super) const UNLOCK: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
