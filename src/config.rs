@@ -9,6 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
+pub use crate::store::StoreKind;
 use crate::upstream::{Timeouts, UpstreamApi};
 
 mod upstreams;
@@ -362,9 +363,6 @@ impl std::fmt::Debug for KeyEntry {
     }
 }
 
-/// The tenant of a relay with no keys, and of data stored before tenants existed.
-pub const DEFAULT_TENANT: &str = "default";
-
 /// SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, bytes);
@@ -601,25 +599,6 @@ fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
     }
 }
 
-#[derive(Clone, PartialEq, Eq)]
-pub enum StoreKind {
-    Memory,
-    Sqlite(PathBuf),
-    /// `redis://` or `rediss://` URL (it may carry a password: show it only through
-    /// [`mask_url`]; `Debug` masks it).
-    Redis(String),
-}
-
-impl std::fmt::Debug for StoreKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreKind::Memory => f.write_str("Memory"),
-            StoreKind::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
-            StoreKind::Redis(u) => f.debug_tuple("Redis").field(&mask_url(u)).finish(),
-        }
-    }
-}
-
 /// A URL with its password (if any) replaced by `***`, for logs and error messages.
 pub fn mask_url(url: &str) -> String {
     match reqwest::Url::parse(url) {
@@ -716,7 +695,7 @@ pub struct Config {
     pub store_ttl: Option<Duration>,
     /// Relay keys (`--api-key`, `[[keys]]`): with any, every route but `/healthz` needs one,
     /// and the key decides the tenant; with none, everything is the one tenant
-    /// [`DEFAULT_TENANT`].
+    /// [`DEFAULT_TENANT`](crate::store::DEFAULT_TENANT).
     pub keys: Vec<KeyEntry>,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
@@ -834,31 +813,7 @@ impl Config {
             .store
             .or(file.store)
             .unwrap_or_else(|| "sqlite:./relay-data/relay.sqlite3".into());
-        c.store = match store.as_str() {
-            "memory" => StoreKind::Memory,
-            s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => {
-                StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..]))
-            }
-            s if s.starts_with("redis://") || s.starts_with("rediss://") => {
-                if let Err(e) = redis::Client::open(s) {
-                    return Err(bad("--store", format!("'{}': {e}", mask_url(s))));
-                }
-                StoreKind::Redis(s.to_string())
-            }
-            other => {
-                let shown = if other.contains("://") {
-                    mask_url(other)
-                } else {
-                    other.to_string()
-                };
-                return Err(bad(
-                    "--store",
-                    format!(
-                        "'{shown}': expected 'sqlite:PATH', 'memory' or 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS)"
-                    ),
-                ));
-            }
-        };
+        c.store = StoreKind::parse(&store).map_err(|m| bad("--store", m))?;
         let bare = if args.api_keys.is_empty() {
             file.api_keys.unwrap_or_default()
         } else {

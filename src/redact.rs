@@ -45,3 +45,18 @@ pub fn mcp_tool_echo(m: &McpToolParam, default_approval: &str) -> Value {
         "defer_loading": m.defer_loading.unwrap_or(false),
     })
 }
+
+/// A URL with its password (if any) replaced by `***`, for logs and error messages about the
+/// store (`--store redis://:PASSWORD@HOST`). Unlike [`mask_url`] it keeps the user name, the
+/// query and the fragment, and shows the URL as parsed (normalised); one that does not parse is
+/// shown as `<unparsable URL>`.
+pub fn mask_password(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        Ok(u) => u.to_string(),
+        Err(_) => "<unparsable URL>".into(),
+    }
+}

@@ -173,7 +173,33 @@ impl ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError::store(&e.to_string())
+        use crate::store::StoreError as E;
+        tracing::error!(error = %e, "store failure");
+        match e {
+            E::Unavailable(_) => {
+                let mut e = Self::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "server_error",
+                    "The relay's store is unavailable; try again shortly.",
+                    None,
+                    Some("store_unavailable"),
+                );
+                e.retry_after = Some(1);
+                e
+            }
+            E::Corrupt(_)
+            | E::ChainTooLong
+            | E::Sqlite(_)
+            | E::Redis(_)
+            | E::Io(_)
+            | E::Internal(_) => Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "The relay's store failed; try again.",
+                None,
+                Some("store_error"),
+            ),
+        }
     }
 }
 

@@ -75,8 +75,8 @@ use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::response::Usage;
-use crate::config::mask_url;
 use crate::eventlog::log::RunLog;
+use crate::redact::mask_password as mask_url;
 
 const RESP: &str = "relay:resp:";
 const LOG: &str = "relay:log:";
@@ -117,16 +117,16 @@ impl Redis {
     pub fn open(url: &str, ttl: Option<Duration>) -> Result<Self, StoreError> {
         crate::install_tls();
         let shown = mask_url(url);
-        let client = Client::open(url).map_err(|e| StoreError(format!("{shown}: {e}")))?;
+        let client = Client::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
         let rt = tokio::runtime::Handle::try_current()
-            .map_err(|_| StoreError("the Redis store needs a tokio runtime".into()))?;
+            .map_err(|_| StoreError::Internal("the Redis store needs a tokio runtime".into()))?;
         // Fail fast on a wrong address or password (one short blocking round trip at start-up).
         let mut probe = client
             .get_connection_with_timeout(Duration::from_secs(2))
-            .map_err(|e| StoreError(format!("cannot reach Redis at {shown}: {e}")))?;
+            .map_err(|e| StoreError::Redis(format!("cannot reach Redis at {shown}: {e}")))?;
         ::redis::cmd("PING")
             .query::<String>(&mut probe)
-            .map_err(|e| StoreError(format!("Redis at {shown}: {e}")))?;
+            .map_err(|e| StoreError::Redis(format!("Redis at {shown}: {e}")))?;
         drop(probe);
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
@@ -291,8 +291,9 @@ impl Redis {
         else {
             return Ok(None);
         };
-        let bad =
-            |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+        let bad = |e: serde_json::Error| {
+            StoreError::Corrupt(format!("stored response {id} is unreadable: {e}"))
+        };
         let response = match (packed, response) {
             // A packed run: its final Response is packed with its log.
             (Some(blob), _) => serde_json::from_slice(&packed::unpack(&blob)?.response),
@@ -305,7 +306,7 @@ impl Redis {
             input: serde_json::from_slice(&input).map_err(bad)?,
         };
         let status = String::from_utf8(status)
-            .map_err(|_| StoreError(format!("stored response {id} has a bad status")))?;
+            .map_err(|_| StoreError::Corrupt(format!("stored response {id} has a bad status")))?;
         Ok(Some((record, status)))
     }
 
@@ -376,8 +377,9 @@ impl Redis {
         };
         f[0].as_deref()
             .map(|j| {
-                serde_json::from_str(j)
-                    .map_err(|e| StoreError(format!("stored turns of {id} are unreadable: {e}")))
+                serde_json::from_str(j).map_err(|e| {
+                    StoreError::Corrupt(format!("stored turns of {id} are unreadable: {e}"))
+                })
             })
             .transpose()
     }
@@ -437,7 +439,7 @@ impl Redis {
         let mut cmd = ::redis::cmd("HGET");
         cmd.arg(format!("{}{id}", item_prefix(tenant))).arg("item");
         let item: Option<String> = self.inner.conn.query(&cmd).await?;
-        item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string())))
+        item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(e.to_string())))
             .transpose()
     }
 
@@ -454,7 +456,7 @@ impl Redis {
             None => Tenant::new(
                 self.fields(id, &["tenant"]).await?[0]
                     .as_deref()
-                    .unwrap_or(crate::config::DEFAULT_TENANT),
+                    .unwrap_or(super::DEFAULT_TENANT),
             ),
         };
         if let Some((record, _)) = self.raw_record(&owner, id).await? {

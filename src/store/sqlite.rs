@@ -74,7 +74,7 @@ impl Sqlite {
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
-                .map_err(|e| StoreError(format!("{}: {e}", dir.display())))?;
+                .map_err(|e| StoreError::Io(format!("{}: {e}", dir.display())))?;
         }
         let writer = Connection::open(path)?;
         // Before WAL mode and the first table: it takes effect on a new database only.
@@ -98,14 +98,14 @@ impl Sqlite {
         std::thread::Builder::new()
             .name("sqlite-writer".into())
             .spawn(move || write_loop(writer, rx))
-            .map_err(|e| StoreError(e.to_string()))?;
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
         let alive = Arc::new(());
         let checkpointer = connect(path)?;
         let weak = Arc::downgrade(&alive);
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
             .spawn(move || checkpoints(checkpointer, weak))
-            .map_err(|e| StoreError(e.to_string()))?;
+            .map_err(|e| StoreError::Internal(e.to_string()))?;
         let store = Sqlite {
             tx,
             read: Arc::new(Mutex::new(read)),
@@ -151,7 +151,7 @@ impl Sqlite {
         let conn = self.read.clone();
         tokio::task::spawn_blocking(move || f(&conn.lock().expect("sqlite reader poisoned")))
             .await
-            .map_err(|e| StoreError(e.to_string()))?
+            .map_err(|e| StoreError::Internal(e.to_string()))?
     }
 
     /// Keeps the usage of each model turn of `tenant`'s ended run `id` (nothing if it is gone).
@@ -171,16 +171,18 @@ impl Sqlite {
                 tenant: tenant.as_str().to_string(),
                 reply,
             })
-            .map_err(|_| StoreError("writer gone".into()))?;
-        rx.await.map_err(|_| StoreError("writer gone".into()))?
+            .map_err(|_| StoreError::Internal("writer gone".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Internal("writer gone".into()))?
     }
 
     pub async fn expire(&self, now: i64, live: Vec<String>) -> Result<usize, StoreError> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Cmd::Expire { now, live, reply })
-            .map_err(|_| StoreError("writer gone".into()))?;
-        rx.await.map_err(|_| StoreError("writer gone".into()))?
+            .map_err(|_| StoreError::Internal("writer gone".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Internal("writer gone".into()))?
     }
 
     pub async fn flush(&self) {

@@ -14,7 +14,7 @@ pub(super) fn script(body: &str, keys: &[String]) -> ::redis::Cmd {
 }
 
 pub(super) fn unavailable(e: RedisError) -> StoreError {
-    StoreError(format!("{}: Redis: {e}", crate::store::UNAVAILABLE))
+    StoreError::Unavailable(format!("Redis: {e}"))
 }
 
 /// One lazily (re)connected multiplexed connection: dropped after any error that is not a

@@ -65,7 +65,8 @@ impl Redis {
             id: id.to_string(),
             object: "conversation".into(),
             created_at: created_at.parse().unwrap_or(0),
-            metadata: serde_json::from_str(&metadata).map_err(|e| StoreError(e.to_string()))?,
+            metadata: serde_json::from_str(&metadata)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?,
         }))
     }
 
@@ -82,7 +83,7 @@ impl Redis {
         let rows: Option<Vec<String>> = self.inner.conn.query(&cmd).await?;
         rows.map(|rows| {
             rows.iter()
-                .map(|s| serde_json::from_str(s).map_err(|e| StoreError(e.to_string())))
+                .map(|s| serde_json::from_str(s).map_err(|e| StoreError::Corrupt(e.to_string())))
                 .collect::<Result<Vec<_>, _>>()
         })
         .transpose()

@@ -21,7 +21,8 @@ pub(super) struct Kept {
 /// [`READ_LOG`]'s or [`TAIL_STEP`]'s reply: `None` for a run gone; the entries of its packed log
 /// (all of them) or of its stream (those read).
 pub(super) fn kept_of(id: &str, reply: Vec<::redis::Value>) -> Result<Option<Kept>, StoreError> {
-    let bad = |why: String| StoreError(format!("the kept log of {id} is unreadable: {why}"));
+    let bad =
+        |why: String| StoreError::Corrupt(format!("the kept log of {id} is unreadable: {why}"));
     let mut it = reply.into_iter();
     let Some(status) = it.next() else {
         return Ok(None);
@@ -48,11 +49,11 @@ pub(super) fn kept_of(id: &str, reply: Vec<::redis::Value>) -> Result<Option<Kep
 pub(super) fn entry_of(f: &HashMap<String, String>) -> Result<LogEntry, StoreError> {
     let field = |k: &str| {
         f.get(k)
-            .ok_or_else(|| StoreError(format!("a kept event has no '{k}'")))
+            .ok_or_else(|| StoreError::Corrupt(format!("a kept event has no '{k}'")))
     };
     let seq = field("seq")?
         .parse()
-        .map_err(|_| StoreError("a kept event has a bad 'seq'".into()))?;
+        .map_err(|_| StoreError::Corrupt("a kept event has a bad 'seq'".into()))?;
     let offset_ms = field("offset_ms")?.parse().unwrap_or(0);
     Ok(LogEntry {
         seq,
@@ -63,15 +64,16 @@ pub(super) fn entry_of(f: &HashMap<String, String>) -> Result<LogEntry, StoreErr
 
 pub(super) fn event_of(e: &LogEntry) -> Result<crate::api::Event, StoreError> {
     let s: Sequenced = serde_json::from_slice(&e.json())
-        .map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
+        .map_err(|err| StoreError::Corrupt(format!("kept event {} is unreadable: {err}", e.seq)))?;
     Ok(s.event)
 }
 
 pub(super) fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
     let mut fold = Fold::new();
     for e in entries {
-        fold.apply(&event_of(e)?)
-            .map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
+        fold.apply(&event_of(e)?).map_err(|err| {
+            StoreError::Corrupt(format!("kept event {} breaks the log: {err}", e.seq))
+        })?;
     }
     Ok(fold)
 }

@@ -67,7 +67,7 @@ impl Redis {
             .await
             .is_err()
         {
-            return Err(StoreError(format!(
+            return Err(StoreError::Internal(format!(
                 "could not finish the abandoned run {id}"
             )));
         }

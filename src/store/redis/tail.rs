@@ -253,7 +253,7 @@ pub(super) fn follow(
 ) -> Result<(), StoreError> {
     for e in entries {
         let ev = event_of(&e)?;
-        log.append_kept(e, &ev).map_err(StoreError)?;
+        log.append_kept(e, &ev).map_err(StoreError::Corrupt)?;
         *next += 1;
     }
     Ok(())

@@ -40,8 +40,9 @@ impl Sqlite {
                 op,
                 reply,
             })
-            .map_err(|_| StoreError("writer gone".into()))?;
-        rx.await.map_err(|_| StoreError("writer gone".into()))?
+            .map_err(|_| StoreError::Internal("writer gone".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Internal("writer gone".into()))?
     }
 
     pub async fn create_conversation(
@@ -78,7 +79,7 @@ impl Sqlite {
                     object: "conversation".into(),
                     created_at,
                     metadata: serde_json::from_str(&metadata)
-                        .map_err(|e| StoreError(e.to_string()))?,
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
                 })
             })
             .transpose()
@@ -108,7 +109,7 @@ impl Sqlite {
                 .query_map([&tenant, &id], |r| r.get(0))?
                 .collect::<Result<_, _>>()?;
             rows.iter()
-                .map(|s| serde_json::from_str(s).map_err(|e| StoreError(e.to_string())))
+                .map(|s| serde_json::from_str(s).map_err(|e| StoreError::Corrupt(e.to_string())))
                 .collect::<Result<Vec<_>, _>>()
                 .map(Some)
         })

@@ -57,7 +57,7 @@ impl Sqlite {
             json.flatten()
                 .map(|j| {
                     serde_json::from_str(&j).map_err(|e| {
-                        StoreError(format!("stored turns of {id} are unreadable: {e}"))
+                        StoreError::Corrupt(format!("stored turns of {id} are unreadable: {e}"))
                     })
                 })
                 .transpose()
@@ -99,7 +99,7 @@ impl Sqlite {
                     None => serde_json::from_str::<Response>(&json),
                 };
                 let response = parsed
-                    .map_err(|e| StoreError(format!("a stored response is unreadable: {e}")))?;
+                    .map_err(|e| StoreError::Corrupt(format!("a stored response is unreadable: {e}")))?;
                 if query.model.as_deref().is_none_or(|m| response.model == m) {
                     out.push(response);
                 }
@@ -123,7 +123,7 @@ impl Sqlite {
                     |r| r.get(0),
                 )
                 .optional()?;
-            item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError(e.to_string())))
+            item.map(|s| serde_json::from_str(&s).map_err(|e| StoreError::Corrupt(e.to_string())))
                 .transpose()
         })
         .await
@@ -145,7 +145,9 @@ pub(super) fn read_record(
     let Some((response, input, packed)) = row else {
         return Ok(None);
     };
-    let bad = |e: serde_json::Error| StoreError(format!("stored response {id} is unreadable: {e}"));
+    let bad = |e: serde_json::Error| {
+        StoreError::Corrupt(format!("stored response {id} is unreadable: {e}"))
+    };
     let response = match packed {
         // A finished run: its final Response is packed with its log.
         Some(blob) => serde_json::from_slice(&crate::store::packed::unpack(&blob)?.response),
@@ -205,10 +207,12 @@ pub(super) fn read_entries(
 pub(super) fn fold_entries(entries: &[LogEntry]) -> Result<Fold, StoreError> {
     let mut fold = Fold::new();
     for e in entries {
-        let s: crate::api::Sequenced = serde_json::from_slice(&e.json())
-            .map_err(|err| StoreError(format!("kept event {} is unreadable: {err}", e.seq)))?;
-        fold.apply(&s.event)
-            .map_err(|err| StoreError(format!("kept event {} breaks the log: {err}", e.seq)))?;
+        let s: crate::api::Sequenced = serde_json::from_slice(&e.json()).map_err(|err| {
+            StoreError::Corrupt(format!("kept event {} is unreadable: {err}", e.seq))
+        })?;
+        fold.apply(&s.event).map_err(|err| {
+            StoreError::Corrupt(format!("kept event {} breaks the log: {err}", e.seq))
+        })?;
     }
     Ok(fold)
 }

@@ -107,6 +107,8 @@ impl LogSink for Sink {
     }
 }
 
+/// The writer thread: gathers a batch, commits it, settles each of its writes; until every
+/// sender is gone.
 pub(super) fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     let Some(mut writer) = Writer::new(&conn) else {
         return;
@@ -114,10 +116,7 @@ pub(super) fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
     let mut batch = Vec::with_capacity(BATCH);
     // How long the writer gathers a batch before committing it (see [`group_window`]).
     let mut window = std::time::Duration::ZERO;
-    loop {
-        let Some(busy_from) = writer.gather(&rx, &mut batch, window) else {
-            break;
-        };
+    while let Some(busy_from) = writer.gather(&rx, &mut batch, window) {
         let writes = batch.len();
         let (result, counts) = writer.commit(&mut conn, &batch);
         for (cmd, count) in batch.drain(..).zip(counts) {
