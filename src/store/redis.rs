@@ -45,6 +45,11 @@
 //! a run whose lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
 //! (`XREAD BLOCK`, to tail a run live on another relay) use a dedicated connection without a
 //! response timeout. Redis Cluster is not supported (scripts touch keys of several slots).
+//!
+//! Here: the [`Redis`] type, opening it, and its reads and deletes. Beside it: `scripts` (every
+//! Lua script), `conn` (the connection), `writer` (the batching writer and packing), `lease`
+//! (ownership, recovery of abandoned runs, cancels across relays), `tail` (live tails),
+//! `kept` (decoding kept logs), `conversations`.
 
 mod conn;
 mod conversations;
@@ -76,7 +81,7 @@ use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::response::Usage;
 use crate::eventlog::log::RunLog;
-use crate::redact::mask_password as mask_url;
+use crate::redact::mask_password;
 
 const RESP: &str = "relay:resp:";
 const LOG: &str = "relay:log:";
@@ -106,6 +111,8 @@ struct Inner {
     tails: Mutex<HashMap<String, Weak<RunLog>>>,
 }
 
+/// The Redis store of this process: one connection, one writer task, one lease keeper. Cheap to
+/// clone.
 #[derive(Clone)]
 pub struct Redis {
     inner: Arc<Inner>,
@@ -116,7 +123,7 @@ impl Redis {
     /// lease keeper. Needs a tokio runtime.
     pub fn open(url: &str, ttl: Option<Duration>) -> Result<Self, StoreError> {
         crate::install_tls();
-        let shown = mask_url(url);
+        let shown = mask_password(url);
         let client = Client::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::Internal("the Redis store needs a tokio runtime".into()))?;

@@ -1,7 +1,7 @@
 //! The embedded SQLite backend (WAL). One writer thread takes every write from a channel and
 //! commits them in batches, then makes the batch's events visible to readers: the run task never
 //! waits on the disk. A batch is gathered for a time sized by what the last one cost (group
-//! commit, in [`writer`]): the writer sleeps rather than waking for each write, so under load
+//! commit, in `writer`): the writer sleeps rather than waking for each write, so under load
 //! many runs' events share one commit and one wake-up. A reader sees an event once it is kept
 //! and never before, except the events of a run a failed commit broke: that run is failed
 //! through its hook, its events are shown to its live clients unkept (so they get their terminal
@@ -22,6 +22,10 @@
 //! `FREE_KEPT` pages free (runs deleted or expired), the writer gives at most
 //! `VACUUM_PAGES` of them back to the file system per pass, so the file tracks what it holds
 //! without a long full `VACUUM`. (A file made before keeps its own vacuum mode.)
+//!
+//! Here: the [`Sqlite`] type, opening a database, recovery at start-up, the checkpointer.
+//! Beside it: `schema` (tables and migrations), `writer` (the writer thread), `journal` (what it
+//! knows of the journal), `reads` (reads and `export`), `conversations`.
 
 mod conversations;
 mod journal;
@@ -49,6 +53,8 @@ use crate::eventlog::log::RunLog;
 /// How often the checkpointer copies the WAL into the database.
 const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
 
+/// The SQLite store of this process: the writer's channel and the read connection. Cheap to
+/// clone.
 #[derive(Clone)]
 pub struct Sqlite {
     tx: mpsc::Sender<Cmd>,

@@ -18,7 +18,7 @@ pub(super) struct Kept {
     pub(super) entries: Vec<LogEntry>,
 }
 
-/// [`READ_LOG`]'s or [`TAIL_STEP`]'s reply: `None` for a run gone; the entries of its packed log
+/// [`READ_LOG`](super::scripts::READ_LOG)'s or [`TAIL_STEP`](super::scripts::TAIL_STEP)'s reply: `None` for a run gone; the entries of its packed log
 /// (all of them) or of its stream (those read).
 pub(super) fn kept_of(id: &str, reply: Vec<::redis::Value>) -> Result<Option<Kept>, StoreError> {
     let bad =

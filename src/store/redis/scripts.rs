@@ -2,7 +2,7 @@
 //! (atomic each: Redis runs one script at a time). KEYS and ARGV as each one's doc says; key
 //! names as [`super`]'s doc lays them out.
 
-/// Keeps a starting run and takes its lease: KEYS[1] its hash; ARGV: its id, this relay's
+/// Keeps a starting run and takes its lease: `KEYS[1]` its hash; ARGV: its id, this relay's
 /// instance, the lease's length (ms), the time to live (s, 0: none), the Response JSON, the input
 /// JSON, status, background (`1`/`0`), `expires_at`, the item key prefix, the tenant, then (item
 /// id, item JSON) pairs (an item already kept keeps its run). Indexes the run in `relay:leases`,
@@ -36,7 +36,7 @@ return 1
 "#;
 
 /// Appends a batch of events, each to its own run. KEYS: per event, the run's hash and its log.
-/// ARGV[1]: this relay's instance; ARGV[2]: the item key prefix (the run's tenant's is derived
+/// `ARGV[1]`: this relay's instance; `ARGV[2]`: the item key prefix (the run's tenant's is derived
 /// from it and the run's `tenant`); then, per event, a group
 /// prefixed by its length: id, stream entry id, seq, offset_ms, kind, data, terminal (`1`/`0`),
 /// status, Response JSON, then (item id, item JSON) pairs. Answers, per event: 1 kept, 0 run
@@ -77,7 +77,7 @@ end
 return out
 "#;
 
-/// Renews this relay's leases: ARGV[1] its instance, ARGV[2] the lease's length (ms), ARGV[3]
+/// Renews this relay's leases: `ARGV[1]` its instance, `ARGV[2]` the lease's length (ms), `ARGV[3]`
 /// the run hash key prefix, then the ids of the runs it owns. Answers `gone:{id}` (deleted),
 /// `lost:{id}` (finished, or owned by another relay now) and `cancel:{id}` (another relay asked
 /// to cancel it) for the runs this relay must act on.
@@ -103,7 +103,7 @@ end
 return out
 "#;
 
-/// Claims a run whose lease lapsed: KEYS[1] its hash; ARGV: this relay's instance, the claim's
+/// Claims a run whose lease lapsed: `KEYS[1]` its hash; ARGV: this relay's instance, the claim's
 /// length (ms), the run's id. Answers 1 if this relay now owns it; 0 if its lease still holds,
 /// or it is finished or gone (then it leaves `relay:leases`).
 pub(super) const CLAIM: &str = r#"
@@ -129,7 +129,7 @@ return redis.call('ZRANGEBYSCORE', 'relay:leases', '-inf', string.format('%d', n
 "#;
 
 /// Asks the owner of a run to cancel it (the `cancel` flag, acted on at its next renewal):
-/// KEYS[1] its hash, ARGV[1] the tenant it must be of. Answers 1 if the run was flagged.
+/// `KEYS[1]` its hash, `ARGV[1]` the tenant it must be of. Answers 1 if the run was flagged.
 pub(super) const CANCEL: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'status', 'tenant')
 local s = h[1]
@@ -141,7 +141,7 @@ end
 return 0
 "#;
 
-/// Deletes a run: ARGV[1] its id, ARGV[2] the item key prefix, ARGV[3] the tenant it must be of
+/// Deletes a run: `ARGV[1]` its id, `ARGV[2]` the item key prefix, `ARGV[3]` the tenant it must be of
 /// (`*`: any, for expiry and recovery), then its item ids.
 pub(super) const DELETE: &str = r#"
 local existed = redis.call('EXISTS', KEYS[1])
@@ -160,7 +160,7 @@ redis.call('ZREM', 'relay:runs:' .. t, ARGV[1])
 return existed
 "#;
 
-/// Keeps the usage of each model turn (ARGV[2], JSON) of a run of tenant ARGV[1], if the run is
+/// Keeps the usage of each model turn (`ARGV[2]`, JSON) of a run of tenant `ARGV[1]`, if the run is
 /// still there (never re-creating a deleted or expired one).
 pub(super) const KEEP_TURNS: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
@@ -169,7 +169,7 @@ redis.call('HSET', KEYS[1], 'turns', ARGV[2])
 return 1
 "#;
 
-/// Reads fields of a run's hash, for one tenant: ARGV[1] the tenant, then the field names.
+/// Reads fields of a run's hash, for one tenant: `ARGV[1]` the tenant, then the field names.
 /// Answers nothing (an empty list) for a run of another tenant, or no run.
 pub(super) const READ: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return {} end
@@ -203,7 +203,7 @@ end
 return out
 "#;
 
-/// A run's status and log, read together: KEYS[1] its hash, KEYS[2] its stream; ARGV[1] the
+/// A run's status and log, read together: `KEYS[1]` its hash, `KEYS[2]` its stream; `ARGV[1]` the
 /// tenant it must be of (`*`: any, the relay's own bookkeeping). Answers nothing (an empty list)
 /// for no run (of that tenant, or with no status), else {status, packed log} for a packed run, else {status, false,
 /// the stream's entries}.
@@ -216,11 +216,11 @@ if h[2] then return {h[1], h[2]} end
 return {h[1], false, redis.call('XRANGE', KEYS[2], '-', '+')}
 "#;
 
-/// One step of tailing a run: KEYS[1] its hash, KEYS[2] its stream, KEYS[3] its tail mark;
-/// ARGV[1] the first stream entry id wanted, ARGV[2] how many entries at most, ARGV[3] the
+/// One step of tailing a run: `KEYS[1]` its hash, `KEYS[2]` its stream, `KEYS[3]` its tail mark;
+/// `ARGV[1]` the first stream entry id wanted, `ARGV[2]` how many entries at most, `ARGV[3]` the
 /// mark's life (ms). Marks a run not yet finished as tailed. Answers nothing for a run gone,
 /// else {status, packed log} once the stream was packed, else {status, false, entries from
-/// ARGV[1]}.
+/// `ARGV[1]`}.
 pub(super) const TAIL_STEP: &str = r#"
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {} end
@@ -248,7 +248,7 @@ if #ARGV > 2 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 3)) end
 return 1
 "#;
 
-/// Replaces a conversation's metadata (ARGV[1], JSON); 0 if there is no such conversation.
+/// Replaces a conversation's metadata (`ARGV[1]`, JSON); 0 if there is no such conversation.
 pub(super) const CONV_UPDATE: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'metadata', ARGV[1])
@@ -262,7 +262,7 @@ if #ARGV > 0 then redis.call('RPUSH', KEYS[2], unpack(ARGV)) end
 return 1
 "#;
 
-/// Removes the item with id ARGV[1] from a conversation; 1 if it was there.
+/// Removes the item with id `ARGV[1]` from a conversation; 1 if it was there.
 pub(super) const CONV_DELETE_ITEM: &str = r#"
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 for _, v in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
@@ -275,7 +275,7 @@ end
 return 0
 "#;
 
-/// Takes a conversation's lock (KEYS[1]) with token ARGV[1] for ARGV[2] ms: 1 if taken, either
+/// Takes a conversation's lock (`KEYS[1]`) with token `ARGV[1]` for `ARGV[2]` ms: 1 if taken, either
 /// free or held by a run (`resp_...`) that has ended; 0 while another run holds it.
 pub(super) const CONV_LOCK: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
@@ -290,7 +290,7 @@ end
 return 0
 "#;
 
-/// Makes run ARGV[2] the holder of a lock taken with token ARGV[1] (keeping its expiry); 0 if
+/// Makes run `ARGV[2]` the holder of a lock taken with token `ARGV[1]` (keeping its expiry); 0 if
 /// the token no longer holds it.
 pub(super) const CONV_HOLD: &str = r#"
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -298,7 +298,7 @@ redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
 return 1
 "#;
 
-/// Releases a lock (KEYS[1]) if token ARGV[1] still holds it.
+/// Releases a lock (`KEYS[1]`) if token `ARGV[1]` still holds it.
 pub(super) const UNLOCK: &str = r#"
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0

@@ -333,7 +333,7 @@ fn refusal(id: &str, r: Result<i64, String>) -> String {
 }
 
 /// Packs runs whose terminal event Redis acknowledged: each one's whole log and final Response
-/// into one blob ([`packed`], as SQLite keeps a finished run), which then replaces its stream
+/// into one blob ([`packed`](super::packed), as SQLite keeps a finished run), which then replaces its stream
 /// and its `response` field ([`PACK`], one script for them all, sent beside the writer's next
 /// batches). A run tailed by another relay is packed once that relay stopped marking it. A run
 /// left unpacked (Redis away, this relay stopped first) keeps its stream: read whole all the
