@@ -209,7 +209,7 @@ fn sealer_for(config: &Config) -> Result<crate::seal::Sealer, crate::store::Stor
                 .unwrap_or(std::path::Path::new("."))
                 .join(KEY_FILE);
             Sealer::from_key_file(&file).map_err(|e| {
-                crate::store::StoreError(format!("the sealing key {}: {e}", file.display()))
+                crate::store::StoreError::Io(format!("the sealing key {}: {e}", file.display()))
             })
         }
         crate::config::StoreKind::Redis(_) => {

@@ -9,7 +9,6 @@
 //! ([`upstreams`]), the limits, the MCP settings ([`mcp`]), then logs and traces.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::upstream::{Timeouts, UpstreamApi};
@@ -19,17 +18,16 @@ mod flags;
 mod keys;
 mod mcp;
 mod upstreams;
+pub use crate::store::{DEFAULT_TENANT, StoreKind};
 pub use flags::{
     ApiArg, ApprovalArg, Cli, Command, DemoArgs, DiscoveryFailure, HostedTools, LogFormat,
     LogsCommand, ReplayArgs, ServeArgs,
 };
-pub use keys::{DEFAULT_TENANT, KeyEntry, sha256, valid_tenant};
+pub use keys::{KeyEntry, sha256, valid_tenant};
 pub use mcp::McpConfig;
 pub use upstreams::NamedUpstream;
 
 use file::FileConfig;
-// `StoreKind`'s `Debug` masks a Redis URL's password this way (see `redact`).
-use crate::redact::mask_password as mask_url;
 
 #[derive(Debug, thiserror::Error)]
 #[error("invalid value for '{flag}': {message}")]
@@ -176,7 +174,7 @@ impl Config {
             .take()
             .or(f.store.take())
             .unwrap_or_else(|| "sqlite:./relay-data/relay.sqlite3".into());
-        c.store = store_kind(&store)?;
+        c.store = StoreKind::parse(&store).map_err(|m| bad("--store", m))?;
         c.keys = keys::collect(
             std::mem::take(&mut a.api_keys),
             f.api_keys.take(),
@@ -380,35 +378,6 @@ impl Config {
     }
 }
 
-/// `--store`: `memory`, `sqlite:PATH`, or a `redis://` / `rediss://` URL (shown masked in errors).
-fn store_kind(store: &str) -> Result<StoreKind, ConfigError> {
-    Ok(match store {
-        "memory" => StoreKind::Memory,
-        s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => {
-            StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..]))
-        }
-        s if s.starts_with("redis://") || s.starts_with("rediss://") => {
-            if let Err(e) = redis::Client::open(s) {
-                return Err(bad("--store", format!("'{}': {e}", mask_url(s))));
-            }
-            StoreKind::Redis(s.to_string())
-        }
-        other => {
-            let shown = if other.contains("://") {
-                mask_url(other)
-            } else {
-                other.to_string()
-            };
-            return Err(bad(
-                "--store",
-                format!(
-                    "'{shown}': expected 'sqlite:PATH', 'memory' or 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS)"
-                ),
-            ));
-        }
-    })
-}
-
 /// A positive number of seconds, or `default` when not given.
 fn seconds(flag: &str, v: Option<f64>, default: Duration) -> Result<Duration, ConfigError> {
     match v {
@@ -436,24 +405,5 @@ fn bad(flag: &str, message: impl Into<String>) -> ConfigError {
     ConfigError {
         flag: flag.to_string(),
         message: message.into(),
-    }
-}
-
-#[derive(Clone, PartialEq, Eq)]
-pub enum StoreKind {
-    Memory,
-    Sqlite(PathBuf),
-    /// `redis://` or `rediss://` URL (it may carry a password: show it only through
-    /// [`mask_url`]; `Debug` masks it).
-    Redis(String),
-}
-
-impl std::fmt::Debug for StoreKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            StoreKind::Memory => f.write_str("Memory"),
-            StoreKind::Sqlite(p) => f.debug_tuple("Sqlite").field(p).finish(),
-            StoreKind::Redis(u) => f.debug_tuple("Redis").field(&mask_url(u)).finish(),
-        }
     }
 }

@@ -75,7 +75,7 @@ pub enum StartError {
     #[error("{message}")]
     McpDiscovery { label: String, message: String },
     #[error("{0}")]
-    Store(String),
+    Store(#[from] crate::store::StoreError),
     #[error("Conversation with id '{0}' not found.")]
     ConversationNotFound(String),
     /// Another run holds the conversation (its items would interleave with this run's).

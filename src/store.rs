@@ -12,6 +12,7 @@
 //! terminal event, so no reader waits forever.
 
 pub mod conversations;
+pub mod kind;
 pub mod memory;
 pub mod packed;
 pub mod redis;
@@ -27,21 +28,53 @@ use crate::api::Response;
 use crate::api::output_as_input;
 use crate::api::request::InputItem;
 use crate::api::response::Usage;
-use crate::config::{DEFAULT_TENANT, StoreKind};
 use crate::eventlog::{Immediate, LogSink, RunLog};
 
-#[derive(Debug, thiserror::Error)]
-#[error("store error: {0}")]
-pub struct StoreError(pub String);
+pub use self::kind::StoreKind;
+
+/// The tenant of a relay with no keys, and of data stored before tenants existed.
+pub const DEFAULT_TENANT: &str = "default";
+
+/// What went wrong in the store, by kind. The HTTP layer answers
+/// [`Unavailable`](StoreError::Unavailable) with 503 (try again shortly) and every other kind
+/// with 500; each one's message is for the logs (clients get a fixed one).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or cannot answer now (Redis away, a connection broken): worth
+    /// retrying.
+    #[error("store error: {prefix}: {0}", prefix = UNAVAILABLE)]
+    Unavailable(String),
+    /// A kept record does not decode (a Response, input items, an item, a conversation, turns,
+    /// an event, a packed log), or kept events do not make a log.
+    #[error("store error: {0}")]
+    Corrupt(String),
+    /// A `previous_response_id` chain longer than the store follows, or a cyclic one.
+    #[error("store error: previous_response_id chain is too long or cyclic")]
+    ChainTooLong,
+    /// SQLite failed: opening the database, a query, a commit.
+    #[error("store error: {0}")]
+    Sqlite(String),
+    /// Redis could not be used at start-up: a bad URL, no answer, a refused `PING`.
+    #[error("store error: {0}")]
+    Redis(String),
+    /// A file or directory the relay keeps beside its store could not be made or read (the
+    /// database's directory, the sealing key).
+    #[error("store error: {0}")]
+    Io(String),
+    /// The store's own machinery failed: its writer is gone, a thread or task could not run,
+    /// the compressor could not start, an abandoned run could not be finished in time.
+    #[error("store error: {0}")]
+    Internal(String),
+}
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
-        StoreError(e.to_string())
+        StoreError::Sqlite(e.to_string())
     }
 }
 
-/// Starts the message of a [`StoreError`] that says the store cannot be reached now (the HTTP
-/// layer answers 503 for it, not 500).
+/// Starts the message of a [`StoreError::Unavailable`] (the logs read it; the HTTP layer matches
+/// the kind, never the text).
 pub const UNAVAILABLE: &str = "the store is unavailable";
 
 /// Called when the backend cannot keep a run's events: ends the run as failed with this message.
@@ -428,9 +461,7 @@ impl Store {
             cur = record.response.previous_response_id.clone();
             chain.push(record);
             if chain.len() > 10_000 {
-                return Err(StoreError(
-                    "previous_response_id chain is too long or cyclic".into(),
-                ));
+                return Err(StoreError::ChainTooLong);
             }
         }
         let mut history = Vec::new();
@@ -552,5 +583,29 @@ impl Store {
             Backend::Redis(r) => r.flush().await,
             Backend::Memory(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_store_error_says_its_kind_and_an_unavailable_store_says_so_first() {
+        let e = StoreError::Unavailable("Redis: connection refused".into());
+        assert_eq!(
+            e.to_string(),
+            "store error: the store is unavailable: Redis: connection refused"
+        );
+        assert!(e.to_string().contains(UNAVAILABLE));
+        assert_eq!(
+            StoreError::ChainTooLong.to_string(),
+            "store error: previous_response_id chain is too long or cyclic"
+        );
+        assert!(
+            !StoreError::Corrupt("x".into())
+                .to_string()
+                .contains(UNAVAILABLE)
+        );
     }
 }

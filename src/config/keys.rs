@@ -39,9 +39,6 @@ impl std::fmt::Debug for KeyEntry {
     }
 }
 
-/// The tenant of a relay with no keys, and of data stored before tenants existed.
-pub const DEFAULT_TENANT: &str = "default";
-
 /// SHA-256 of `bytes`.
 pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     let d = ring::digest::digest(&ring::digest::SHA256, bytes);

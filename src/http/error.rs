@@ -217,15 +217,6 @@ impl ApiError {
         )
     }
 
-    /// A store failure (logged here): unavailable when its message says so, else failed.
-    pub fn store(message: &str) -> Self {
-        tracing::error!(error = %message, "store failure");
-        if message.contains(crate::store::UNAVAILABLE) {
-            return Self::store_unavailable();
-        }
-        Self::store_failed()
-    }
-
     /// The store cannot be reached; worth a retry.
     pub fn store_unavailable() -> Self {
         Self::new(
@@ -297,7 +288,17 @@ impl ApiError {
 
 impl From<crate::store::StoreError> for ApiError {
     fn from(e: crate::store::StoreError) -> Self {
-        ApiError::store(&e.to_string())
+        use crate::store::StoreError as E;
+        tracing::error!(error = %e, "store failure");
+        match e {
+            E::Unavailable(_) => Self::store_unavailable(),
+            E::Corrupt(_)
+            | E::ChainTooLong
+            | E::Sqlite(_)
+            | E::Redis(_)
+            | E::Io(_)
+            | E::Internal(_) => Self::store_failed(),
+        }
     }
 }
 
@@ -322,7 +323,7 @@ impl From<StartError> for ApiError {
             StartError::ConversationBusy(_) => {
                 ApiError::new(ErrorKind::ConversationLocked, message).at("conversation")
             }
-            StartError::Store(_) => ApiError::store(&message),
+            StartError::Store(s) => ApiError::from(s),
             StartError::McpDiscovery { .. } => {
                 ApiError::new(ErrorKind::McpDiscovery, message).at("tools")
             }

@@ -69,7 +69,7 @@ pub(super) async fn approval_answers(
                 .store()
                 .find_item(tenant, rid)
                 .await
-                .map_err(|e| StartError::Store(e.to_string()))?
+                .map_err(StartError::Store)?
             && (kept.arguments != req.arguments
                 || kept.name != req.name
                 || kept.server_label != req.server_label)

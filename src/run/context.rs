@@ -23,7 +23,7 @@ pub(super) async fn resolve(
             .store()
             .conversation_items(tenant, conversation)
             .await
-            .map_err(|e| StartError::Store(e.to_string()))?
+            .map_err(StartError::Store)?
             .ok_or_else(|| StartError::ConversationNotFound(conversation.clone()))?;
     }
     if let Some(prior) = &relay.prior_history {
@@ -33,7 +33,7 @@ pub(super) async fn resolve(
             .store()
             .history(tenant, prev)
             .await
-            .map_err(|e| StartError::Store(e.to_string()))?
+            .map_err(StartError::Store)?
         {
             Some(h) => history = h,
             None => return Err(StartError::PreviousNotFound(prev.clone())),
@@ -46,7 +46,7 @@ pub(super) async fn resolve(
                 .store()
                 .find_item(tenant, &r.id)
                 .await
-                .map_err(|e| StartError::Store(e.to_string()))?
+                .map_err(StartError::Store)?
             {
                 Some(found) => input.push(found),
                 None => {
@@ -116,7 +116,7 @@ pub(super) fn open_summary(app: &App, sealed: &str, param: &str) -> Result<Strin
 
 /// The summary as the model sees it: a user message that says what it is.
 pub(super) fn summary_message(summary: &str) -> InputItem {
-    use crate::api::request::{InputMessage, MessageContent, Role};
+    use crate::api::request::{InputMessage, MessageContent};
     InputItem::Message(InputMessage::user(MessageContent::Text(format!(
         "[A summary of the conversation so far, which was compacted]\n{summary}"
     ))))

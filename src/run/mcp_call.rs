@@ -13,7 +13,7 @@ use futures::StreamExt;
 
 use super::stop::{Stop, StopSignal, stopped};
 use super::tools::McpSetup;
-use crate::api::request::{InputItem, InputMessage, InputPart, MessageContent, Role};
+use crate::api::request::{InputItem, InputMessage, InputPart, MessageContent};
 use crate::api::response::{McpApprovalRequestItem, McpCallError, McpCallItem};
 use crate::api::{Event, ItemStatus, OutputItem};
 use crate::app::App;

@@ -82,7 +82,7 @@ async fn prepare_in(
             app.store()
                 .lock_conversation(&tenant, c)
                 .await
-                .map_err(|e| StartError::Store(e.to_string()))?
+                .map_err(StartError::Store)?
                 .ok_or_else(|| StartError::ConversationBusy(c.clone()))?,
         ),
         _ => None,
@@ -152,10 +152,7 @@ async fn admit(app: &App, request: &CreateRequest) -> Result<(), StartError> {
     let limits = &app.config().limits;
     if request.store {
         // A store that cannot keep the run now (Redis away) is a 503 before the first byte.
-        app.store()
-            .available()
-            .await
-            .map_err(|e| StartError::Store(e.to_string()))?;
+        app.store().available().await.map_err(StartError::Store)?;
     }
     if request.input.len() > limits.max_input_items {
         return Err(StartError::Invalid(FieldError::invalid_value(

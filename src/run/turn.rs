@@ -12,7 +12,7 @@ use super::{Prepared, transcode};
 use crate::api::request::BuiltinTool;
 use crate::api::request::{
     InputFunctionCall, InputFunctionCallOutput, InputItem, InputMessage, InputPart, MessageContent,
-    Role, ToolOutput,
+    ToolOutput,
 };
 use crate::app::App;
 use crate::upstream::{FunctionDef, ModelStream, TurnRequest, TurnToolChoice, UpstreamError};

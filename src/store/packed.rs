@@ -31,7 +31,7 @@ impl Packer {
     pub fn new() -> Result<Self, StoreError> {
         Ok(Packer {
             zstd: zstd::bulk::Compressor::new(LEVEL)
-                .map_err(|e| StoreError(format!("zstd: {e}")))?,
+                .map_err(|e| StoreError::Internal(format!("zstd: {e}")))?,
             raw: Vec::new(),
         })
     }
@@ -53,7 +53,7 @@ impl Packer {
         let packed = self
             .zstd
             .compress(&self.raw)
-            .map_err(|e| StoreError(format!("zstd: {e}")))?;
+            .map_err(|e| StoreError::Internal(format!("zstd: {e}")))?;
         blob.extend_from_slice(&packed);
         Ok(blob)
     }
@@ -68,7 +68,7 @@ pub struct Unpacked {
 
 /// The entries and Response of a blob made by [`Packer::pack`].
 pub fn unpack(blob: &[u8]) -> Result<Unpacked, StoreError> {
-    let bad = |why: &str| StoreError(format!("a kept log is unreadable: {why}"));
+    let bad = |why: &str| StoreError::Corrupt(format!("a kept log is unreadable: {why}"));
     let (&version, mut rest) = blob.split_first().ok_or_else(|| bad("empty"))?;
     if version != VERSION {
         return Err(bad(&format!("unknown format {version}")));

@@ -1,0 +1,554 @@
+//! The SQLite writer thread: takes every write from the channel and commits them in batches
+//! (group commit: a batch is gathered for a time sized by what the last one cost), then makes
+//! the batch's events visible to readers; after a commit it gives free pages back to the file
+//! system, a few at a time.
+//!
+//! Invariants: an event is visible only once committed; a run a failed commit broke is failed
+//! through its hook once, its later events are shown to its live clients unkept (its end never
+//! saying it completed), and once it ended it is removed whole by the next batch that commits,
+//! so it is never kept half-written.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::mpsc;
+
+use rusqlite::{Connection, params};
+use tokio::sync::oneshot;
+
+use super::conversations::{ConvOp, apply_conv};
+use super::journal::Journal;
+use super::{StoreError, status_of};
+use crate::api::Response;
+use crate::api::output_as_input;
+use crate::eventlog::emitter::LogSink;
+use crate::eventlog::log::{LogEntry, RunLog};
+use crate::store::packed::Packer;
+
+/// Largest number of writes committed in one transaction.
+pub(super) const BATCH: usize = 4096;
+
+/// Free pages the file keeps for reuse (the journal's churn) before any is given back.
+pub(super) const FREE_KEPT: i64 = 1024;
+/// Most free pages given back to the file system after one commit (bounds the pass's time).
+pub(super) const VACUUM_PAGES: i64 = 1024;
+
+pub(super) enum Cmd {
+    Insert {
+        id: String,
+        tenant: String,
+        created_at: i64,
+        expires_at: Option<i64>,
+        status: String,
+        response: String,
+        input: String,
+        items: Vec<(String, String)>,
+        /// Ends the run as failed if the store cannot keep it.
+        fail: crate::store::FailHook,
+    },
+    Append {
+        id: String,
+        tenant: String,
+        log: Arc<RunLog>,
+        entry: LogEntry,
+        terminal: Option<Box<Response>>,
+    },
+    Delete {
+        id: String,
+        tenant: String,
+        reply: oneshot::Sender<Result<bool, StoreError>>,
+    },
+    Expire {
+        now: i64,
+        live: Vec<String>,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    Flush {
+        reply: oneshot::Sender<()>,
+    },
+    /// The usage of each model turn of an ended run (JSON), kept beside its Response.
+    Turns {
+        id: String,
+        tenant: String,
+        turns: String,
+    },
+    /// A write to a conversation: answers how many rows it touched (0: no such conversation).
+    Conv {
+        tenant: String,
+        id: String,
+        op: ConvOp,
+        reply: oneshot::Sender<Result<usize, StoreError>>,
+    },
+    /// Start-up recovery finished every run: the journal is emptied (no run is live yet), then
+    /// the reply (outside the async runtime).
+    Recovered {
+        reply: mpsc::Sender<()>,
+    },
+}
+
+/// Appends one run's events through the writer.
+pub struct Sink {
+    pub(super) id: String,
+    pub(super) tenant: String,
+    pub(super) tx: mpsc::Sender<Cmd>,
+}
+
+impl LogSink for Sink {
+    fn append(&self, log: &Arc<RunLog>, entry: &LogEntry, terminal: Option<&Response>) {
+        let cmd = Cmd::Append {
+            id: self.id.clone(),
+            tenant: self.tenant.clone(),
+            log: log.clone(),
+            entry: entry.clone(),
+            terminal: terminal.cloned().map(Box::new),
+        };
+        if self.tx.send(cmd).is_err() {
+            tracing::error!("the SQLite writer is gone; an event could not be kept");
+        }
+    }
+}
+
+/// The writer thread: gathers a batch, commits it, settles each of its writes; until every
+/// sender is gone.
+pub(super) fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
+    let Some(mut writer) = Writer::new(&conn) else {
+        return;
+    };
+    let mut batch = Vec::with_capacity(BATCH);
+    // How long the writer gathers a batch before committing it (see [`group_window`]).
+    let mut window = std::time::Duration::ZERO;
+    while let Some(busy_from) = writer.gather(&rx, &mut batch, window) {
+        let writes = batch.len();
+        let (result, counts) = writer.commit(&mut conn, &batch);
+        for (cmd, count) in batch.drain(..).zip(counts) {
+            writer.settle(cmd, count, &result);
+        }
+        window = group_window(busy_from.elapsed(), writes);
+    }
+}
+
+/// The writer thread's state between batches.
+struct Writer {
+    journal: Journal,
+    /// Whether the database is in incremental vacuum mode (read once).
+    incremental: bool,
+    packer: Packer,
+    /// Live stored runs' fail hooks.
+    hooks: HashMap<String, crate::store::FailHook>,
+    /// The runs a failed commit broke: their later events are shown to their clients without
+    /// being kept, and at their end the run is removed.
+    broken: HashSet<String>,
+    /// Broken runs that ended while their removal could not be committed: removed by the next
+    /// batch that commits.
+    to_remove: HashSet<String>,
+}
+
+impl Writer {
+    /// The writer for `conn`'s database; `None` if it cannot start (logged).
+    fn new(conn: &Connection) -> Option<Self> {
+        // 2: INCREMENTAL (a new database; an older file keeps its mode).
+        let incremental = conn
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
+            .is_ok_and(|mode| mode == 2);
+        let packer = match Packer::new() {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::error!(error = %e, "the SQLite writer cannot start");
+                return None;
+            }
+        };
+        Some(Writer {
+            journal: Journal::default(),
+            incremental,
+            packer,
+            hooks: HashMap::new(),
+            broken: HashSet::new(),
+            to_remove: HashSet::new(),
+        })
+    }
+
+    /// Gathers the next batch into `batch`: waits for a first write, sleeps `window` (group
+    /// commit), then takes what is queued (up to [`BATCH`]). With removals pending, an idle
+    /// writer still comes back every second (with an empty batch) to retry them. Answers when
+    /// the batch's work began; `None` once every sender is gone.
+    fn gather(
+        &mut self,
+        rx: &mpsc::Receiver<Cmd>,
+        batch: &mut Vec<Cmd>,
+        window: std::time::Duration,
+    ) -> Option<std::time::Instant> {
+        // With removals pending, an idle writer still retries them every second.
+        let first = if self.to_remove.is_empty() {
+            rx.recv().ok()
+        } else {
+            match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+                Ok(c) => Some(c),
+                Err(mpsc::RecvTimeoutError::Timeout) => None,
+                Err(mpsc::RecvTimeoutError::Disconnected) => return None,
+            }
+        };
+        if first.is_some() && !window.is_zero() {
+            // Group commit: what arrives while the writer sleeps joins this batch, without
+            // waking it (a sender wakes a writer blocked in `recv`, not a sleeping one).
+            std::thread::sleep(window);
+        }
+        let busy_from = std::time::Instant::now();
+        match first {
+            Some(c) => batch.push(c),
+            None if self.to_remove.is_empty() => return None,
+            None => {}
+        }
+        while batch.len() < BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        Some(busy_from)
+    }
+
+    /// Commits `batch` in one transaction, with the removals pending; answers how it went and,
+    /// per write, what [`apply`] counted. After a commit, gives free pages back.
+    fn commit(
+        &mut self,
+        conn: &mut Connection,
+        batch: &[Cmd],
+    ) -> (Result<(), StoreError>, Vec<usize>) {
+        // A broken run that ends is not kept whole, so it is not kept at all: never half-written.
+        let broken = &self.broken;
+        let ending = batch.iter().filter_map(|cmd| match cmd {
+            Cmd::Append {
+                id,
+                terminal: Some(_),
+                ..
+            } if broken.contains(id) => Some(id.clone()),
+            _ => None,
+        });
+        if !broken.is_empty() {
+            self.to_remove.extend(ending);
+        }
+        let mut counts = vec![0usize; batch.len()];
+        let (journal, packer, to_remove) = (&mut self.journal, &mut self.packer, &self.to_remove);
+        let result = (|| -> Result<(), StoreError> {
+            let tx = conn.transaction()?;
+            for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
+                *count = match cmd {
+                    Cmd::Append { id, .. } if broken.contains(id) => 0,
+                    cmd => apply(&tx, cmd, journal, packer)?,
+                };
+            }
+            // After the batch's own commands, so that a DELETE in it still finds the run.
+            for id in to_remove {
+                remove_run(&tx, None, id)?;
+                journal.ended.insert(id.clone());
+            }
+            journal.trim(&tx)?;
+            tx.commit()?;
+            Ok(())
+        })();
+        self.journal.settle(result.is_ok());
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "the SQLite writer could not commit a batch");
+        } else {
+            self.to_remove.clear();
+            if let Err(e) = give_back_free_pages(conn, self.incremental) {
+                tracing::warn!(error = %e, "SQLite incremental vacuum failed");
+            }
+        }
+        (result, counts)
+    }
+
+    /// Settles one write of a batch by how its commit went: events are made visible, callers
+    /// answered, runs the failure broke failed through their hooks.
+    fn settle(&mut self, cmd: Cmd, count: usize, result: &Result<(), StoreError>) {
+        match cmd {
+            Cmd::Insert { id, fail, .. } => {
+                if let Err(e) = result
+                    && self.broken.insert(id.clone())
+                {
+                    fail(not_kept(e));
+                }
+                self.hooks.insert(id, fail);
+            }
+            Cmd::Append {
+                id,
+                log,
+                entry,
+                terminal,
+                ..
+            } => self.appended(id, &log, &entry, terminal.is_some(), result),
+            Cmd::Flush { reply } => {
+                let _ = reply.send(());
+            }
+            Cmd::Turns { .. } => {}
+            Cmd::Recovered { reply } => {
+                let _ = reply.send(());
+            }
+            Cmd::Conv { reply, .. } => {
+                let _ = reply.send(result.clone().map(|_| count));
+            }
+            Cmd::Delete { reply, .. } => {
+                let _ = reply.send(result.clone().map(|_| count > 0));
+            }
+            Cmd::Expire { reply, .. } => {
+                let _ = reply.send(result.clone().map(|_| count));
+            }
+        }
+    }
+
+    /// Visible once kept. A run whose events a failed commit lost is failed through its hook;
+    /// its events are still shown to its live clients (unkept), so they get their terminal
+    /// event.
+    fn appended(
+        &mut self,
+        id: String,
+        log: &RunLog,
+        entry: &LogEntry,
+        terminal: bool,
+        result: &Result<(), StoreError>,
+    ) {
+        if let Err(e) = result
+            && self.broken.insert(id.clone())
+            && let Some(fail) = self.hooks.get(&id)
+        {
+            fail(not_kept(e));
+        }
+        if terminal && self.broken.contains(&id) {
+            // Not kept: the run's end must not tell its clients it completed.
+            log.fail_pending_terminal(&match result {
+                Err(e) => not_kept(e),
+                Ok(()) => {
+                    "The relay's store (SQLite) could not keep this response; it was not kept."
+                        .into()
+                }
+            });
+        }
+        log.publish(entry.seq as usize + 1, terminal);
+        if terminal {
+            self.hooks.remove(&id);
+            self.broken.remove(&id);
+            if result.is_err() {
+                self.to_remove.insert(id);
+            }
+        }
+    }
+}
+
+/// What a run's clients are told when a failed commit lost its events.
+fn not_kept(e: &StoreError) -> String {
+    format!("The relay's store (SQLite) could not keep this response ({e}); it was not kept.")
+}
+
+/// The writer's time per batch over the time it sleeps gathering one: at most 1 to this. A
+/// batch's cost is mostly fixed (a wake-up, the commit's pages written to the WAL, readers woken),
+/// so gathering more events per batch is what makes an event cheaper to keep.
+pub(super) const GATHER_PER_BUSY: u32 = 16;
+/// The longest a batch is gathered: an event waits at most this long (plus a commit) before its
+/// readers see it.
+pub(super) const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(4);
+
+/// How long to gather the next batch, sized by the last one: by what it cost (`busy`:
+/// committing it and making it visible), [`GATHER_PER_BUSY`] times that, at most
+/// [`GATHER_MAX`], so the writer spends at most a seventeenth of its time committing; and not at
+/// all after a batch of one write (`writes`): nothing else arrived while it was gathered and
+/// committed, so waiting would only delay the next (a quiet relay commits each write at once).
+pub(super) fn group_window(busy: std::time::Duration, writes: usize) -> std::time::Duration {
+    if writes <= 1 {
+        return std::time::Duration::ZERO;
+    }
+    (busy * GATHER_PER_BUSY).min(GATHER_MAX)
+}
+
+/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`]; only
+/// in a database in incremental vacuum mode (`incremental`, read once by the writer).
+pub(super) fn give_back_free_pages(conn: &Connection, incremental: bool) -> Result<(), StoreError> {
+    if !incremental {
+        return Ok(());
+    }
+    let free: i64 = conn
+        .prepare_cached("PRAGMA freelist_count")?
+        .query_row([], |r| r.get(0))?;
+    if free > FREE_KEPT {
+        let n = (free - FREE_KEPT).min(VACUUM_PAGES);
+        // Each step of the statement frees one page: run it to the end.
+        let mut stmt = conn.prepare(&format!("PRAGMA incremental_vacuum({n})"))?;
+        let mut rows = stmt.query([])?;
+        while rows.next()?.is_some() {}
+    }
+    Ok(())
+}
+
+/// Removes a run (of `tenant`, or of any tenant) with its events and items; answers whether it
+/// was there.
+pub(super) fn remove_run(
+    tx: &rusqlite::Transaction<'_>,
+    tenant: Option<&str>,
+    id: &str,
+) -> Result<usize, StoreError> {
+    let n = match tenant {
+        Some(t) => tx.execute(
+            "DELETE FROM responses WHERE id = ?1 AND tenant = ?2",
+            [id, t],
+        )?,
+        None => tx.execute("DELETE FROM responses WHERE id = ?1", [id])?,
+    };
+    if n == 0 {
+        return Ok(0);
+    }
+    tx.execute("DELETE FROM events WHERE response_id = ?1", [id])?;
+    tx.execute("DELETE FROM items WHERE response_id = ?1", [id])?;
+    Ok(n)
+}
+
+/// Applies one write; returns how many runs it removed (for delete and expire).
+pub(super) fn apply(
+    tx: &rusqlite::Transaction<'_>,
+    cmd: &Cmd,
+    journal: &mut Journal,
+    packer: &mut crate::store::packed::Packer,
+) -> Result<usize, StoreError> {
+    match cmd {
+        Cmd::Insert {
+            id,
+            tenant,
+            created_at,
+            expires_at,
+            status,
+            response,
+            input,
+            items,
+            ..
+        } => {
+            tx.execute(
+                "INSERT OR REPLACE INTO responses (id, tenant, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                params![id, tenant, created_at, expires_at, status, response, input],
+            )?;
+            keep_input_items(tx, tenant, id, items)?;
+        }
+        Cmd::Append {
+            id,
+            entry,
+            terminal: None,
+            ..
+        } => {
+            let json = entry.json();
+            tx.prepare_cached("INSERT INTO journal (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(params![id, entry.seq as i64, entry.offset_ms as i64, entry.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
+            journal.journaled(id, tx.last_insert_rowid());
+        }
+        Cmd::Append {
+            id,
+            tenant,
+            log,
+            entry,
+            terminal: Some(r),
+        } => {
+            journal.ended.insert(id.clone());
+            // The whole log, this terminal event included, and the final Response packed into
+            // one blob (the `response` column is left empty: the blob has it).
+            let response = serde_json::to_vec(&**r).expect("serializes");
+            let packed = packer.pack(&log.entries_upto(entry.seq as usize + 1), &response)?;
+            let kept = tx
+                .prepare_cached(
+                    "UPDATE responses SET status = ?2, response = '', log = ?3 WHERE id = ?1",
+                )?
+                .execute(params![id, status_of(r), packed])?;
+            if kept == 0 {
+                // Deleted while it ran: its log and items are not written back.
+                return Ok(0);
+            }
+            keep_output_items(tx, tenant, id, r)?;
+        }
+        Cmd::Delete { id, tenant, .. } => return remove_run(tx, Some(tenant), id),
+        Cmd::Conv { tenant, id, op, .. } => return apply_conv(tx, tenant, id, op),
+        Cmd::Expire { now, live, .. } => return expire_runs(tx, *now, live),
+        Cmd::Recovered { .. } => {
+            tx.execute("DELETE FROM journal", [])?;
+            journal.trimmed_to(0);
+        }
+        Cmd::Flush { .. } => {}
+        Cmd::Turns { id, tenant, turns } => {
+            tx.execute(
+                "UPDATE responses SET turns = ?3 WHERE id = ?1 AND tenant = ?2",
+                [id, tenant, turns],
+            )?;
+        }
+    }
+    Ok(0)
+}
+
+/// Keeps a new run's input items. An input item keeps the run that first stored it: a later run
+/// of its tenant sending it again (by reference, or as history) neither takes it over nor
+/// changes it.
+fn keep_input_items(
+    tx: &rusqlite::Transaction<'_>,
+    tenant: &str,
+    id: &str,
+    items: &[(String, String)],
+) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT OR IGNORE INTO items (tenant, id, response_id, item) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for (item_id, item) in items.iter() {
+        stmt.execute(params![tenant, item_id, id, item])?;
+    }
+    Ok(())
+}
+
+/// Keeps the items of an ended run's output (those a later request may reference).
+fn keep_output_items(
+    tx: &rusqlite::Transaction<'_>,
+    tenant: &str,
+    id: &str,
+    r: &Response,
+) -> Result<(), StoreError> {
+    let mut stmt = tx.prepare_cached(
+        "INSERT OR REPLACE INTO items (tenant, id, response_id, item) VALUES (?1, ?2, ?3, ?4)",
+    )?;
+    for o in &r.output {
+        if let Some(i) = output_as_input(o) {
+            stmt.execute(params![
+                tenant,
+                o.id(),
+                id,
+                serde_json::to_string(&i).expect("serializes")
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the runs whose time to live ended by `now`, but those `live`; answers how many.
+fn expire_runs(
+    tx: &rusqlite::Transaction<'_>,
+    now: i64,
+    live: &[String],
+) -> Result<usize, StoreError> {
+    let ids: Vec<String> = {
+        let mut stmt = tx.prepare(
+            "SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?1",
+        )?;
+        stmt.query_map([now], |r| r.get(0))?
+            .collect::<Result<_, _>>()?
+    };
+    let mut n = 0;
+    for id in ids.iter().filter(|i| !live.contains(i)) {
+        n += remove_run(tx, None, id)?;
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_lone_write_is_committed_at_once_and_a_busy_writer_gathers_in_proportion_to_its_cost() {
+        assert_eq!(group_window(Duration::from_micros(300), 1), Duration::ZERO);
+        assert_eq!(
+            group_window(Duration::from_micros(50), 2),
+            Duration::from_micros(800)
+        );
+        assert_eq!(group_window(Duration::from_millis(1), 40), GATHER_MAX);
+    }
+}
