@@ -4,17 +4,13 @@
 //! relay's public API (the MCP server's tools listed, one called, the answer streamed), prints its
 //! events and the viewer's address, and serves until stopped.
 //!
-//! The two test servers are the same source files as the `fake-upstream` and `mcp-test-server`
-//! binaries, which use them from here; they use crates only, never `crate::` paths.
-
-#[path = "bin/fake_upstream/server.rs"]
-pub mod fake_upstream;
-#[path = "bin/mcp_test_server/server.rs"]
-pub mod mcp_test_server;
+//! The two test servers come from the workspace crate `relay-scripted` (`crates/scripted`), as
+//! for the `fake-upstream` and `mcp-test-server` binaries and the integration tests.
 
 use std::io::Write;
 use std::net::SocketAddr;
 
+use relay_scripted::{fake_upstream, mcp_test_server};
 use serde_json::{Value, json};
 
 use crate::api::request::McpToolParam;

@@ -27,5 +27,5 @@ mod upstream_fixtures;
 mod upstreams;
 mod websocket;
 
-// The test servers, from the library (`responses_relay::demo`; they are also binaries).
-pub use responses_relay::demo::{fake_upstream, mcp_test_server};
+// The test servers, from the workspace crate `relay-scripted` (they are also binaries).
+pub use relay_scripted::{fake_upstream, mcp_test_server};

@@ -307,20 +307,26 @@ pub struct Expect {
     pub mcp_call: bool,
 }
 
+/// One looping client: what it sends, how it reads the answers, what it checks, where it counts.
+pub struct Looper {
+    pub http: reqwest::Client,
+    pub make: Arc<dyn Fn() -> Req + Send + Sync>,
+    pub kind: Kind,
+    pub expect: Expect,
+    pub st: Arc<Stats>,
+}
+
 /// Runs one request after the other until `stop`, `deadline` or `max_runs`, the first one after
 /// `start_after` (clients start spread over one run's length, so runs begin and end at a steady
 /// rate as they would with independent users, not all in the same millisecond).
-#[allow(clippy::too_many_arguments)]
-pub async fn loop_runs(
-    start_after: Duration,
-    http: reqwest::Client,
-    make: Arc<dyn Fn() -> Req + Send + Sync>,
-    kind: Kind,
-    expect: Expect,
-    st: Arc<Stats>,
-    deadline: Instant,
-    max_runs: u64,
-) {
+pub async fn loop_runs(client: Looper, start_after: Duration, deadline: Instant, max_runs: u64) {
+    let Looper {
+        http,
+        make,
+        kind,
+        expect,
+        st,
+    } = client;
     tokio::time::sleep(start_after).await;
     let mut n = 0;
     let mut socket: Option<Socket> = None;

@@ -9,7 +9,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{Env, Expect, Kind, Plan, Req, Row, Stats, StoreErr, StoreUse, load, procs};
+use crate::env::{Env, RedisState, StoreErr, StoreUse};
+use crate::load::{self, Expect, Kind, Req, Stats};
+use crate::measure::{Phase, Row, Window, finish_row, measure_loop, na_row, responses_body};
+use crate::options::Plan;
+use crate::procs::{self, Proc};
+use crate::report::{Target, fmt_opt};
 
 /// Text deltas of a short run.
 pub const DELTAS: usize = 20;
@@ -34,7 +39,7 @@ pub async fn scenario(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: &mu
             }
             Err(StoreErr::NotAvailable(why)) => {
                 eprintln!("store-scale with {label}: {why}");
-                rows.push(super::na_row("store-scale", "relay", &label, why));
+                rows.push(na_row("store-scale", "relay", &label, why));
             }
             Err(StoreErr::Failed(e)) => failures.push(format!("store-scale ({label}): {e}")),
         }
@@ -76,28 +81,33 @@ fn held(env: &Env, su: &StoreUse) -> Result<u64, String> {
             .sum());
     }
     match (&env.redis, su.redis_pid) {
-        (super::RedisState::Up(r), Some(_)) => r.info_field("memory", "used_memory"),
+        (RedisState::Up(r), Some(_)) => r.info_field("memory", "used_memory"),
         _ => Err("store-scale measures SQLite files or the benchmark's redis-server".into()),
     }
 }
 
+/// The scenario on one store: the fill, then the measured comparison, on one relay.
 async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> {
     let relay = env.relay(&su.url)?;
-    let base = relay.origin();
     eprintln!(
         "store-scale: {} stored runs of {DELTAS} deltas, then {} clients, --store {}",
         plan.scale_runs, plan.scale_clients, su.label
     );
+    let fill = fill(env, plan, su, &relay).await?;
+    let mut out = vec![fill];
+    out.extend(compare(env, plan, su, &relay).await);
+    drop(relay);
+    Ok(out)
+}
+
+/// The fill: `plan.scale_runs` short stored runs as fast as the relay takes them; its row holds
+/// what the store grew by per run.
+async fn fill(env: &Env, plan: &Plan, su: &StoreUse, relay: &Proc) -> Result<Row, String> {
+    let base = relay.origin();
     let before = held(env, su)?;
-    // The fill: short stored runs as fast as the relay takes them.
     let create = Req {
         url: format!("{base}/v1/responses"),
-        body: Some(super::responses_body(
-            &env.model(DELTAS, 0),
-            "hi",
-            true,
-            json!([]),
-        )),
+        body: Some(responses_body(&env.model(DELTAS, 0), "hi", true, json!([]))),
     };
     let st = Arc::new(Stats::default());
     let left = Arc::new(std::sync::atomic::AtomicUsize::new(plan.scale_runs));
@@ -146,18 +156,19 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
     }
     let runs = st.runs.load(Ordering::Relaxed);
     let events = st.events.load(Ordering::Relaxed);
-    let mut fill = super::finish_row(
+    let mut fill = finish_row(
         &st,
-        "store-scale",
-        &format!("relay fill, store:true ({})", su.label),
-        FILL_CLIENTS,
-        secs,
-        events,
-        runs,
-        cpu0,
-        cpu1,
+        Window {
+            scenario: "store-scale",
+            side: &format!("relay fill, store:true ({})", su.label),
+            clients: FILL_CLIENTS,
+            pid: relay.pid(),
+            secs,
+            events,
+            runs,
+            cpu: (cpu0, cpu1),
+        },
         env.ticks,
-        relay.pid(),
     );
     fill.store = su.label.clone();
     fill.store_cpu_s = also0
@@ -169,12 +180,16 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
         "  store-scale fill: {runs} runs in {secs:.1} s; store {before} -> {after} bytes ({:.0} per run)",
         fill.store_bytes_per_run.unwrap_or(0.0)
     );
-    let mut out = vec![fill];
-    // Then unstored and stored runs on the same relay, its store holding the fill, in four
-    // half windows ordered false, true, true, false: a drift of the shared machine's load over
-    // the measurement weighs on both sides alike.
+    Ok(fill)
+}
+
+/// After the fill: unstored and stored runs on the same relay, its store holding the fill, in
+/// four half windows ordered false, true, true, false: a drift of the shared machine's load
+/// over the measurement weighs on both sides alike.
+async fn compare(env: &Env, plan: &Plan, su: &StoreUse, relay: &Proc) -> Vec<Row> {
+    let base = relay.origin();
     let model = env.model(DELTAS, plan.delay_ms);
-    let half = super::Plan {
+    let half = Plan {
         window: plan.window / 2,
         ..plan.clone()
     };
@@ -182,21 +197,23 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
     for store in [false, true, true, false] {
         let req = Req {
             url: format!("{base}/v1/responses"),
-            body: Some(super::responses_body(&model, "hi", store, json!([]))),
+            body: Some(responses_body(&model, "hi", store, json!([]))),
         };
         let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
-        let mut row = super::measure_loop(
+        let mut row = measure_loop(
             env,
             &half,
-            plan.run_length(DELTAS),
-            relay.pid(),
-            "store-scale",
-            &format!("relay store:{store} ({})", su.label),
-            Kind::Relay,
-            Expect { mcp_call: false },
-            plan.scale_clients,
-            make,
-            su.redis_pid,
+            Phase {
+                scenario: "store-scale",
+                side: &format!("relay store:{store} ({})", su.label),
+                pid: relay.pid(),
+                kind: Kind::Relay,
+                expect: Expect { mcp_call: false },
+                clients: plan.scale_clients,
+                spread: plan.run_length(DELTAS),
+                make,
+                also: su.redis_pid,
+            },
         )
         .await;
         row.store = su.label.clone();
@@ -205,15 +222,13 @@ async fn one(env: &Env, plan: &Plan, su: &StoreUse) -> Result<Vec<Row>, String> 
             side => *side = Some(row),
         }
     }
-    out.extend(sides.into_iter().flatten());
-    drop(relay);
-    Ok(out)
+    sides.into_iter().flatten().collect()
 }
 
 /// The scenario's targets (issue 28): disk (SQLite) or memory (Redis) per stored run, judged on
 /// both; stored runs' CPU and p99 run time against the same relay's `store: false` runs, judged
 /// on SQLite, Redis shown as info.
-pub fn targets(rows: &[Row]) -> Vec<super::Target> {
+pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut t = Vec::new();
     let stores: Vec<&str> = rows
         .iter()
@@ -250,14 +265,10 @@ pub fn targets(rows: &[Row]) -> Vec<super::Target> {
                     true,
                 ),
             };
-            t.push(super::Target {
+            t.push(Target {
                 what,
                 ok,
-                got: format!(
-                    "{} bytes per run over {} runs",
-                    super::fmt_opt(b, 0),
-                    f.runs
-                ),
+                got: format!("{} bytes per run over {} runs", fmt_opt(b, 0), f.runs),
                 info,
             });
         }
@@ -268,14 +279,14 @@ pub fn targets(rows: &[Row]) -> Vec<super::Target> {
             .cpu_ms_per_run()
             .zip(off.cpu_ms_per_run())
             .map(|(a, b)| a / b);
-        t.push(super::Target {
+        t.push(Target {
             what: format!("store-scale: relay CPU per stored run <= 1.3x store:false ({store})"),
             ok: cpu.map(|c| c <= 1.3),
             got: format!(
                 "{}x ({} vs {} ms per run)",
-                super::fmt_opt(cpu, 2),
-                super::fmt_opt(on.cpu_ms_per_run(), 3),
-                super::fmt_opt(off.cpu_ms_per_run(), 3)
+                fmt_opt(cpu, 2),
+                fmt_opt(on.cpu_ms_per_run(), 3),
+                fmt_opt(off.cpu_ms_per_run(), 3)
             ),
             info,
         });
@@ -283,7 +294,7 @@ pub fn targets(rows: &[Row]) -> Vec<super::Target> {
         let ratio = p99(on)
             .zip(p99(off))
             .map(|(a, b)| a as f64 / (b as f64).max(1.0));
-        t.push(super::Target {
+        t.push(Target {
             what: format!(
                 "store-scale: p99 run time stored <= 2x store:false at {} clients ({store})",
                 on.clients
@@ -291,9 +302,9 @@ pub fn targets(rows: &[Row]) -> Vec<super::Target> {
             ok: ratio.map(|r| r <= 2.0),
             got: format!(
                 "{}x ({} vs {} ms)",
-                super::fmt_opt(ratio, 2),
-                super::fmt_opt(p99(on).map(|v| v as f64 / 1000.0), 1),
-                super::fmt_opt(p99(off).map(|v| v as f64 / 1000.0), 1)
+                fmt_opt(ratio, 2),
+                fmt_opt(p99(on).map(|v| v as f64 / 1000.0), 1),
+                fmt_opt(p99(off).map(|v| v as f64 / 1000.0), 1)
             ),
             info,
         });

@@ -1,8 +1,8 @@
-//! `fake-upstream`: runs the fake OpenAI-compatible model server (see `server.rs`) until SIGTERM
-//! or SIGINT. Prints `listening on http://ADDR` once bound, for scripts to read the port.
+//! `fake-upstream`: runs the fake OpenAI-compatible model server (`relay_scripted::fake_upstream`,
+//! which the `demo` command starts too) until SIGTERM or SIGINT. Prints `listening on
+//! http://ADDR` once bound, for scripts to read the port.
 
-// The server is the library's (`responses_relay::demo`), which the `demo` command starts too.
-use responses_relay::demo::fake_upstream as server;
+use relay_scripted::fake_upstream as server;
 
 use std::io::Write;
 use std::net::SocketAddr;

@@ -4,8 +4,8 @@
 //! [--handshake-only|--modern-only]`
 //! prints `listening on http://ADDR/mcp` and serves until interrupted.
 
-// The server is the library's (`responses_relay::demo`), which the `demo` command starts too.
-use responses_relay::demo::mcp_test_server as server;
+// The server is `relay_scripted::mcp_test_server`, which the `demo` command starts too.
+use relay_scripted::mcp_test_server as server;
 
 use std::net::SocketAddr;
 

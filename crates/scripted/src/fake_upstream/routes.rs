@@ -1,0 +1,250 @@
+//! Routing: the three routes (`GET /v1/models`, `POST /v1/chat/completions`, `POST
+//! /v1/responses`), the request log, the status faults answered before any body, and the choice
+//! between the scripted model and a replay. Every error body is OpenAI's `{"error": {...}}`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
+use serde_json::{Value, json};
+
+use super::chat::{chat_completion, chat_frames};
+use super::convo::{Convo, Last};
+use super::options::{Fault, Opts, parse_model};
+use super::replay::replay;
+use super::responses::{response_object, responses_frames};
+use super::script::Script;
+use super::sse::sse_response;
+use super::{Body, Recorded, State};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Api {
+    Chat,
+    Responses,
+}
+
+pub(super) async fn handle(
+    state: Arc<State>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let headers: Vec<(String, String)> = if state.record {
+        req.headers()
+            .iter()
+            .map(|(k, v)| {
+                (
+                    k.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let bytes = match req.into_body().collect().await {
+        Ok(c) => c.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let body: Value = if bytes.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
+    };
+    if state.record {
+        let rec = Recorded {
+            method: method.to_string(),
+            path: path.clone(),
+            headers,
+            body: body.clone(),
+        };
+        state.requests.lock().expect("requests lock").push(rec);
+    }
+    let resp = match (&method, path.as_str()) {
+        (&Method::GET, "/v1/models") => json_response(
+            StatusCode::OK,
+            &json!({"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]}),
+        ),
+        (&Method::POST, "/v1/chat/completions") => post(&state, Api::Chat, body).await,
+        (&Method::POST, "/v1/responses") => post(&state, Api::Responses, body).await,
+        _ => error_response(
+            StatusCode::NOT_FOUND,
+            &format!("Unknown route: {method} {path}"),
+            "invalid_request_error",
+            None,
+            Some("not_found"),
+        ),
+    };
+    Ok(resp)
+}
+
+pub(super) fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into())
+        .map_err(|never: Infallible| match never {})
+        .boxed_unsync()
+}
+
+fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+    let mut r = Response::new(full(serde_json::to_vec(v).expect("json serializes")));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+pub(super) fn error_response(
+    status: StatusCode,
+    message: &str,
+    kind: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Response<Body> {
+    json_response(
+        status,
+        &json!({"error": {"message": message, "type": kind, "param": param, "code": code}}),
+    )
+}
+
+pub(super) fn bad_request(message: &str) -> Response<Body> {
+    error_response(
+        StatusCode::BAD_REQUEST,
+        message,
+        "invalid_request_error",
+        None,
+        None,
+    )
+}
+
+async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
+    let Some(model) = body.get("model").and_then(Value::as_str) else {
+        return error_response(
+            StatusCode::BAD_REQUEST,
+            "model is required",
+            "invalid_request_error",
+            Some("model"),
+            None,
+        );
+    };
+    let (name, mut opts) = match parse_model(model) {
+        Ok(p) => p,
+        Err(e) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                &e,
+                "invalid_request_error",
+                Some("model"),
+                None,
+            );
+        }
+    };
+    if opts.fault_after_tools {
+        let convo = match api {
+            Api::Chat => Convo::from_chat(&body),
+            Api::Responses => Convo::from_responses(&body),
+        };
+        if !matches!(convo.last, Last::ToolResults(_)) {
+            opts.fault = Fault::None;
+        }
+    }
+    if let Some(refused) = status_fault(state, model, &opts).await {
+        return refused;
+    }
+    let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+    if let Some(file) = name.strip_prefix("replay:") {
+        return replay(state, api, file, &opts).await;
+    }
+    let convo = match api {
+        Api::Chat => Convo::from_chat(&body),
+        Api::Responses => Convo::from_responses(&body),
+    };
+    let script = Script::plan(&convo, &opts);
+    let serial = state.serial.fetch_add(1, Ordering::Relaxed);
+    match (api, stream) {
+        (Api::Chat, true) => {
+            let include_usage = body
+                .pointer("/stream_options/include_usage")
+                .and_then(Value::as_bool)
+                .unwrap_or(false);
+            let (frames, tail) = chat_frames(&script, &opts, model, serial, include_usage);
+            sse_response(state, frames, stream_delay(&opts), tail)
+        }
+        (Api::Chat, false) => {
+            json_response(StatusCode::OK, &chat_completion(&script, model, serial))
+        }
+        (Api::Responses, true) => {
+            let (frames, tail) = responses_frames(&script, &opts, &body, model, serial);
+            sse_response(state, frames, stream_delay(&opts), tail)
+        }
+        (Api::Responses, false) => json_response(
+            StatusCode::OK,
+            &response_object(&script, &body, model, serial),
+        ),
+    }
+}
+
+/// The faults answered before any body (an HTTP error status), or `None` to go on; with
+/// `fault=slow_headers`, waits `delay` first. `status429_once` fails once per model string.
+async fn status_fault(state: &State, model: &str, opts: &Opts) -> Option<Response<Body>> {
+    match opts.fault {
+        Fault::Status500 => {
+            return Some(error_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "The server had an error while processing your request.",
+                "server_error",
+                None,
+                None,
+            ));
+        }
+        Fault::Status429 => return Some(too_many_requests()),
+        Fault::Status429Once => {
+            let first = state
+                .failed_once
+                .lock()
+                .expect("failed_once lock")
+                .insert(model.to_string());
+            if first {
+                return Some(too_many_requests());
+            }
+        }
+        Fault::Status400 => {
+            return Some(error_response(
+                StatusCode::BAD_REQUEST,
+                "bad model param",
+                "invalid_request_error",
+                Some("model"),
+                None,
+            ));
+        }
+        Fault::SlowHeaders => tokio::time::sleep(opts.delay).await,
+        _ => {}
+    }
+    None
+}
+
+fn stream_delay(opts: &Opts) -> Duration {
+    if opts.fault == Fault::SlowHeaders {
+        Duration::ZERO
+    } else {
+        opts.delay
+    }
+}
+
+fn too_many_requests() -> Response<Body> {
+    let mut r = error_response(
+        StatusCode::TOO_MANY_REQUESTS,
+        "Rate limit reached for requests. Please try again in 1s.",
+        "requests",
+        None,
+        Some("rate_limit_exceeded"),
+    );
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
