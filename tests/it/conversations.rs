@@ -240,20 +240,19 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Refused on the same relay and on the other one (the lock is in Redis).
     for relay in [&a, &b] {
-        let (status, err) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "fast", "conversation": id}),
-        )
-        .await;
+        let (status, err) = relay
+            .create(&json!({"model": "fake-model", "input": "fast", "conversation": id}))
+            .await;
         assert_eq!(status, 409, "{err}");
         assert_eq!(err["error"]["code"], "conversation_locked");
     }
     // Counting its tokens neither waits for the conversation nor holds it.
-    let (status, count) = post(
-        &b.url("/v1/responses/input_tokens"),
-        &json!({"model": "fake-model", "input": "fast", "conversation": id}),
-    )
-    .await;
+    let (status, count) = b
+        .post(
+            "/v1/responses/input_tokens",
+            &json!({"model": "fake-model", "input": "fast", "conversation": id}),
+        )
+        .await;
     assert_eq!(status, 200, "{count}");
     let (status, first) = slow.await.unwrap();
     assert_eq!(
@@ -262,11 +261,9 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
         "{first}"
     );
     // Continued on the other relay, which sees every item.
-    let (status, second) = post(
-        &b.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "fast", "conversation": id}),
-    )
-    .await;
+    let (status, second) = b
+        .create(&json!({"model": "fake-model", "input": "fast", "conversation": id}))
+        .await;
     assert_eq!(status, 200, "{second}");
     let (_, items) = send(
         "GET",
@@ -364,11 +361,12 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
         {"role": "assistant", "content": "noted"},
         {"role": "user", "content": "and part B"}
     ]);
-    let (status, compacted) = post(
-        &relay.url("/v1/responses/compact"),
-        &json!({"model": "fake-model", "input": history, "instructions": "You plan projects."}),
-    )
-    .await;
+    let (status, compacted) = relay
+        .post(
+            "/v1/responses/compact",
+            &json!({"model": "fake-model", "input": history, "instructions": "You plan projects."}),
+        )
+        .await;
     assert_eq!(status, 200, "{compacted}");
     assert_eq!(compacted["object"], "response.compaction");
     let out = compacted["output"].as_array().unwrap();
@@ -391,10 +389,7 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
     );
     assert!(compacted["usage"]["input_tokens"].as_u64().unwrap() > 0);
     // A later request with the compaction item: the model gets the summary, not what it replaced.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [out[2], {"role": "user", "content": "go on"}]}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "input": [out[2], {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 200, "{next}");
     let sent = up.requests().last().unwrap().body.to_string();
@@ -413,25 +408,21 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
     // A changed seal is refused, naming the item.
     let mut changed = out[2].clone();
     changed["encrypted_content"] = json!(format!("{}x", &sealed[..sealed.len() - 1]));
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [changed, {"role": "user", "content": "go on"}]}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": [changed, {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 400, "{err}");
     assert_eq!(err["error"]["param"], "input[0].encrypted_content");
     assert_eq!(err["error"]["code"], "invalid_encrypted_content");
     // From a stored chain, too.
-    let (_, first) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "remember the chain"}),
-    )
-    .await;
-    let (status, from_chain) = post(
-        &relay.url("/v1/responses/compact"),
-        &json!({"model": "fake-model", "previous_response_id": first["id"]}),
-    )
-    .await;
+    let (_, first) = relay
+        .create(&json!({"model": "fake-model", "input": "remember the chain"}))
+        .await;
+    let (status, from_chain) = relay
+        .post(
+            "/v1/responses/compact",
+            &json!({"model": "fake-model", "previous_response_id": first["id"]}),
+        )
+        .await;
     assert_eq!(status, 200, "{from_chain}");
     assert_eq!(
         from_chain["output"][0]["content"][0]["text"],
@@ -445,15 +436,15 @@ async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events(
     let mut c = config(&up.base_url());
     c.store = StoreKind::Memory;
     let relay = relay(c).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "stream": true, "store": false, "input": [
-            {"role": "user", "content": "a long task"},
-            {"role": "assistant", "content": "working on it"},
-            {"type": "compaction_trigger"}
-        ]}),
-    )
-    .await;
+    let body = relay
+        .stream(
+            &json!({"model": "fake-model", "stream": true, "store": false, "input": [
+                {"role": "user", "content": "a long task"},
+                {"role": "assistant", "content": "working on it"},
+                {"type": "compaction_trigger"}
+            ]}),
+        )
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(
         kinds(&body.events),
@@ -485,10 +476,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     ]);
     // The fake model server counts 10 prompt tokens per message: 30 here.
     let before = up.requests().len();
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 25}]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 25}]}))
     .await;
     assert_eq!(status, 200, "{r}");
     let kinds: Vec<&str> = r["output"]
@@ -516,11 +504,8 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     );
     assert!(!sent.contains("beta-answer"), "compacted away: {sent}");
     // The next turn on the chain starts from the compaction, not from what it replaced.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "delta", "previous_response_id": r["id"],
-            "store": true, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "input": "delta", "previous_response_id": r["id"],
+            "store": true, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}))
     .await;
     assert_eq!(status, 200, "{next}");
     let sent = up.requests().last().unwrap().body.to_string();
@@ -531,10 +516,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     assert!(!sent.contains("beta-answer"), "{sent}");
     // Under the threshold: counted, then answered as it is.
     let before = up.requests().len();
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}))
     .await;
     let kinds: Vec<&str> = r["output"]
         .as_array()
@@ -552,10 +534,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
             .to_string()
             .contains("beta-answer")
     );
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "context_management": [{"type": "compaction"}]}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "context_management": [{"type": "compaction"}]}))
     .await;
     assert_eq!(status, 400);
     assert_eq!(
@@ -596,16 +575,14 @@ async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_d
         ["in the background", "Hello! You said: in the background"]
     );
     // Its log replays; a cancelled run adds nothing and lets the conversation go.
-    let (status, _) = get(&relay.url(&format!("/v1/responses/{rid}?stream=true"))).await;
+    let (status, _) = relay.get(&format!("/v1/responses/{rid}?stream=true")).await;
     assert_eq!(status, 200);
     let (_, slow) = post(&create, &json!({"model": "fake-model?deltas=40&delay_ms=50", "input": "to be cancelled", "background": true, "conversation": id})).await;
     let sid = slow["id"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, cancelled) = post(
-        &relay.url(&format!("/v1/responses/{sid}/cancel")),
-        &json!({}),
-    )
-    .await;
+    let (status, cancelled) = relay
+        .post(&format!("/v1/responses/{sid}/cancel"), &json!({}))
+        .await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),

@@ -14,11 +14,9 @@ async fn setup() -> (fake_upstream::FakeUpstream, Relay) {
 #[tokio::test]
 async fn text_stream_is_well_ordered_and_ends_with_done() {
     let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi there", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model", "input": "hi there", "stream": true}))
+        .await;
     assert!(body.done, "no [DONE]");
     let folded = check_events(&body.events);
     let k = kinds(&body.events);
@@ -65,12 +63,12 @@ async fn non_streaming_answer_is_the_terminal_response_of_the_stream() {
         let r = relay(config(&up.base_url())).await;
         let mut req = request.clone();
         req["stream"] = json!(true);
-        let body = stream(&r.url("/v1/responses"), &req).await;
+        let body = r.stream(&req).await;
         check_events(&body.events);
         body.events.last().unwrap()["response"].clone()
     };
     let r = relay(config(&up.base_url())).await;
-    let (status, plain) = post(&r.url("/v1/responses"), &request).await;
+    let (status, plain) = r.create(&request).await;
     assert_eq!(status, 200, "{plain}");
     assert_eq!(plain, streamed);
     assert_eq!(plain["output"][0]["type"], "reasoning");
@@ -80,11 +78,9 @@ async fn non_streaming_answer_is_the_terminal_response_of_the_stream() {
 #[tokio::test]
 async fn response_object_carries_every_field_clients_validate() {
     let (_up, relay) = setup().await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}}))
+        .await;
     assert_eq!(status, 200);
     for key in [
         "id",
@@ -138,10 +134,7 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     let (up, relay) = setup().await;
     let tools = json!([{"type": "function", "name": "get_weather", "description": "Weather for a place",
         "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": true}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": true}))
     .await;
     let folded = check_events(&body.events);
     let k = kinds(&body.events);
@@ -163,11 +156,8 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
 
     let first_id = folded["id"].as_str().unwrap().to_string();
     let call_id = call["call_id"].as_str().unwrap().to_string();
-    let (status, second) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "previous_response_id": first_id, "tools": tools,
-                "input": [{"type": "function_call_output", "call_id": call_id, "output": "64 degrees and clear"}]}),
-    )
+    let (status, second) = relay.create(&json!({"model": "fake-model", "previous_response_id": first_id, "tools": tools,
+                "input": [{"type": "function_call_output", "call_id": call_id, "output": "64 degrees and clear"}]}))
     .await;
     assert_eq!(status, 200, "{second}");
     assert_eq!(second["status"], "completed");
@@ -192,10 +182,7 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
 async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
     let (_up, relay) = setup().await;
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL a {\"x\":1}\nCALL b {\"y\":2}", "tools": tools, "stream": true}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL a {\"x\":1}\nCALL b {\"y\":2}", "tools": tools, "stream": true}))
     .await;
     let folded = check_events(&body.events);
     let out = folded["output"].as_array().unwrap();
@@ -212,11 +199,9 @@ async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
 #[tokio::test]
 async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
     let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true}))
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["output"][0]["type"], "reasoning");
     assert_eq!(folded["output"][0]["content"][0]["type"], "reasoning_text");
@@ -232,11 +217,9 @@ async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
 #[tokio::test]
 async fn refusal_is_a_refusal_content_part() {
     let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true}))
+        .await;
     let folded = check_events(&body.events);
     let part = &folded["output"][0]["content"][0];
     assert_eq!(part["type"], "refusal");
@@ -251,7 +234,7 @@ async fn refusal_is_a_refusal_content_part() {
 #[tokio::test]
 async fn length_finish_ends_incomplete_with_max_output_tokens() {
     let (_up, relay) = setup().await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?finish=length", "input": "long", "stream": true, "max_output_tokens": 16})).await;
+    let body = relay.stream(&json!({"model": "fake-model?finish=length", "input": "long", "stream": true, "max_output_tokens": 16})).await;
     let folded = check_events(&body.events);
     let last = body.events.last().unwrap();
     assert_eq!(last["type"], "response.incomplete");
@@ -264,16 +247,13 @@ async fn length_finish_ends_incomplete_with_max_output_tokens() {
 #[tokio::test]
 async fn request_fields_reach_the_chat_upstream() {
     let (up, relay) = setup().await;
-    let (status, _) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "instructions": "be brief", "temperature": 0.5, "top_p": 0.9,
+    let (status, _) = relay.create(&json!({"model": "fake-model", "instructions": "be brief", "temperature": 0.5, "top_p": 0.9,
             "max_output_tokens": 100, "user": "u1", "reasoning": {"effort": "low"},
             "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": true}},
             "input": [{"role": "developer", "content": "dev"},
                       {"role": "user", "content": [{"type": "input_text", "text": "look"},
                           {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
-                          {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,AAAA"}]}]}),
-    )
+                          {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,AAAA"}]}]}))
     .await;
     assert_eq!(status, 200);
     let sent = up.requests().last().unwrap().body.clone();
@@ -312,7 +292,7 @@ async fn responses_upstream_gives_the_same_events_as_chat_upstream() {
         c.upstream_api = api;
         let r = relay(c).await;
         let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}]);
-        let body = stream(&r.url("/v1/responses"), &json!({"model": "fake-model?reasoning=2", "input": "CALL get_weather {\"location\":\"Paris\"}", "tools": tools, "stream": true})).await;
+        let body = r.stream(&json!({"model": "fake-model?reasoning=2", "input": "CALL get_weather {\"location\":\"Paris\"}", "tools": tools, "stream": true})).await;
         check_events(&body.events);
         logs.push(kinds(&body.events));
     }
@@ -326,17 +306,13 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
     let mut c = config(&up.base_url());
     c.upstream_api = responses_relay::upstream::UpstreamApi::Responses;
     let r = relay(c).await;
-    let (status, a) = post(
-        &r.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello"}),
-    )
-    .await;
+    let (status, a) = r
+        .create(&json!({"model": "fake-model", "input": "hello"}))
+        .await;
     assert_eq!(status, 200, "{a}");
-    let (status, b) = post(
-        &r.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "again", "previous_response_id": a["id"]}),
-    )
-    .await;
+    let (status, b) = r
+        .create(&json!({"model": "fake-model", "input": "again", "previous_response_id": a["id"]}))
+        .await;
     assert_eq!(status, 200, "{b}");
     let sent = up.requests().last().unwrap().body.clone();
     let assistant = sent["input"]
@@ -367,7 +343,7 @@ async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
         let mut c = config(&up.base_url());
         c.upstream_api = api;
         let r = relay(c).await;
-        let (status, answer) = post(&r.url("/v1/responses"), &body).await;
+        let (status, answer) = r.create(&body).await;
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["reasoning"]["summary"], "auto");
         let sent = up.requests().last().unwrap().body.clone();

@@ -199,7 +199,7 @@ async fn malformed_json_and_oversized_bodies_are_rejected() {
             .contains("parse the JSON body")
     );
     let big = json!({"model": "m", "input": "x".repeat(4096)});
-    let (status, body) = post(&relay.url("/v1/responses"), &big).await;
+    let (status, body) = relay.create(&big).await;
     assert_eq!(status, 413);
     envelope(&body);
 }
@@ -207,23 +207,23 @@ async fn malformed_json_and_oversized_bodies_are_rejected() {
 #[tokio::test]
 async fn unknown_routes_and_ids_get_404_envelopes() {
     let (_up, relay) = setup().await;
-    let (status, body) = get(&relay.url("/v1/nothing")).await;
+    let (status, body) = relay.get("/v1/nothing").await;
     assert_eq!(status, 404);
     envelope(&body);
-    let (status, body) = get(&relay.url("/v1/responses/resp_missing")).await;
+    let (status, body) = relay.get("/v1/responses/resp_missing").await;
     assert_eq!(status, 404);
     assert_eq!(
         envelope(&body)["message"],
         "No response found with id 'resp_missing'."
     );
-    let (status, _) = get(&relay.url("/healthz")).await;
+    let (status, _) = relay.get("/healthz").await;
     assert_eq!(status, 200);
 }
 
 #[tokio::test]
 async fn models_are_passed_through_from_the_upstream() {
     let (_up, relay) = setup().await;
-    let (status, body) = get(&relay.url("/v1/models")).await;
+    let (status, body) = relay.get("/v1/models").await;
     assert_eq!(status, 200);
     assert_eq!(body["data"][0]["id"], "fake-model");
 }
@@ -269,11 +269,7 @@ async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
         l.local_addr().unwrap()
     };
     let r = relay(config(&format!("http://{closed}/v1"))).await;
-    let (status, body) = post(
-        &r.url("/v1/responses"),
-        &json!({"model": "m", "input": "x"}),
-    )
-    .await;
+    let (status, body) = r.create(&json!({"model": "m", "input": "x"})).await;
     assert_eq!(status, 502, "{body}");
     assert!(
         envelope(&body)["message"]
@@ -286,7 +282,7 @@ async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
     let mut c = config(&up.base_url());
     c.upstream_timeouts.first_byte = std::time::Duration::from_millis(200);
     let r = relay(c).await;
-    let (status, body) = post(&r.url("/v1/responses"), &json!({"model": "fake-model?fault=slow_headers&delay_ms=3000", "input": "x", "stream": true})).await;
+    let (status, body) = r.create(&json!({"model": "fake-model?fault=slow_headers&delay_ms=3000", "input": "x", "stream": true})).await;
     assert_eq!(status, 504, "{body}");
     envelope(&body);
 }
@@ -295,10 +291,7 @@ async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
 async fn failures_after_the_first_event_end_with_response_failed() {
     let (_up, relay) = setup().await;
     for fault in ["cut", "malformed", "error_chunk"] {
-        let body = stream(
-            &relay.url("/v1/responses"),
-            &json!({"model": format!("fake-model?fault={fault}"), "input": "x", "stream": true}),
-        )
+        let body = relay.stream(&json!({"model": format!("fake-model?fault={fault}"), "input": "x", "stream": true}))
         .await;
         assert!(body.done, "{fault}: no [DONE]");
         let folded = check_events(&body.events);
@@ -317,11 +310,9 @@ async fn failures_after_the_first_event_end_with_response_failed() {
 #[tokio::test]
 async fn a_stream_without_done_still_completes_when_it_finished() {
     let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true}))
+        .await;
     check_events(&body.events);
     assert_eq!(body.events.last().unwrap()["type"], "response.completed");
 }
@@ -332,11 +323,9 @@ async fn stream_with_a_300ms_idle_timeout(model: &str) -> SseBody {
     let mut c = config(&up.base_url());
     c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
     let relay = relay(c).await;
-    stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": model, "input": "x", "stream": true}),
-    )
-    .await
+    relay
+        .stream(&json!({"model": model, "input": "x", "stream": true}))
+        .await
 }
 
 #[tokio::test]
@@ -413,10 +402,7 @@ async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
 #[tokio::test]
 async fn an_unknown_field_inside_a_content_part_is_named_exactly() {
     let (_up, relay) = setup().await;
-    let (status, body) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "bogus": 1}]}]}),
-    )
+    let (status, body) = relay.create(&json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "bogus": 1}]}]}))
     .await;
     assert_eq!(status, 400);
     assert_eq!(

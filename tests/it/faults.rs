@@ -138,7 +138,7 @@ fn id_of(body: &SseBody) -> String {
 /// Streams a request; checks the events (framing, order, one terminal event last, `[DONE]`) and
 /// that the stored log replays exactly the same events. Returns the body and the folded Response.
 async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value) {
-    let body = stream(&relay.url("/v1/responses"), request).await;
+    let body = relay.stream(request).await;
     assert!(body.done, "the stream did not end with [DONE]");
     let folded = check_events(&body.events);
     assert_stored(relay, &id_of(&body), &body.raw).await;
@@ -172,7 +172,7 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
         live,
         "the stored log of {id} differs from what was streamed"
     );
-    let (status, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, got) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(
         got,
@@ -198,7 +198,7 @@ async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
 /// Polls `GET /v1/responses/{id}` until the run has ended; returns it.
 async fn ended(relay: &Relay, id: &str) -> Value {
     for _ in 0..1000 {
-        let (status, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        let (status, r) = relay.get(&format!("/v1/responses/{id}")).await;
         if status == 200 && !matches!(r["status"].as_str(), Some("queued" | "in_progress")) {
             return r;
         }
@@ -269,7 +269,7 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
     c.mcp.discovery_failure = DiscoveryFailure::Fail;
     let strict = crate::support::relay(c).await;
     let before = up.requests().len();
-    let (status, err) = post(&strict.url("/v1/responses"), &request).await;
+    let (status, err) = strict.create(&request).await;
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["type"], "external_connector_error");
     assert_eq!(err["error"]["message"], error);
@@ -304,7 +304,7 @@ async fn a_server_hanging_on_initialize_times_discovery_out() {
 
     c.mcp.discovery_failure = DiscoveryFailure::Fail;
     let strict = crate::support::relay(c).await;
-    let (status, err) = post(&strict.url("/v1/responses"), &request).await;
+    let (status, err) = strict.create(&request).await;
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["message"], expected_error);
     assert_eq!(err["error"]["param"], "tools");
@@ -772,11 +772,11 @@ async fn a_timed_out_discovery_keeps_no_connection_to_the_server() {
     let mut c = config(&up.base_url());
     c.mcp.discovery_timeout = std::time::Duration::from_millis(300);
     let relay = relay(c).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello", "tools": [tool("hang", &hole.url())]}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(
+            &json!({"model": "fake-model", "input": "hello", "tools": [tool("hang", &hole.url())]}),
+        )
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(
         r["output"][0]["error"],

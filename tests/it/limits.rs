@@ -13,11 +13,9 @@ async fn an_upstream_429_before_the_first_byte_is_retried_then_succeeds() {
     let up = upstream().await;
     let relay = relay(config(&up.base_url())).await;
     let model = "fake-model?fault=status429_once&deltas=3";
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": model, "input": "x", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": model, "input": "x", "stream": true}))
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
     let tries = up
@@ -34,11 +32,9 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
     let mut c = config(&up.base_url());
     c.upstream_timeouts.retries = 2;
     let relay = relay(c).await;
-    let (status, _) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=status500", "input": "x"}),
-    )
-    .await;
+    let (status, _) = relay
+        .create(&json!({"model": "fake-model?fault=status500", "input": "x"}))
+        .await;
     assert_eq!(status, 502);
     assert_eq!(
         up.requests()
@@ -47,11 +43,9 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
             .count(),
         3
     );
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=cut", "input": "x", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model?fault=cut", "input": "x", "stream": true}))
+        .await;
     assert_eq!(check_events(&body.events)["status"], "failed");
     assert_eq!(
         up.requests()
@@ -89,11 +83,9 @@ async fn a_full_relay_answers_503_with_retry_after() {
     drop(busy);
     eventually("the first run ended", || up.open_streams() == 0).await;
     for _ in 0..100 {
-        let (status, _) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "y"}),
-        )
-        .await;
+        let (status, _) = relay
+            .create(&json!({"model": "fake-model", "input": "y"}))
+            .await;
         if status == 200 {
             return;
         }
@@ -109,11 +101,9 @@ async fn a_run_past_its_time_limit_ends_failed() {
     let mut c = config(&up.base_url());
     c.limits.max_run_time = Duration::from_millis(300);
     let relay = relay(c).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
     assert!(
@@ -135,21 +125,15 @@ async fn too_many_input_items_or_tools_are_rejected() {
     let input: Vec<_> = (0..3)
         .map(|i| json!({"role": "user", "content": format!("{i}")}))
         .collect();
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "m", "input": input}),
-    )
-    .await;
+    let (status, err) = relay.create(&json!({"model": "m", "input": input})).await;
     assert_eq!(
         (status, err["error"]["param"].as_str()),
         (400, Some("input"))
     );
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "m", "input": "x", "tools": tools}),
-    )
-    .await;
+    let (status, err) = relay
+        .create(&json!({"model": "m", "input": "x", "tools": tools}))
+        .await;
     assert_eq!(
         (status, err["error"]["param"].as_str()),
         (400, Some("tools"))

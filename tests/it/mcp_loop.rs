@@ -35,12 +35,12 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "stream": true,
+    let body = relay
+        .stream(
+            &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "stream": true,
                 "tools": [mcp_tool("math", &server.url())]}),
-    )
-    .await;
+        )
+        .await;
     let folded = check_events(&body.events);
     let out = folded["output"].as_array().unwrap();
     let types: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
@@ -118,11 +118,8 @@ async fn failing_tools_are_data_and_the_run_goes_on() {
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
-                "tools": [mcp_tool("t", &server.url())]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
+                "tools": [mcp_tool("t", &server.url())]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
@@ -157,10 +154,7 @@ async fn failed_calls_are_told_to_the_model_which_answers() {
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}))
     .await;
     assert_eq!(status, 200);
     let text = items_of(&r, "message")[0]["content"][0]["text"]
@@ -190,10 +184,7 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
         .unwrap();
     let dead = format!("http://{closed}/mcp");
     let relay_continue = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay_continue.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}),
-    )
+    let body = relay_continue.stream(&json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
@@ -210,10 +201,7 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
     let mut c = config(&up.base_url());
     c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
     let relay_fail = relay(c).await;
-    let (status, err) = post(
-        &relay_fail.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}),
-    )
+    let (status, err) = relay_fail.create(&json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}))
     .await;
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["type"], "external_connector_error");
@@ -228,10 +216,7 @@ async fn calls_needing_approval_are_requested_not_run() {
     let relay = relay(config(&up.base_url())).await;
     // No require_approval: the relay's default is OpenAI's `always`.
     let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "stream": true, "tools": [tool]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "stream": true, "tools": [tool]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
@@ -260,12 +245,12 @@ async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_call
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"hi\"}\nCALL local {}",
+    let (status, r) = relay
+        .create(
+            &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"hi\"}\nCALL local {}",
                 "tools": [mcp_tool("s", &server.url()), {"type": "function", "name": "local"}]}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, 200);
     golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "function_call"]);
     assert_eq!(r["output"][1]["status"], "completed");
@@ -283,11 +268,8 @@ async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
-                "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
+                "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "incomplete");
@@ -307,16 +289,11 @@ async fn tool_lists_in_the_context_are_reused_not_fetched_again() {
     // Without the pool's time-bound reuse, so only the context can spare the second listing.
     let relay = relay(listing_every_request(&up.base_url())).await;
     let tools = json!([mcp_tool("s", &server.url())]);
-    let (_, first) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": tools}),
-    )
-    .await;
+    let (_, first) = relay
+        .create(&json!({"model": "fake-model", "input": "hi", "tools": tools}))
+        .await;
     assert_eq!(server.count("tools/list"), 1);
-    let (status, second) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"again\"}", "tools": tools, "previous_response_id": first["id"]}),
-    )
+    let (status, second) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"again\"}", "tools": tools, "previous_response_id": first["id"]}))
     .await;
     assert_eq!(status, 200, "{second}");
     golden_response_kinds(&second, &["mcp_call", "message"]);
@@ -341,11 +318,9 @@ fn listed_names(response: &Value) -> Vec<String> {
 }
 
 async fn listing(relay: &Relay, tool: &Value) -> Vec<String> {
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [tool]}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "hi", "tools": [tool]}))
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(
         items_of(&r, "mcp_list_tools")[0]["error"],
@@ -375,10 +350,7 @@ async fn a_servers_tool_list_is_reused_by_later_requests_within_its_ttl() {
     assert_eq!(listing(&relay, &tool).await, first);
     assert_eq!(server.count("tools/list"), 1);
     // The reused list still drives a real call, and the model still sees every tool.
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"cached\"}", "tools": [tool]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"cached\"}", "tools": [tool]}))
     .await;
     assert_eq!(status, 200, "{r}");
     golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "message"]);
@@ -498,11 +470,9 @@ async fn a_failed_call_makes_the_next_request_list_the_server_again() {
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]}))
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(items_of(&r, "mcp_call")[0]["status"], "failed");
     assert_eq!(server.count("tools/list"), 1);
@@ -563,10 +533,7 @@ async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
         let mut c = config(&up.base_url());
         c.upstream_vision = vision;
         let relay = relay(c).await;
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "CALL image {}", "tools": [mcp_tool("pics", &server.url())]}),
-        )
+        let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL image {}", "tools": [mcp_tool("pics", &server.url())]}))
         .await;
         assert_eq!(status, 200);
         let call = items_of(&r, "mcp_call")[0];
@@ -601,10 +568,7 @@ async fn structured_and_oversized_results_become_bounded_text() {
     let mut c = config(&up.base_url());
     c.mcp.max_output_bytes = 1000;
     let relay = relay(c).await;
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL structured {}\nCALL big {\"bytes\":100000}", "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": "CALL structured {}\nCALL big {\"bytes\":100000}", "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let calls = items_of(&r, "mcp_call");
     let structured: Value = serde_json::from_str(calls[0]["output"].as_str().unwrap()).unwrap();
@@ -661,10 +625,7 @@ async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
     let script = "CALL echo {\"text\":\"1\"}\nTHEN\nCALL echo {\"text\":\"2\"}\nTHEN\nCALL echo {\"text\":\"3\"}";
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "incomplete");
@@ -688,11 +649,8 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
-                "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
+                "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}))
     .await;
     assert_eq!(status, 200, "{r}");
     let reqs = up.requests();
@@ -708,10 +666,7 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
     let calls = items_of(&r, "mcp_call");
     assert_eq!((calls.len(), calls[0]["name"].as_str()), (1, Some("echo")));
     assert_eq!(r["status"], "completed");
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "tools": [mcp_tool("s", &server.url())], "tool_choice": {"type": "mcp", "server_label": "other"}}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "tools": [mcp_tool("s", &server.url())], "tool_choice": {"type": "mcp", "server_label": "other"}}))
     .await;
     assert_eq!(
         (status, err["error"]["param"].as_str()),
@@ -724,10 +679,7 @@ async fn usage_is_summed_over_every_model_turn() {
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let reqs = up.requests();
     let turns = &reqs[reqs.len() - 3..];
@@ -756,10 +708,7 @@ async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
         .map(|i| format!("CALL echo {{\"text\":\"{i}\"}}"))
         .collect::<Vec<_>>()
         .join("\nTHEN\n");
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]}))
     .await;
     assert_eq!(r["status"], "incomplete");
     assert_eq!(r["incomplete_details"]["reason"], "max_steps");
@@ -779,10 +728,7 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
         c.mcp.default_approval = default;
         let relay = relay(c).await;
         let tool = json!({"type": "mcp", "server_label": "s", "server_url": server.url()});
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": [tool]}),
-        )
+        let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": [tool]}))
         .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["tools"][0]["require_approval"], echoed, "{r}");
@@ -866,11 +812,11 @@ async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
     let mut c = config(&up.base_url());
     c.upstream_api = responses_relay::upstream::UpstreamApi::Responses;
     let on_responses = crate::support::relay(c).await;
-    let (status, r) = post(
-        &on_responses.url("/v1/responses"),
-        &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": spent + 5}),
-    )
-    .await;
+    let (status, r) = on_responses
+        .create(
+            &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": spent + 5}),
+        )
+        .await;
     assert_eq!(
         (status, r["status"].as_str()),
         (200, Some("completed")),
@@ -894,13 +840,11 @@ async fn parallel_calls_streamed_at_one_index_stay_separate_calls() {
     let up = upstream().await;
     let server = mcp_server().await;
     let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?one_index=1", "stream": true,
+    let body = relay
+        .stream(&json!({"model": "fake-model?one_index=1", "stream": true,
                 "input": "CALL echo {\"text\":\"first\"}\nCALL add {\"a\":2,\"b\":3}",
-                "tools": [mcp_tool("s", &server.url())]}),
-    )
-    .await;
+                "tools": [mcp_tool("s", &server.url())]}))
+        .await;
     let sent = up.requests()[0].body["model"].clone();
     assert_eq!(sent, "fake-model?one_index=1");
     let folded = check_events(&body.events);

@@ -369,13 +369,11 @@ async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
 async fn a_model_an_upstream_listed_is_its_own_label() {
     let up = upstream().await;
     let relay = relay(config(&up.base_url())).await;
-    let (status, _) = get(&relay.url("/v1/models")).await;
+    let (status, _) = relay.get("/v1/models").await;
     assert_eq!(status, 200);
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi"}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "hi"}))
+        .await;
     assert_eq!(status, 200);
     // Read back from the store once the run has ended: a timed store read.
     let url = relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()));

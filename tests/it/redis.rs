@@ -75,7 +75,7 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
         .as_u64()
         .unwrap();
     // While A still runs it, B streams the rest: the kept events, then the live ones.
-    let (_, mid) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    let (_, mid) = b.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(mid["status"], "in_progress", "{mid}");
     let (status, rest) = get_text(&b.url(&format!(
         "/v1/responses/{id}?stream=true&starting_after={last_seq}"
@@ -93,11 +93,11 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     let (_, on_b) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
     assert_eq!(on_a, on_b);
     assert_eq!(parse_sse(&on_b).events, all);
-    let (_, ra) = get(&a.url(&format!("/v1/responses/{id}"))).await;
-    let (_, rb) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    let (_, ra) = a.get(&format!("/v1/responses/{id}")).await;
+    let (_, rb) = b.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(ra, rb);
     assert_eq!(rb, folded);
-    let (status, items) = get(&b.url(&format!("/v1/responses/{id}/input_items"))).await;
+    let (status, items) = b.get(&format!("/v1/responses/{id}/input_items")).await;
     assert_eq!(status, 200);
     assert_eq!(
         items["data"][0]["content"],
@@ -109,17 +109,15 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
 #[tokio::test]
 async fn previous_response_id_and_item_references_work_across_relays() {
     let (up, _url, a, b) = two_relays().await;
-    let (status, first) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "turn 0"}),
-    )
-    .await;
+    let (status, first) = a
+        .create(&json!({"model": "fake-model", "input": "turn 0"}))
+        .await;
     assert_eq!(status, 200, "{first}");
-    let (status, second) = post(
-        &b.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]}),
-    )
-    .await;
+    let (status, second) = b
+        .create(
+            &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]}),
+        )
+        .await;
     assert_eq!(status, 200, "{second}");
     let sent = up.requests().last().unwrap().body.clone();
     let roles: Vec<&str> = sent["messages"]
@@ -133,7 +131,7 @@ async fn previous_response_id_and_item_references_work_across_relays() {
     // An output item kept by B, referenced through A.
     let msg_id = second["output"][0]["id"].as_str().unwrap();
     let (status, _) =
-        post(&a.url("/v1/responses"), &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]}))
+        a.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]}))
             .await;
     assert_eq!(status, 200);
     let sent = up.requests().last().unwrap().body.clone();
@@ -145,30 +143,33 @@ async fn previous_response_id_and_item_references_work_across_relays() {
         .await
         .unwrap();
     assert_eq!(r.status(), 200);
-    let (status, _) =
-        get(&a.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
+    let (status, _) = a
+        .get(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     let (up, _url, a, b) = two_relays().await;
-    let (_, created) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
+    let (_, created) = a
+        .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
+        .await;
     let id = created["id"].as_str().unwrap().to_string();
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
     let started = Instant::now();
-    let (status, cancelled) = post(&b.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+    let (status, cancelled) = b
+        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+        .await;
     let took = started.elapsed();
     assert_eq!(status, 200, "{cancelled}");
     assert_eq!(cancelled["status"], "cancelled");
     assert!(took < Duration::from_millis(1500), "cancel took {took:?}");
-    let (_, on_a) = get(&a.url(&format!("/v1/responses/{id}"))).await;
+    let (_, on_a) = a.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(on_a, cancelled);
-    let (status, again) = post(&a.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+    let (status, again) = a
+        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+        .await;
     assert_eq!((status, &again), (200, &cancelled));
     let (_, log) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
     let body = parse_sse(&log);
@@ -206,7 +207,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     let id = running["id"].as_str().unwrap().to_string();
     eventually("the run is streaming", || up.open_streams() == 1).await;
     for _ in 0..500 {
-        let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+        let (_, r) = b.get(&format!("/v1/responses/{id}")).await;
         if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
             break;
         }
@@ -254,7 +255,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
         folded["output"][0]["status"], "incomplete",
         "the open message was closed"
     );
-    let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    let (_, r) = b.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(r, folded);
 }
 
@@ -283,18 +284,14 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
         "{folded}"
     );
     // While Redis is away, a new stored run is refused clearly; an unstored one still runs.
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x"}),
-    )
-    .await;
+    let (status, err) = relay
+        .create(&json!({"model": "fake-model", "input": "x"}))
+        .await;
     assert_eq!(status, 503, "{err}");
     assert_eq!(err["error"]["code"], "store_unavailable");
-    let (status, unstored) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "store": false}),
-    )
-    .await;
+    let (status, unstored) = relay
+        .create(&json!({"model": "fake-model", "input": "x", "store": false}))
+        .await;
     assert_eq!(
         (status, unstored["status"].as_str()),
         (200, Some("completed"))
@@ -303,11 +300,9 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let _server = RedisServer::start_on(port);
     let mut ok: Option<Value> = None;
     for _ in 0..100 {
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "again"}),
-        )
-        .await;
+        let (status, r) = relay
+            .create(&json!({"model": "fake-model", "input": "again"}))
+            .await;
         if status == 200 {
             ok = Some(r);
             break;
@@ -316,8 +311,9 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     }
     let r = ok.expect("the relay recovered with Redis");
     assert_eq!(r["status"], "completed");
-    let (status, kept) =
-        get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
+    let (status, kept) = relay
+        .get(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))
+        .await;
     assert_eq!((status, &kept), (200, &r));
 }
 
@@ -433,7 +429,7 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
         bodies[2].events,
         "the run beside them was not kept whole"
     );
-    let (status, _) = get(&relay.url(&format!("/v1/responses/{}", ids[0]))).await;
+    let (status, _) = relay.get(&format!("/v1/responses/{}", ids[0])).await;
     assert_eq!(status, 404);
 }
 
@@ -465,10 +461,7 @@ fn a_redis_url_is_never_shown_with_its_password() {
 #[tokio::test]
 async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_terminal_event() {
     let (_up, url, a, b) = two_relays().await;
-    let (_, created) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true}),
-    )
+    let (_, created) = a.create(&json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true}))
     .await;
     let id = created["id"].as_str().unwrap().to_string();
     let mut tailed = client()
@@ -600,17 +593,17 @@ async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Va
             "starting_after={after}"
         );
     }
-    let (status, response) = get(&r.url(&format!("/v1/responses/{id}"))).await;
+    let (status, response) = r.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(response, check_events(&body.events));
-    let (status, items) = get(&r.url(&format!("/v1/responses/{id}/input_items"))).await;
+    let (status, items) = r.get(&format!("/v1/responses/{id}/input_items")).await;
     assert_eq!(status, 200);
     assert_eq!(
         items["data"][0]["content"],
         json!([{"type": "input_text", "text": input}]),
         "{items}"
     );
-    let (status, listed) = get(&r.url("/ui/api/runs")).await;
+    let (status, listed) = r.get("/ui/api/runs").await;
     assert_eq!(status, 200);
     assert!(
         listed["data"]
@@ -620,7 +613,7 @@ async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Va
             .any(|s| s["id"] == id && s["status"] == "completed"),
         "{listed}"
     );
-    let (status, summary) = get(&r.url(&format!("/ui/api/runs/{id}"))).await;
+    let (status, summary) = r.get(&format!("/ui/api/runs/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(summary["events"], body.events.len(), "{summary}");
     let (status, log) = get_text(&r.url(&format!("/ui/api/runs/{id}/log"))).await;
@@ -700,11 +693,9 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
         );
     }
     // Deleting a packed run removes it and the output items it kept (found in its packed log).
-    let (status, other) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "delete me"}),
-    )
-    .await;
+    let (status, other) = a
+        .create(&json!({"model": "fake-model", "input": "delete me"}))
+        .await;
     assert_eq!(status, 200, "{other}");
     let other_id = other["id"].as_str().unwrap();
     let msg = format!("relay:item:{}", other["output"][0]["id"].as_str().unwrap());
@@ -723,7 +714,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
         .query(&mut redis)
         .unwrap();
     assert_eq!(left, 0, "the run's hash or its output item stayed");
-    let (status, _) = get(&a.url(&format!("/v1/responses/{other_id}"))).await;
+    let (status, _) = a.get(&format!("/v1/responses/{other_id}")).await;
     assert_eq!(status, 404);
 }
 

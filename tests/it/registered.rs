@@ -306,10 +306,7 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
     );
     let relay = relay(from_file(&up.base_url(), &toml)).await;
     let web = json!({"type": "web_search", "external_web_access": false});
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "stream": true, "input": "CALL web_search {\"query\":\"rust relays\"}", "tools": [web]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "stream": true, "input": "CALL web_search {\"query\":\"rust relays\"}", "tools": [web]}))
     .await;
     let folded = check_events(&body.events);
     let kinds = kinds(&body.events);
@@ -335,11 +332,9 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
     assert!(!body.raw.join("\n").contains("SEARCH-TOKEN-3"));
     // Without the binding, web_search is left out, as the hosted-tools policy says.
     let plain = relay_on_plain(&up).await;
-    let (status, r) = post(
-        &plain.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [web]}),
-    )
-    .await;
+    let (status, r) = plain
+        .create(&json!({"model": "fake-model", "input": "hi", "tools": [web]}))
+        .await;
     assert_eq!(status, 200, "{r}");
     let offered = up.requests().last().unwrap().body.clone();
     assert!(

@@ -914,10 +914,7 @@ async fn the_relay_started_with_no_flags_refuses_loopback_mcp_servers_with_400()
     for url in &spellings {
         for stream in [false, true] {
             let tools = json!([{"type": "function", "name": "f"}, {"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never"}]);
-            let (status, body) = post(
-                &relay.url("/v1/responses"),
-                &json!({"model": "fake-model", "input": "hi", "stream": stream, "tools": tools}),
-            )
+            let (status, body) = relay.create(&json!({"model": "fake-model", "input": "hi", "stream": stream, "tools": tools}))
             .await;
             assert_eq!(status, 400, "{url}: {body}");
             assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");

@@ -27,7 +27,7 @@ fn responses_rows(path: &std::path::Path, id: &str) -> i64 {
 /// Polls `GET /v1/responses/{id}` until the run has ended.
 async fn wait_done(relay: &Relay, id: &str) -> Value {
     for _ in 0..1000 {
-        let (_, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        let (_, r) = relay.get(&format!("/v1/responses/{id}")).await;
         if !matches!(r["status"].as_str(), Some("queued" | "in_progress")) {
             return r;
         }
@@ -58,7 +58,7 @@ async fn a_stored_run_replays_exactly_what_was_streamed() {
             replay, live,
             "{name}: the replay differs from the live stream"
         );
-        let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
         assert_eq!(got, body.events.last().unwrap()["response"], "{name}");
         // A cursor gives exactly the events after it.
         let (_, tail) =
@@ -119,10 +119,7 @@ async fn concurrent_readers_of_a_live_run_see_the_same_log() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (status, created) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model?deltas=30&delay_ms=10", "input": "share", "background": true}),
-        )
+        let (status, created) = relay.create(&json!({"model": "fake-model?deltas=30&delay_ms=10", "input": "share", "background": true}))
         .await;
         assert_eq!(status, 200);
         assert_eq!(created["status"], "queued", "{name}");
@@ -171,25 +168,19 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, created) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-        )
-        .await;
+        let (_, created) = relay
+            .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
+            .await;
         let id = created["id"].as_str().unwrap().to_string();
         eventually("the upstream stream is open", || up.open_streams() >= 1).await;
-        let (status, cancelled) = post(
-            &relay.url(&format!("/v1/responses/{id}/cancel")),
-            &json!({}),
-        )
-        .await;
+        let (status, cancelled) = relay
+            .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+            .await;
         assert_eq!(status, 200, "{name}: {cancelled}");
         assert_eq!(cancelled["status"], "cancelled");
-        let (status, again) = post(
-            &relay.url(&format!("/v1/responses/{id}/cancel")),
-            &json!({}),
-        )
-        .await;
+        let (status, again) = relay
+            .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+            .await;
         assert_eq!(
             (status, &again),
             (200, &cancelled),
@@ -203,18 +194,14 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
             "cancelled"
         );
         // A finished run cannot be cancelled; a synchronous one neither.
-        let (_, done) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "x", "background": true}),
-        )
-        .await;
+        let (_, done) = relay
+            .create(&json!({"model": "fake-model", "input": "x", "background": true}))
+            .await;
         let done_id = done["id"].as_str().unwrap().to_string();
         wait_done(&relay, &done_id).await;
-        let (status, err) = post(
-            &relay.url(&format!("/v1/responses/{done_id}/cancel")),
-            &json!({}),
-        )
-        .await;
+        let (status, err) = relay
+            .post(&format!("/v1/responses/{done_id}/cancel"), &json!({}))
+            .await;
         assert_eq!(status, 400, "{name}: {err}");
         assert!(
             err["error"]["message"]
@@ -222,21 +209,19 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
                 .unwrap()
                 .contains("completed")
         );
-        let (_, sync) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "x"}),
-        )
-        .await;
-        let (status, _) = post(
-            &relay.url(&format!(
-                "/v1/responses/{}/cancel",
-                sync["id"].as_str().unwrap()
-            )),
-            &json!({}),
-        )
-        .await;
+        let (_, sync) = relay
+            .create(&json!({"model": "fake-model", "input": "x"}))
+            .await;
+        let (status, _) = relay
+            .post(
+                &format!("/v1/responses/{}/cancel", sync["id"].as_str().unwrap()),
+                &json!({}),
+            )
+            .await;
         assert_eq!(status, 400);
-        let (status, _) = post(&relay.url("/v1/responses/resp_unknown/cancel"), &json!({})).await;
+        let (status, _) = relay
+            .post("/v1/responses/resp_unknown/cancel", &json!({}))
+            .await;
         assert_eq!(status, 404);
     }
 }
@@ -268,11 +253,9 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "x"}),
-        )
-        .await;
+        let (_, r) = relay
+            .create(&json!({"model": "fake-model", "input": "x"}))
+            .await;
         let id = r["id"].as_str().unwrap();
         let r2 = client()
             .delete(relay.url(&format!("/v1/responses/{id}")))
@@ -290,7 +273,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             format!("/v1/responses/{id}?stream=true"),
             format!("/v1/responses/{id}/input_items"),
         ] {
-            let (status, _) = get(&relay.url(&path)).await;
+            let (status, _) = relay.get(&path).await;
             assert_eq!(status, 404, "{name} {path}");
         }
         let r3 = client()
@@ -299,22 +282,18 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             .await
             .unwrap();
         assert_eq!(r3.status(), 404);
-        let (_, unstored) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "x", "store": false}),
-        )
-        .await;
+        let (_, unstored) = relay
+            .create(&json!({"model": "fake-model", "input": "x", "store": false}))
+            .await;
         assert_eq!(unstored["store"], false);
-        let (status, _) = get(&relay.url(&format!(
-            "/v1/responses/{}",
-            unstored["id"].as_str().unwrap()
-        )))
-        .await;
+        let (status, _) = relay
+            .get(&format!(
+                "/v1/responses/{}",
+                unstored["id"].as_str().unwrap()
+            ))
+            .await;
         assert_eq!(status, 404, "{name}: a store:false run was kept");
-        let (status, err) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]}),
-        )
+        let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]}))
         .await;
         assert_eq!(
             (status, err["error"]["code"].as_str()),
@@ -331,13 +310,13 @@ async fn input_items_paginate_as_openai_does() {
         let input: Vec<Value> = (0..5)
             .map(|i| json!({"role": "user", "content": format!("m{i}")}))
             .collect();
-        let (_, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": input}),
-        )
-        .await;
+        let (_, r) = relay
+            .create(&json!({"model": "fake-model", "input": input}))
+            .await;
         let id = r["id"].as_str().unwrap();
-        let (_, page) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=2"))).await;
+        let (_, page) = relay
+            .get(&format!("/v1/responses/{id}/input_items?limit=2"))
+            .await;
         assert_eq!(page["object"], "list", "{name}");
         let texts = |p: &Value| -> Vec<String> {
             p["data"]
@@ -351,15 +330,17 @@ async fn input_items_paginate_as_openai_does() {
         assert_eq!(page["has_more"], true);
         assert_eq!(page["first_id"], page["data"][0]["id"]);
         let after = page["last_id"].as_str().unwrap();
-        let (_, next) = get(&relay.url(&format!(
-            "/v1/responses/{id}/input_items?limit=2&after={after}"
-        )))
-        .await;
+        let (_, next) = relay
+            .get(&format!(
+                "/v1/responses/{id}/input_items?limit=2&after={after}"
+            ))
+            .await;
         assert_eq!(texts(&next), ["m2", "m1"]);
-        let (_, asc) = get(&relay.url(&format!(
-            "/v1/responses/{id}/input_items?order=asc&limit=100"
-        )))
-        .await;
+        let (_, asc) = relay
+            .get(&format!(
+                "/v1/responses/{id}/input_items?order=asc&limit=100"
+            ))
+            .await;
         assert_eq!(texts(&asc), ["m0", "m1", "m2", "m3", "m4"]);
         assert_eq!(asc["has_more"], false);
         assert!(
@@ -369,7 +350,9 @@ async fn input_items_paginate_as_openai_does() {
                 .iter()
                 .all(|i| i["id"].as_str().unwrap().starts_with("msg_"))
         );
-        let (status, _) = get(&relay.url(&format!("/v1/responses/{id}/input_items?limit=0"))).await;
+        let (status, _) = relay
+            .get(&format!("/v1/responses/{id}/input_items?limit=0"))
+            .await;
         assert_eq!(status, 400);
     }
 }
@@ -387,10 +370,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     let mut c = config(&up.base_url());
     c.mcp.discovery_timeout = Duration::from_secs(600);
     let listing = relay(c).await;
-    let (status, created) = post(
-        &listing.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("silent", &silent.url())}),
-    )
+    let (status, created) = listing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("silent", &silent.url())}))
     .await;
     assert_eq!(
         (status, created["status"].as_str()),
@@ -408,18 +388,16 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     })
     .await;
     let id = created["id"].as_str().unwrap();
-    let (_, now) = get(&listing.url(&format!("/v1/responses/{id}"))).await;
+    let (_, now) = listing.get(&format!("/v1/responses/{id}")).await;
     assert!(
         matches!(now["status"].as_str(), Some("queued" | "in_progress")),
         "{now}"
     );
     assert_eq!(now["output"], json!([]), "{now}");
     // Still listing, it can be cancelled, which stops the listing.
-    let (status, cancelled) = post(
-        &listing.url(&format!("/v1/responses/{id}/cancel")),
-        &json!({}),
-    )
-    .await;
+    let (status, cancelled) = listing
+        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+        .await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),
@@ -431,7 +409,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     .await;
     // It ended before its server was listed: no list item (a run that listed its servers before
     // it was answered shows the failed list whenever it is cancelled).
-    let (_, ended) = get(&listing.url(&format!("/v1/responses/{id}"))).await;
+    let (_, ended) = listing.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(
         (ended["status"].as_str(), &ended["output"]),
         (Some("cancelled"), &json!([])),
@@ -445,10 +423,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     )
     .await
     .unwrap();
-    let (_, created) = post(
-        &listing.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp("s", &server.url())}),
-    )
+    let (_, created) = listing.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp("s", &server.url())}))
     .await;
     let done = wait_done(&listing, created["id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "completed", "{done}");
@@ -476,10 +451,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     let mut c = config(&up.base_url());
     c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
     let failing = relay(c).await;
-    let (status, created) = post(
-        &failing.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("gone", &format!("http://{closed}/mcp"))}),
-    )
+    let (status, created) = failing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("gone", &format!("http://{closed}/mcp"))}))
     .await;
     assert_eq!(status, 200, "{created}");
     let done = wait_done(&failing, created["id"].as_str().unwrap()).await;
@@ -509,10 +481,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     .await;
     assert_eq!(check_events(&parse_sse(&log).events), done);
     // A bad tool is still refused before the run, naming the field.
-    let (status, err) = post(
-        &listing.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "background": true, "tools": [{"type": "mcp", "server_label": "x"}]}),
-    )
+    let (status, err) = listing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": [{"type": "mcp", "server_label": "x"}]}))
     .await;
     assert_eq!(status, 400, "{err}");
     assert!(
@@ -538,14 +507,14 @@ async fn input_items_list_message_content_as_parts_with_a_status() {
         {"role": "user", "content": [{"type": "input_text", "text": "as parts"}], "status": "incomplete"},
         {"role": "user", "content": "as a string"},
     ]);
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": input}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": input}))
+        .await;
     assert_eq!(status, 200, "{r}");
     let id = r["id"].as_str().unwrap();
-    let (_, page) = get(&relay.url(&format!("/v1/responses/{id}/input_items?order=asc"))).await;
+    let (_, page) = relay
+        .get(&format!("/v1/responses/{id}/input_items?order=asc"))
+        .await;
     let data = page["data"].as_array().unwrap();
     let content = |i: usize| data[i]["content"].clone();
     assert_eq!(
@@ -596,7 +565,7 @@ async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
             if let Some(p) = &prev {
                 body["previous_response_id"] = json!(p);
             }
-            let (status, r) = post(&relay.url("/v1/responses"), &body).await;
+            let (status, r) = relay.create(&body).await;
             assert_eq!(status, 200, "{name}: {r}");
             prev = Some(r["id"].as_str().unwrap().to_string());
         }
@@ -621,9 +590,9 @@ async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
         assert_eq!(msgs[0].1, "turn 0");
         assert_eq!(msgs[4].1, "turn 2");
         // An item_reference to a stored output item brings that item back.
-        let (_, last) = get(&relay.url(&format!("/v1/responses/{}", prev.unwrap()))).await;
+        let (_, last) = relay.get(&format!("/v1/responses/{}", prev.unwrap())).await;
         let msg_id = last["output"][0]["id"].as_str().unwrap();
-        let (status, _) = post(&relay.url("/v1/responses"), &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]})).await;
+        let (status, _) = relay.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]})).await;
         assert_eq!(status, 200);
         let sent = up.requests().last().unwrap().body.clone();
         assert_eq!(sent["messages"][0]["role"], "assistant", "{name}");
@@ -640,11 +609,9 @@ async fn expired_runs_are_removed() {
         c.store_ttl = Some(std::time::Duration::from_secs(60));
         let app = responses_relay::App::new(c);
         let relay = relay_app(app.clone()).await;
-        let (_, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "x"}),
-        )
-        .await;
+        let (_, r) = relay
+            .create(&json!({"model": "fake-model", "input": "x"}))
+            .await;
         let id = r["id"].as_str().unwrap();
         // The answer can arrive just before the run's task leaves the live map; live runs never
         // expire, so wait for it to have left.
@@ -669,7 +636,7 @@ async fn expired_runs_are_removed() {
             1,
             "{name}"
         );
-        let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        let (status, _) = relay.get(&format!("/v1/responses/{id}")).await;
         assert_eq!(status, 404, "{name}");
     }
 }
@@ -729,11 +696,9 @@ async fn kept_runs_reach_the_sqlite_file_itself_while_the_relay_runs() {
     let mut c = config(&up.base_url());
     c.store = StoreKind::Sqlite(db.clone());
     let relay = relay(c).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "to the file"}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "to the file"}))
+        .await;
     assert_eq!(status, 200, "{r}");
     let id = r["id"].as_str().unwrap().to_string();
     // The database file alone (a copy, without its WAL) says what was checkpointed.
@@ -766,16 +731,14 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, created) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-        )
-        .await;
+        let (_, created) = relay
+            .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
+            .await;
         let id = created["id"].as_str().unwrap().to_string();
         // The run is live and has a message item (two deltas, then the model stalls).
         let mut message = String::new();
         for _ in 0..1000 {
-            let (_, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+            let (_, r) = relay.get(&format!("/v1/responses/{id}")).await;
             if let Some(m) = r["output"]
                 .as_array()
                 .and_then(|o| o.iter().find(|i| i["type"] == "message"))
@@ -798,11 +761,9 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
         // Whatever the cancelled run still writes at its end, then another run through the same
         // writer: nothing of the deleted run may come back.
         eventually("the upstream stream is closed", || up.open_streams() == 0).await;
-        let (status, _) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "y"}),
-        )
-        .await;
+        let (status, _) = relay
+            .create(&json!({"model": "fake-model", "input": "y"}))
+            .await;
         assert_eq!(status, 200);
         for path in [
             format!("/v1/responses/{id}"),
@@ -812,10 +773,7 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
             let (status, _) = get_text(&relay.url(&path)).await;
             assert_eq!(status, 404, "{name} {path}");
         }
-        let (status, err) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": message}]}),
-        )
+        let (status, err) = relay.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": message}]}))
         .await;
         assert_eq!(
             status, 400,
@@ -877,20 +835,19 @@ async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
     );
     assert!(text.ends_with("data: [DONE]\n\n"));
     let id = folded["id"].as_str().unwrap();
-    let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, _) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(
         status, 404,
         "a run that was not kept whole is not kept at all"
     );
     // The store works again for the next run.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "y"}),
-    )
-    .await;
+    let (status, next) = relay
+        .create(&json!({"model": "fake-model", "input": "y"}))
+        .await;
     assert_eq!(status, 200);
-    let (status, kept) =
-        get(&relay.url(&format!("/v1/responses/{}", next["id"].as_str().unwrap()))).await;
+    let (status, kept) = relay
+        .get(&format!("/v1/responses/{}", next["id"].as_str().unwrap()))
+        .await;
     assert_eq!((status, &kept["status"]), (200, &json!("completed")));
 }
 
@@ -928,7 +885,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
                     .as_str()
                     .unwrap()
                     .to_string();
-            let (status, polled) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+            let (status, polled) = relay.get(&format!("/v1/responses/{id}")).await;
             assert_eq!(status, 200);
             assert_eq!(polled["status"], "in_progress", "{polled}");
             assert!(polled["completed_at"].is_null(), "{polled}");
@@ -971,7 +928,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     let id = folded["id"].as_str().unwrap();
     let kept = || responses_rows(&path, id);
     eventually("the run is removed", || kept() == 0).await;
-    let (status, left) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, left) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(
         status, 404,
         "a run that was not kept whole is not kept at all: {left}"
@@ -983,29 +940,24 @@ async fn an_item_stays_with_the_run_that_first_stored_it() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, a) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": [{"role": "user", "content": "first"}]}),
-        )
-        .await;
-        let (_, a_items) = get(&relay.url(&format!(
-            "/v1/responses/{}/input_items",
-            a["id"].as_str().unwrap()
-        )))
-        .await;
+        let (_, a) = relay
+            .create(
+                &json!({"model": "fake-model", "input": [{"role": "user", "content": "first"}]}),
+            )
+            .await;
+        let (_, a_items) = relay
+            .get(&format!(
+                "/v1/responses/{}/input_items",
+                a["id"].as_str().unwrap()
+            ))
+            .await;
         let user_item = a_items["data"][0].clone();
         let user_id = user_item["id"].as_str().unwrap().to_string();
         // B sends A's input item back by reference; C sends it again, changed, under its id.
-        let (status, b) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": user_id}]}),
-        )
+        let (status, b) = relay.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": user_id}]}))
         .await;
         assert_eq!(status, 200, "{name}: {b}");
-        let (status, c) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": [{"type": "message", "id": user_id, "role": "user", "content": "changed"}]}),
-        )
+        let (status, c) = relay.create(&json!({"model": "fake-model", "input": [{"type": "message", "id": user_id, "role": "user", "content": "changed"}]}))
         .await;
         assert_eq!(status, 200, "{name}: {c}");
         for later in [&b, &c] {
@@ -1017,20 +969,18 @@ async fn an_item_stays_with_the_run_that_first_stored_it() {
             assert_eq!(deleted.status(), 200);
         }
         // Still A's, unchanged: the reference resolves to what A stored.
-        let (status, d) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": user_id}]}),
-        )
+        let (status, d) = relay.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": user_id}]}))
         .await;
         assert_eq!(
             status, 200,
             "{name}: an item of a kept run was lost with a later run: {d}"
         );
-        let (_, d_items) = get(&relay.url(&format!(
-            "/v1/responses/{}/input_items",
-            d["id"].as_str().unwrap()
-        )))
-        .await;
+        let (_, d_items) = relay
+            .get(&format!(
+                "/v1/responses/{}/input_items",
+                d["id"].as_str().unwrap()
+            ))
+            .await;
         assert_eq!(
             d_items["data"][0]["content"], user_item["content"],
             "{name}: {d_items}"
@@ -1044,10 +994,7 @@ async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works
     let up = upstream().await;
     let path = scratch("locked-end").join("relay.sqlite3");
     let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
-    let (_, created) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}),
-    )
+    let (_, created) = relay.create(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}))
     .await;
     let id = created["id"].as_str().unwrap().to_string();
     // Its start is kept...
@@ -1056,17 +1003,15 @@ async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works
     // ...then another connection holds the database past the busy timeout while the run ends.
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (status, _) = post(
-        &relay.url(&format!("/v1/responses/{id}/cancel")),
-        &json!({}),
-    )
-    .await;
+    let (status, _) = relay
+        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+        .await;
     assert_eq!(status, 200);
     other.execute_batch("ROLLBACK").unwrap();
     // Once the store works again the writer removes it, even with nothing else to write: a run
     // not kept whole is not kept at all.
     eventually("the half-written run is removed", || kept() == 0).await;
-    let (status, left) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, left) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 404, "the run was left half-written: {left}");
     assert_eq!(kept(), 0);
 }
@@ -1076,10 +1021,7 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     let up = upstream().await;
     let path = scratch("locked-mid").join("relay.sqlite3");
     let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
-    let (_, created) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}),
-    )
+    let (_, created) = relay.create(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}))
     .await;
     let id = created["id"].as_str().unwrap().to_string();
     let kept = || responses_rows(&path, &id);
@@ -1089,7 +1031,7 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
     let mut status = Value::Null;
     for _ in 0..1500 {
-        let (_, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        let (_, r) = relay.get(&format!("/v1/responses/{id}")).await;
         status = r["status"].clone();
         if status == "failed" {
             assert!(
@@ -1107,7 +1049,7 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     // ...and once the store works again, its end (committed) removes what was kept of it.
     other.execute_batch("ROLLBACK").unwrap();
     eventually("the broken run is removed", || kept() == 0).await;
-    let (status, _) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, _) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 404);
 }
 
@@ -1154,7 +1096,7 @@ async fn a_finished_runs_log_is_kept_packed_in_one_row_and_replays_byte_for_byte
         .to_string();
     let (_, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
     assert_eq!(replay, live);
-    let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(got, parse_sse(&live).events.last().unwrap()["response"]);
     let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .unwrap();
@@ -1224,7 +1166,7 @@ async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
     let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
     assert_eq!(status, 200);
     assert_eq!(replay, live, "the old run's replay differs from its stream");
-    let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(got, parse_sse(&live).events.last().unwrap()["response"]);
     // Deleting the old run removes its event rows.
     let deleted = client()
@@ -1262,11 +1204,9 @@ async fn deleted_runs_give_their_disk_space_back() {
                 char::from(b'a' + (x % 26) as u8)
             })
             .collect();
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": input}),
-        )
-        .await;
+        let (status, r) = relay
+            .create(&json!({"model": "fake-model", "input": input}))
+            .await;
         assert_eq!(status, 200, "{r}");
         ids.push(r["id"].as_str().unwrap().to_string());
     }

@@ -107,10 +107,7 @@ async fn hosted_tools_are_echoed_and_left_out_of_the_model_tools_by_default() {
     for api in APIS {
         let relay = relay_on(&up, api).await;
         let web = json!({"type": "web_search", "external_web_access": false});
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "hi", "tools": [web, {"type": "function", "name": "f"}, {"type": "code_interpreter", "container": {"type": "auto"}}]}),
-        )
+        let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [web, {"type": "function", "name": "f"}, {"type": "code_interpreter", "container": {"type": "auto"}}]}))
         .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["tools"][0], web);
@@ -126,10 +123,7 @@ async fn hosted_tools_are_refused_naming_the_tool_under_reject() {
     let mut c = config(&up.base_url());
     c.hosted_tools = HostedTools::Reject;
     let relay = relay(c).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]}))
     .await;
     assert_eq!(status, 400, "{r}");
     assert_eq!(r["error"]["param"], "tools[1]");
@@ -383,12 +377,9 @@ async fn a_client_tool_search_is_handed_back_and_the_tools_it_found_are_offered(
 async fn allowed_tools_narrows_what_the_model_is_offered() {
     let up = upstream().await;
     let relay = relay_on(&up, UpstreamApi::Chat).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [
             {"type": "function", "name": "a"}, {"type": "function", "name": "b"}, {"type": "custom", "name": "c"}
-        ], "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}, {"type": "custom", "name": "c"}]}}),
-    )
+        ], "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}, {"type": "custom", "name": "c"}]}}))
     .await;
     assert_eq!(status, 200, "{r}");
     let names: Vec<String> = offered(&up).into_iter().map(|(n, _)| n).collect();
@@ -411,10 +402,7 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
         relay_app(responses_relay::App::new(c))
     };
     let relay = start(None).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?reasoning=3", "input": "think", "store": false, "include": ["reasoning.encrypted_content"]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model?reasoning=3", "input": "think", "store": false, "include": ["reasoning.encrypted_content"]}))
     .await;
     assert_eq!(status, 200, "{r}");
     let reasoning = r["output"][0].clone();
@@ -429,17 +417,15 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
     relay.shutdown().await;
     let relay = start(None).await;
     let back = json!({"type": "reasoning", "id": reasoning["id"], "summary": [], "encrypted_content": sealed});
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [{"role": "user", "content": "think"}, back, {"role": "user", "content": "go on"}]}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "input": [{"role": "user", "content": "think"}, back, {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let (_, items) = get(&relay.url(&format!(
-        "/v1/responses/{}/input_items?order=asc",
-        next["id"].as_str().unwrap()
-    )))
-    .await;
+    let (_, items) = relay
+        .get(&format!(
+            "/v1/responses/{}/input_items?order=asc",
+            next["id"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(items["data"][1]["type"], "reasoning", "{items}");
     assert_eq!(
         items["data"][1]["content"], reasoning["content"],
@@ -457,20 +443,15 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
             sealed.as_str(),
         ),
     ] {
-        let (status, err) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "store": false, "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal}]}),
-        )
+        let (status, err) = relay.create(&json!({"model": "fake-model", "store": false, "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal}]}))
         .await;
         assert_eq!(status, 400, "{err}");
         assert_eq!(err["error"]["param"], "input[1].encrypted_content");
     }
     // Without the include, no seal.
-    let (_, plain) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?reasoning=2", "input": "think", "store": false}),
-    )
-    .await;
+    let (_, plain) = relay
+        .create(&json!({"model": "fake-model?reasoning=2", "input": "think", "store": false}))
+        .await;
     assert!(
         plain["output"][0].get("encrypted_content").is_none(),
         "{plain}"
@@ -481,14 +462,11 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
 async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() {
     let up = upstream().await;
     let relay = relay_on(&up, UpstreamApi::Responses).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "reasoning": {"effort": "low"}, "input": [
+    let (status, r) = relay.create(&json!({"model": "fake-model", "reasoning": {"effort": "low"}, "input": [
             {"role": "user", "content": "first"},
             {"type": "configuration_update", "reasoning": {"effort": "high"}, "text": {"format": {"type": "json_object"}}},
             {"role": "user", "content": "then"}
-        ]}),
-    )
+        ]}))
     .await;
     assert_eq!(status, 200, "{r}");
     let sent = up.requests().last().unwrap().body.clone();
@@ -508,7 +486,7 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
         let body = json!({"model": "fake-model", "instructions": "be brief",
             "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}],
             "input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]});
-        let (status, count) = post(&relay.url("/v1/responses/input_tokens"), &body).await;
+        let (status, count) = relay.post("/v1/responses/input_tokens", &body).await;
         assert_eq!(status, 200, "{count}");
         assert_eq!(count["object"], "response.input_tokens");
         // The model server was asked for one token of that very request, its tools included.
@@ -518,7 +496,7 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
             UpstreamApi::Responses => assert_eq!(sent["max_output_tokens"], 16, "{sent}"),
         }
         assert_eq!(offered(&up)[0].0, "lookup");
-        let (_, run) = post(&relay.url("/v1/responses"), &body).await;
+        let (_, run) = relay.create(&body).await;
         assert_eq!(
             count["input_tokens"], run["usage"]["input_tokens"],
             "{api:?}: the count is the run's own prompt tokens"
@@ -533,17 +511,14 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
     let relay = relay_on(&up, UpstreamApi::Chat).await;
     let shot =
         json!({"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="});
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "tools": [{"type": "computer_use_preview", "display_width": 800, "display_height": 600, "environment": "linux"}],
+    let (status, r) = relay.create(&json!({"model": "fake-model", "tools": [{"type": "computer_use_preview", "display_width": 800, "display_height": 600, "environment": "linux"}],
             "input": [
                 {"role": "user", "content": "look"},
                 {"type": "computer_call", "call_id": "a", "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"},
                 {"type": "computer_call", "call_id": "b", "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"},
                 {"type": "computer_call_output", "call_id": "a", "output": shot},
                 {"type": "computer_call_output", "call_id": "b", "output": shot}
-            ]}),
-    )
+            ]}))
     .await;
     assert_eq!(status, 200, "{r}");
     let sent = up.requests().last().unwrap().body.clone();
@@ -564,11 +539,12 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
 async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     let up = upstream().await;
     let relay = relay_on(&up, UpstreamApi::Chat).await;
-    let (status, r) = post(
-        &relay.url("/v1/agent"),
-        &json!({"model": "fake-model", "input": "hi agent"}),
-    )
-    .await;
+    let (status, r) = relay
+        .post(
+            "/v1/agent",
+            &json!({"model": "fake-model", "input": "hi agent"}),
+        )
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["object"], "response");
     assert_eq!(
@@ -576,7 +552,7 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
         "Hello! You said: hi agent"
     );
     let id = r["id"].as_str().unwrap();
-    let (status, again) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, again) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(
         (status, again["id"].as_str()),
         (200, Some(id)),
@@ -590,19 +566,18 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     assert_eq!(check_events(&sse.events)["status"], "completed");
 
     // A background run made there is resumed and cancelled through /v1/responses.
-    let (status, created) = post(
-        &relay.url("/v1/agent"),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
+    let (status, created) = relay
+        .post(
+            "/v1/agent",
+            &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+        )
+        .await;
     assert_eq!(status, 200, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
-    let (status, cancelled) = post(
-        &relay.url(&format!("/v1/responses/{id}/cancel")),
-        &json!({}),
-    )
-    .await;
+    let (status, cancelled) = relay
+        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+        .await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled"))
@@ -616,8 +591,8 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     );
     // Errors are the create endpoint's own.
     let bad = json!({"model": "fake-model", "input": "x", "temperature": "hot"});
-    let via_agent = post(&relay.url("/v1/agent"), &bad).await;
-    let via_responses = post(&relay.url("/v1/responses"), &bad).await;
+    let via_agent = relay.post("/v1/agent", &bad).await;
+    let via_responses = relay.create(&bad).await;
     assert_eq!(via_agent.0, 400);
     assert_eq!(via_agent.1["error"], via_responses.1["error"]);
 }

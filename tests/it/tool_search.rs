@@ -50,11 +50,9 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     );
     let tools = json!([deferred("a", &a.url()), deferred("b", &b.url()),
         {"type": "mcp", "server_label": "plain", "server_url": plain.url(), "require_approval": "never"}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": script, "stream": true, "tools": tools}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model", "input": script, "stream": true, "tools": tools}))
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
     let types: Vec<&str> = folded["output"]
@@ -160,10 +158,7 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     let relay = relay(config(&up.base_url())).await;
     let topic = catalog_topic(5, 3);
     let tools = json!([deferred("cat", &a.url()), {"type": "tool_search"}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "stream": true, "tools": tools, "input": format!("CALL tool_search {{\"query\":\"{topic}\"}}")}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "stream": true, "tools": tools, "input": format!("CALL tool_search {{\"query\":\"{topic}\"}}")}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(
@@ -177,10 +172,7 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
         &[(&a.url(), "http://mcp-test-server/mcp")],
     );
     // Next response in the chain: the found tool is callable without searching again.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "tools": tools, "previous_response_id": folded["id"], "input": "CALL cat__tool_005 {}"}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "tools": tools, "previous_response_id": folded["id"], "input": "CALL cat__tool_005 {}"}))
     .await;
     assert_eq!(status, 200, "{next}");
     let types: Vec<&str> = next["output"]
@@ -191,10 +183,7 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
         .collect();
     assert_eq!(types, ["mcp_call", "message"]);
     assert_eq!(next["output"][0]["output"], "called tool_005");
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}))
     .await;
     assert_eq!(
         (status, err["error"]["param"].as_str()),

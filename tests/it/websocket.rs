@@ -190,8 +190,9 @@ async fn several_responses_share_a_connection_and_store_false_ones_chain() {
     let first = check_events(&first.events);
     assert_eq!(first["store"], false);
     // Not stored: over HTTP it does not exist.
-    let (status, _) =
-        get(&relay.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
+    let (status, _) = relay
+        .get(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
     assert_eq!(status, 404);
 
     ws.send(create(
@@ -223,8 +224,9 @@ async fn several_responses_share_a_connection_and_store_false_ones_chain() {
     ws.send(create(json!({"model": "fake-model", "input": "kept"})))
         .await;
     let kept = check_events(&ws.response().await.events);
-    let (status, got) =
-        get(&relay.url(&format!("/v1/responses/{}", kept["id"].as_str().unwrap()))).await;
+    let (status, got) = relay
+        .get(&format!("/v1/responses/{}", kept["id"].as_str().unwrap()))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(got["output"], kept["output"]);
 

@@ -1,0 +1,157 @@
+//! The relay in-process on loopback: a deterministic test config, the relay served on a port
+//! of its own (stopped when dropped), and the store backends storage tests run against.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use responses_relay::{App, Config};
+use serde_json::Value;
+use tokio::sync::oneshot;
+
+use super::redis_db;
+
+/// A relay served in-process on a loopback port.
+pub struct Relay {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    done: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Relay {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// `POST /v1/responses` of `body`: the status and the JSON answer.
+    pub async fn create(&self, body: &Value) -> (u16, Value) {
+        super::post(&self.url("/v1/responses"), body).await
+    }
+
+    /// `POST /v1/responses` of a streaming `body`, read to its end (see [`super::stream`]).
+    pub async fn stream(&self, body: &Value) -> super::SseBody {
+        super::stream(&self.url("/v1/responses"), body).await
+    }
+
+    /// `POST PATH` of `body`: the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        super::post(&self.url(path), body).await
+    }
+
+    /// `GET PATH`: the status and the JSON answer.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        super::get(&self.url(path)).await
+    }
+
+    /// Begins a graceful shutdown and waits for it to finish.
+    pub async fn shutdown(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(d) = self.done.take() {
+            d.await.unwrap();
+        }
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// A deterministic config (sequential ids, fixed clock) pointing at `upstream_base`, with MCP
+/// servers on loopback allowed (`--mcp-allow-private-networks`).
+pub fn config(upstream_base: &str) -> Config {
+    let mut c = Config {
+        upstream_url: upstream_base.to_string(),
+        deterministic: true,
+        ..Config::default()
+    };
+    c.mcp.ssrf = responses_relay::ssrf::Policy::allow_private_networks();
+    c
+}
+
+pub async fn relay(config: Config) -> Relay {
+    relay_app(App::new(config)).await
+}
+
+/// Serves an already built app (for tests that also use the app's handles).
+pub async fn relay_app(app: App) -> Relay {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    relay_on(app, listener).await
+}
+
+/// A relay whose connections have a small kernel send buffer (accepted sockets inherit it from
+/// the listener): a client that stops reading blocks the relay's writes within kilobytes.
+pub async fn relay_with_small_send_buffers(config: Config) -> Relay {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_send_buffer_size(4096).unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    relay_on(App::new(config), socket.listen(64).unwrap()).await
+}
+
+async fn relay_on(app: App, listener: tokio::net::TcpListener) -> Relay {
+    responses_relay::install_tls();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = oneshot::channel();
+    let done = tokio::spawn(responses_relay::server::serve_on(listener, app, async {
+        let _ = rx.await;
+    }));
+    Relay {
+        addr,
+        stop: Some(tx),
+        done: Some(done),
+    }
+}
+
+/// The config `serve ARGS --config FILE` makes, FILE holding `toml`; deterministic.
+pub fn serve_config(
+    args: &[&str],
+    toml: &str,
+) -> Result<Config, responses_relay::config::ConfigError> {
+    use clap::Parser;
+    let file = scratch("config").join("relay.toml");
+    std::fs::write(&file, toml).unwrap();
+    let mut argv = vec!["responses-relay", "serve"];
+    argv.extend_from_slice(args);
+    argv.extend(["--config", file.to_str().unwrap()]);
+    let cli = responses_relay::config::Cli::try_parse_from(argv).unwrap();
+    let responses_relay::config::Command::Serve(serve) = cli.command else {
+        unreachable!("parsed as serve")
+    };
+    let mut c = Config::from_args(serve, |_| None)?;
+    c.deterministic = true;
+    Ok(c)
+}
+
+/// A fresh scratch directory under the system temp dir.
+pub fn scratch(name: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "relay-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The store backends every storage test runs against (Redis: a fresh database of the test
+/// binary's shared `redis-server`).
+pub fn stores() -> Vec<(&'static str, responses_relay::config::StoreKind)> {
+    vec![
+        ("memory", responses_relay::config::StoreKind::Memory),
+        (
+            "sqlite",
+            responses_relay::config::StoreKind::Sqlite(scratch("store").join("relay.sqlite3")),
+        ),
+        (
+            "redis",
+            responses_relay::config::StoreKind::Redis(redis_db()),
+        ),
+    ]
+}
