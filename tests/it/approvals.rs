@@ -15,12 +15,7 @@ struct World {
 
 async fn world() -> World {
     let up = upstream().await;
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     // Every request lists its servers unless the context carries their list, so that the
     // tests below see whether a chain reused its list (not the pool's time-bound reuse).
     let mut c = config(&up.base_url());
@@ -230,12 +225,7 @@ async fn a_reused_tool_list_offers_the_model_only_what_this_requests_allowed_too
     let (_, a) = w
         .create(json!({"model": "fake-model", "input": "hello", "tools": w.tools(json!("never"))}))
         .await;
-    let listed: Vec<&str> = a["output"][0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let listed: Vec<&str> = strs(&a["output"][0]["tools"], "name");
     assert!(
         listed.contains(&"add") && listed.contains(&"echo"),
         "{listed:?}"

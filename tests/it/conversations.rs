@@ -479,12 +479,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 25}]}))
     .await;
     assert_eq!(status, 200, "{r}");
-    let kinds: Vec<&str> = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strs(&r["output"], "type");
     assert_eq!(kinds, ["compaction", "message"], "{r}");
     assert!(
         r["output"][0]["encrypted_content"]
@@ -518,12 +513,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     let before = up.requests().len();
     let (_, r) = relay.create(&json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}))
     .await;
-    let kinds: Vec<&str> = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strs(&r["output"], "type");
     assert_eq!(kinds, ["message"], "{r}");
     assert_eq!(up.requests().len() - before, 2);
     assert!(

@@ -167,12 +167,7 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     assert_eq!(text, "Tool results: 64 degrees and clear");
     // The upstream saw the whole chain in order: user, assistant tool call, tool result.
     let last = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles: Vec<&str> = strs(&last["messages"], "role");
     assert_eq!(roles, ["user", "assistant", "tool"]);
     assert_eq!(last["messages"][1]["tool_calls"][0]["id"], call_id);
     assert_eq!(last["messages"][2]["tool_call_id"], call_id);

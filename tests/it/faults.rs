@@ -9,18 +9,8 @@ use responses_relay::Config;
 use responses_relay::config::{DiscoveryFailure, StoreKind};
 use serde_json::{Value, json};
 
-use crate::mcp_test_server::{self, McpTestServer, Options};
+use crate::mcp_test_server::{self, Options};
 use crate::support::*;
-
-async fn mcp_server(options: Options) -> McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .expect("the MCP test server starts")
-}
-
-fn tool(label: &str, url: &str) -> Value {
-    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
-}
 
 /// The test config with a SQLite store of its own.
 fn sqlite_config(up: &fake_upstream::FakeUpstream) -> Config {
@@ -103,33 +93,8 @@ fn expected(parts: &[&[&str]], terminal: &str) -> Vec<String> {
     all
 }
 
-fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == kind)
-        .collect()
-}
-
-fn item_types(response: &Value) -> Vec<String> {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap().to_string())
-        .collect()
-}
-
 fn message_text(response: &Value) -> String {
     items_of(response, "message")[0]["content"][0]["text"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
-fn id_of(body: &SseBody) -> String {
-    body.events[0]["response"]["id"]
         .as_str()
         .unwrap()
         .to_string()
@@ -249,14 +214,14 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
     let up = upstream().await;
     let dead = format!("http://{}/mcp", closed_port());
     let relay = relay(sqlite_config(&up)).await;
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("gone", &dead)]});
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
     assert_eq!(
         shape(&body.events),
         expected(&[&list_events(false), MESSAGE], "response.completed")
     );
     assert_eq!(folded["status"], "completed");
-    assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
+    assert_eq!(output_types(&folded), ["mcp_list_tools", "message"]);
     let list = &folded["output"][0];
     assert_eq!(list["tools"], json!([]));
     let error = list["error"].as_str().unwrap();
@@ -287,13 +252,13 @@ async fn a_server_hanging_on_initialize_times_discovery_out() {
     let mut c = sqlite_config(&up);
     c.mcp.discovery_timeout = std::time::Duration::from_millis(300);
     let relay = relay(c.clone()).await;
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("hang", &hole.url())]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
     assert_eq!(
         shape(&body.events),
         expected(&[&list_events(false), MESSAGE], "response.completed")
     );
-    assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
+    assert_eq!(output_types(&folded), ["mcp_list_tools", "message"]);
     let expected_error =
         "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.";
     assert_eq!(folded["output"][0]["error"], expected_error);
@@ -319,7 +284,7 @@ async fn a_server_answering_500_fails_the_list_naming_the_status() {
     })
     .await;
     let relay = relay(sqlite_config(&up)).await;
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("broken", &server.url())]});
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("broken", &server.url())]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
     assert_eq!(
         shape(&body.events),
@@ -344,7 +309,7 @@ async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_com
     let relay = relay(sqlite_config(&up)).await;
     let (body, folded) = streamed_and_stored(
         &relay,
-        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("junk", &garbage.url())]}),
+        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("junk", &garbage.url())]}),
     )
     .await;
     assert_eq!(
@@ -363,7 +328,7 @@ async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_com
 
     // At call time: listed fine in turn 1, garbage for the call in turn 2.
     let server = mcp_server(Options::default()).await;
-    let tools = json!([tool("s", &server.url())]);
+    let tools = json!([mcp_tool("s", &server.url())]);
     let (_, first) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools}),
@@ -422,13 +387,13 @@ async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
     let up = upstream().await;
     let server = mcp_server(Options::default()).await;
     let relay = relay(sqlite_config(&up)).await;
-    let tools = json!([tool("s", &server.url())]);
+    let tools = json!([mcp_tool("s", &server.url())]);
     let (_, first) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools}),
     )
     .await;
-    assert_eq!(item_types(&first), ["mcp_list_tools", "message"]);
+    assert_eq!(output_types(&first), ["mcp_list_tools", "message"]);
     server.shutdown().await;
     let (body, second) = streamed_and_stored(
         &relay,
@@ -440,7 +405,7 @@ async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
         shape(&body.events),
         expected(&[&call_events(false), MESSAGE], "response.completed")
     );
-    assert_eq!(item_types(&second), ["mcp_call", "message"]);
+    assert_eq!(output_types(&second), ["mcp_call", "message"]);
     let call = &second["output"][0];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "http_error", "{call}");
@@ -467,7 +432,7 @@ async fn a_hanging_call_times_out_and_the_server_sees_it_cancelled() {
     let relay = relay(c).await;
     let (body, folded) = streamed_and_stored(
         &relay,
-        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
+        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [mcp_tool("s", &server.url())]}),
     )
     .await;
     assert_eq!(
@@ -497,7 +462,7 @@ async fn a_json_rpc_error_is_an_mcp_protocol_error() {
     let relay = relay(sqlite_config(&up)).await;
     let (body, folded) = streamed_and_stored(
         &relay,
-        &json!({"model": "fake-model", "input": "CALL boom {}", "stream": true, "tools": [tool("s", &server.url())]}),
+        &json!({"model": "fake-model", "input": "CALL boom {}", "stream": true, "tools": [mcp_tool("s", &server.url())]}),
     )
     .await;
     assert_eq!(
@@ -526,7 +491,7 @@ async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model()
     let relay = relay(sqlite_config(&up)).await;
     let (body, folded) = streamed_and_stored(
         &relay,
-        &json!({"model": "fake-model", "input": "CALL big {\"bytes\":10000000}", "stream": true, "tools": [tool("s", &server.url())]}),
+        &json!({"model": "fake-model", "input": "CALL big {\"bytes\":10000000}", "stream": true, "tools": [mcp_tool("s", &server.url())]}),
     )
     .await;
     assert_eq!(
@@ -569,7 +534,7 @@ async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
     let mut c = sqlite_config(&up);
     c.mcp.call_timeout = std::time::Duration::from_secs(10);
     let relay = relay(c).await;
-    let request = json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]});
+    let request = json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [mcp_tool("s", &server.url())]});
     let url = relay.url("/v1/responses");
     let reading = tokio::spawn(async move { stream(&url, &request).await });
     eventually("the slow call is running", || server.slow_started() == 1).await;
@@ -612,7 +577,7 @@ async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
     })
     .await;
     let relay = relay(sqlite_config(&up)).await;
-    let tools = json!([tool("s", &server.url())]);
+    let tools = json!([mcp_tool("s", &server.url())]);
     let (_, first) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"one\"}", "stream": true, "tools": tools}),
@@ -661,7 +626,7 @@ async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
     .await;
     let addr = server.addr;
     let relay = relay(sqlite_config(&up)).await;
-    let tools = json!([tool("s", &server.url())]);
+    let tools = json!([mcp_tool("s", &server.url())]);
     let (_, first) = streamed_and_stored(
         &relay,
         &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"one\"}", "stream": true, "tools": tools}),
@@ -712,7 +677,7 @@ async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_conn
     c.limits.max_concurrent_runs = 1;
     let relay = relay(c).await;
     let url = relay.url("/v1/responses");
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("hang", &hole.url())]});
     let leaving = tokio::spawn(async move { client().post(url).json(&request).send().await });
     eventually("the relay connects to the MCP server", || {
         hole.accepted.load(Ordering::SeqCst) == 1
@@ -774,7 +739,7 @@ async fn a_timed_out_discovery_keeps_no_connection_to_the_server() {
     let relay = relay(c).await;
     let (status, r) = relay
         .create(
-            &json!({"model": "fake-model", "input": "hello", "tools": [tool("hang", &hole.url())]}),
+            &json!({"model": "fake-model", "input": "hello", "tools": [mcp_tool("hang", &hole.url())]}),
         )
         .await;
     assert_eq!(status, 200, "{r}");
@@ -797,7 +762,7 @@ async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
     let relay = relay(sqlite_config(&up)).await;
     let mut resp = open_stream(
         &relay,
-        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
+        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [mcp_tool("s", &server.url())]}),
     )
     .await;
     let mut seen = Vec::new();
@@ -825,7 +790,7 @@ async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
             "response.failed"
         )
     );
-    assert_eq!(item_types(&stored), ["mcp_list_tools", "mcp_call"]);
+    assert_eq!(output_types(&stored), ["mcp_list_tools", "mcp_call"]);
     let call = &stored["output"][1];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "mcp_tool_execution_error");
@@ -849,7 +814,7 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
     let mut resp = open_stream(
         &relay,
         &json!({"model": "fake-model?deltas=200&delay_ms=50", "input": "CALL echo {\"text\":\"done\"}", "stream": true,
-                "tools": [tool("s", &server.url())]}),
+                "tools": [mcp_tool("s", &server.url())]}),
     )
     .await;
     let mut seen = Vec::new();
@@ -873,7 +838,7 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
         "{events:?}"
     );
     assert_eq!(events.last().unwrap(), "response.failed");
-    let types = item_types(&stored);
+    let types = output_types(&stored);
     assert!(
         types == ["mcp_list_tools", "mcp_call"]
             || types == ["mcp_list_tools", "mcp_call", "message"],
@@ -906,7 +871,7 @@ async fn the_model_failing_after_the_mcp_calls_ran_ends_the_stream_with_response
     for (fault, text_started) in [("status500", false), ("cut", true)] {
         let model = format!("fake-model?fault={fault}&fault_after_tools=1");
         let request = json!({"model": model, "input": "CALL echo {\"text\":\"ran\"}", "stream": true,
-                             "tools": [tool("s", &server.url())]});
+                             "tools": [mcp_tool("s", &server.url())]});
         let (body, folded) = streamed_and_stored(&relay, &request).await;
         let (list, call) = (list_events(true), call_events(true));
         let mut parts: Vec<&[&str]> = vec![&list, &call];

@@ -3,12 +3,13 @@
 //! text, and interop with the official Python MCP SDK's server.
 
 use crate::mcp_test_server;
+use crate::support::{eventually_within, mcp_server};
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use mcp_test_server::{McpTestServer, Options};
+use mcp_test_server::Options;
 use responses_relay::api::request::{FunctionTool, McpToolParam, ToolParam};
 use responses_relay::api::response::McpCallError;
 use responses_relay::mcp::{
@@ -18,12 +19,6 @@ use responses_relay::mcp::{
 use serde_json::{Value, json};
 
 const T: Duration = Duration::from_secs(10);
-
-async fn server(options: Options) -> McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .expect("start test server")
-}
 
 fn spec(url: &str) -> ServerSpec {
     ServerSpec {
@@ -56,17 +51,6 @@ fn text_of(r: &ToolResult) -> String {
 async fn dead_port() -> SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     l.local_addr().unwrap()
-}
-
-async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "timed out waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 // ---------------------------------------------------------------- validation
@@ -477,7 +461,7 @@ fn model_names_are_unique_valid_and_readable() {
 
 #[tokio::test]
 async fn listing_follows_pagination_and_reports_read_only() {
-    let srv = server(Options {
+    let srv = mcp_server(Options {
         catalog: 35,
         ..Default::default()
     })
@@ -496,7 +480,7 @@ async fn listing_follows_pagination_and_reports_read_only() {
 
 #[tokio::test]
 async fn a_server_repeating_a_tools_list_cursor_fails_the_listing_instead_of_paging_forever() {
-    let srv = server(Options {
+    let srv = mcp_server(Options {
         catalog: 35,
         repeat_cursor: true,
         ..Default::default()
@@ -516,7 +500,7 @@ async fn a_server_repeating_a_tools_list_cursor_fails_the_listing_instead_of_pag
 
 #[tokio::test]
 async fn allowed_tools_filter_the_listed_tools() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let tools = pool().list_tools(&spec(&srv.url()), T).await.unwrap();
     let keep = |f: &ToolFilter| -> Vec<String> {
         let mut v: Vec<String> = tools
@@ -553,7 +537,7 @@ async fn allowed_tools_filter_the_listed_tools() {
 
 #[tokio::test]
 async fn bearer_token_and_custom_headers_reach_the_server() {
-    let srv = server(Options {
+    let srv = mcp_server(Options {
         require_bearer: Some("s3cret-token".into()),
         ..Default::default()
     })
@@ -588,7 +572,7 @@ async fn bearer_token_and_custom_headers_reach_the_server() {
 #[tokio::test]
 async fn a_bearer_token_sent_as_an_authorization_header_reaches_the_server() {
     // Clients written for other gateways put the token in `headers` (LM Studio, LiteLLM users).
-    let srv = server(Options {
+    let srv = mcp_server(Options {
         require_bearer: Some("header-token".into()),
         ..Default::default()
     })
@@ -605,7 +589,7 @@ async fn a_bearer_token_sent_as_an_authorization_header_reaches_the_server() {
 #[tokio::test]
 async fn a_server_refusing_the_post_is_tried_as_a_legacy_sse_server_and_its_status_reported() {
     for status in [404, 405] {
-        let srv = server(Options {
+        let srv = mcp_server(Options {
             fail_http: Some(status),
             ..Default::default()
         })
@@ -631,7 +615,7 @@ async fn a_server_refusing_the_post_is_tried_as_a_legacy_sse_server_and_its_stat
 
 #[tokio::test]
 async fn listing_without_the_token_fails_with_401() {
-    let srv = server(Options {
+    let srv = mcp_server(Options {
         require_bearer: Some("s3cret".into()),
         ..Default::default()
     })
@@ -700,7 +684,7 @@ async fn listing_a_server_that_never_answers_times_out() {
 
 #[tokio::test]
 async fn calls_return_text_and_structured_results() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let s = spec(&srv.url());
     let pool = pool();
     let r = pool
@@ -721,7 +705,7 @@ async fn calls_return_text_and_structured_results() {
 
 #[tokio::test]
 async fn each_call_failure_maps_to_its_openai_error_shape() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let s = spec(&srv.url());
     let pool = pool();
 
@@ -770,7 +754,7 @@ async fn each_call_failure_maps_to_its_openai_error_shape() {
 #[tokio::test]
 async fn http_failures_map_to_http_error_with_the_status() {
     for status in [500u16, 503, 403] {
-        let srv = server(Options {
+        let srv = mcp_server(Options {
             fail_http: Some(status),
             ..Default::default()
         })
@@ -810,7 +794,7 @@ async fn a_refused_connection_is_http_error_code_0() {
 async fn a_slow_call_times_out_and_the_server_sees_the_cancellation() {
     // The handshake era cancels with notifications/cancelled; 2026-07-28 by closing the stream.
     for handshake_only in [true, false] {
-        let srv = server(Options {
+        let srv = mcp_server(Options {
             handshake_only,
             ..Default::default()
         })
@@ -830,9 +814,11 @@ async fn a_slow_call_times_out_and_the_server_sees_the_cancellation() {
                 message: "Request timed out after 400ms".into()
             }
         );
-        eventually("the server's slow call to be cancelled", || {
-            srv.cancelled_calls() == 1
-        })
+        eventually_within(
+            Duration::from_secs(5),
+            "the server's slow call to be cancelled",
+            || srv.cancelled_calls() == 1,
+        )
         .await;
         assert_eq!(srv.count("notifications/cancelled") >= 1, handshake_only);
         // The session is still good for the next call.
@@ -853,7 +839,7 @@ async fn a_slow_call_times_out_and_the_server_sees_the_cancellation() {
 
 #[tokio::test]
 async fn the_pool_reuses_one_session_per_server_and_credentials() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let pool = pool();
     let s = spec(&srv.url());
     pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T)
@@ -892,7 +878,7 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
 
 #[tokio::test]
 async fn a_dead_session_is_remade_after_the_server_restarts() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let addr = srv.addr;
     let s = spec(&srv.url());
     let pool = pool();
@@ -934,7 +920,7 @@ async fn a_session_survives_a_server_restart_while_idle() {
             handshake_only,
             ..Default::default()
         };
-        let srv = server(options()).await;
+        let srv = mcp_server(options()).await;
         let addr = srv.addr;
         let s = spec(&srv.url());
         let pool = pool();
@@ -964,7 +950,7 @@ async fn a_session_survives_a_server_restart_while_idle() {
 
 #[tokio::test]
 async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let s = spec(&srv.url());
     let pool = Pool::new(PoolConfig {
         idle_ttl: Duration::from_millis(200),
@@ -983,7 +969,7 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
         "the idle session was closed and re-made"
     );
 
-    let srv2 = server(Options::default()).await;
+    let srv2 = mcp_server(Options::default()).await;
     let pool = Pool::new(PoolConfig {
         max_sessions: 1,
         ..PoolConfig::default()
@@ -1003,7 +989,7 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
 
 #[tokio::test]
 async fn results_become_text_for_the_model() {
-    let srv = server(Options::default()).await;
+    let srv = mcp_server(Options::default()).await;
     let s = spec(&srv.url());
     let pool = pool();
 
@@ -1195,7 +1181,7 @@ async fn python_mcp_sdk_servers_of_either_lifecycle_and_transport_list_and_call_
 async fn a_server_speaking_one_lifecycle_is_reached_and_the_way_that_worked_goes_first_next_time() {
     // The handshake-only server counters the relay's 2025-11-25 with the oldest revision.
     for (handshake_only, modern_only) in [(true, false), (false, true)] {
-        let srv = server(Options {
+        let srv = mcp_server(Options {
             handshake_only,
             modern_only,
             oldest: handshake_only,
@@ -1308,7 +1294,7 @@ async fn the_everything_servers_tools_run_including_one_that_requires_a_task() {
 #[tokio::test]
 async fn a_task_tool_is_polled_to_its_result_and_a_call_out_of_time_cancels_its_task() {
     for handshake_only in [true, false] {
-        let srv = server(Options {
+        let srv = mcp_server(Options {
             long_tools: true,
             handshake_only,
             ..Default::default()
@@ -1343,14 +1329,17 @@ async fn a_task_tool_is_polled_to_its_result_and_a_call_out_of_time_cancels_its_
             matches!(&e, McpCallError::McpProtocolError { code: -32001, .. }),
             "{e:?}"
         );
-        eventually("the task to be cancelled", || srv.tasks_cancelled() == 1).await;
+        eventually_within(Duration::from_secs(5), "the task to be cancelled", || {
+            srv.tasks_cancelled() == 1
+        })
+        .await;
     }
 }
 
 #[tokio::test]
 async fn calls_ask_for_progress_and_a_call_sending_notices_outlasts_the_read_timeout() {
     for handshake_only in [true, false] {
-        let srv = server(Options {
+        let srv = mcp_server(Options {
             handshake_only,
             long_tools: true,
             ..Default::default()

@@ -8,32 +8,10 @@ use crate::support::*;
 
 use crate::mcp_test_server;
 
-async fn mcp_server() -> mcp_test_server::McpTestServer {
-    mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap()
-}
-
-fn mcp_tool(label: &str, url: &str) -> Value {
-    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
-}
-
-fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == kind)
-        .collect()
-}
-
 #[tokio::test]
 async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let body = relay
         .stream(
@@ -45,12 +23,7 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
     let out = folded["output"].as_array().unwrap();
     let types: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["mcp_list_tools", "mcp_call", "message"]);
-    let listed: Vec<&str> = out[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let listed: Vec<&str> = strs(&out[0]["tools"], "name");
     assert!(
         listed.contains(&"add") && listed.contains(&"echo"),
         "{listed:?}"
@@ -116,7 +89,7 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
 #[tokio::test]
 async fn failing_tools_are_data_and_the_run_goes_on() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let body = relay.stream(&json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
                 "tools": [mcp_tool("t", &server.url())]}))
@@ -152,7 +125,7 @@ async fn failing_tools_are_data_and_the_run_goes_on() {
 #[tokio::test]
 async fn failed_calls_are_told_to_the_model_which_answers() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}))
     .await;
@@ -166,12 +139,7 @@ async fn failed_calls_are_told_to_the_model_which_answers() {
 }
 
 fn golden_response_kinds(r: &Value, expected: &[&str]) {
-    let got: Vec<&str> = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let got: Vec<&str> = strs(&r["output"], "type");
     assert_eq!(got, expected, "{r}");
 }
 
@@ -212,7 +180,7 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
 #[tokio::test]
 async fn calls_needing_approval_are_requested_not_run() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     // No require_approval: the relay's default is OpenAI's `always`.
     let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
@@ -243,7 +211,7 @@ async fn calls_needing_approval_are_requested_not_run() {
 #[tokio::test]
 async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_calls() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let (status, r) = relay
         .create(
@@ -266,7 +234,7 @@ async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_call
 #[tokio::test]
 async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let body = relay.stream(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
                 "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}))
@@ -285,7 +253,7 @@ async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
 #[tokio::test]
 async fn tool_lists_in_the_context_are_reused_not_fetched_again() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     // Without the pool's time-bound reuse, so only the context can spare the second listing.
     let relay = relay(listing_every_request(&up.base_url())).await;
     let tools = json!([mcp_tool("s", &server.url())]);
@@ -333,7 +301,7 @@ async fn listing(relay: &Relay, tool: &Value) -> Vec<String> {
 #[tokio::test]
 async fn a_servers_tool_list_is_reused_by_later_requests_within_its_ttl() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
     let first = listing(&relay, &tool).await;
@@ -363,7 +331,7 @@ async fn a_servers_tool_list_is_reused_by_later_requests_within_its_ttl() {
 #[tokio::test]
 async fn a_tool_list_older_than_its_ttl_is_listed_again() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.mcp.tools_ttl = std::time::Duration::from_millis(200);
     let relay = relay(c).await;
@@ -381,7 +349,7 @@ async fn a_tool_list_older_than_its_ttl_is_listed_again() {
 #[tokio::test]
 async fn with_a_zero_ttl_every_request_lists_the_server() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(listing_every_request(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
     let first = listing(&relay, &tool).await;
@@ -397,15 +365,11 @@ async fn a_server_announcing_new_tools_is_listed_again_at_once() {
     // subscriptions/listen stream the relay opens for the session.
     for handshake_only in [true, false] {
         let up = upstream().await;
-        let server = mcp_test_server::start(
-            "127.0.0.1:0".parse().unwrap(),
-            mcp_test_server::Options {
-                handshake_only,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
+        let server = mcp_server(mcp_test_server::Options {
+            handshake_only,
+            ..Default::default()
+        })
+        .await;
         let relay = relay(config(&up.base_url())).await;
         let tool = mcp_tool("s", &server.url());
         let first = listing(&relay, &tool).await;
@@ -444,7 +408,7 @@ async fn a_server_announcing_new_tools_is_listed_again_at_once() {
 #[tokio::test]
 async fn requests_with_other_credentials_do_not_share_a_tool_list() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let mut a = mcp_tool("s", &server.url());
     a["headers"] = json!({"X-Tenant": "a"});
@@ -467,7 +431,7 @@ async fn requests_with_other_credentials_do_not_share_a_tool_list() {
 #[tokio::test]
 async fn a_failed_call_makes_the_next_request_list_the_server_again() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let tool = mcp_tool("s", &server.url());
     let (status, r) = relay
@@ -489,7 +453,7 @@ async fn a_failed_call_makes_the_next_request_list_the_server_again() {
 #[tokio::test]
 async fn echoed_tools_and_the_event_log_carry_no_secrets() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let url = format!("{}?token=SECRET-QUERY", server.url());
     let tool = json!({"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never",
@@ -528,7 +492,7 @@ async fn echoed_tools_and_the_event_log_carry_no_secrets() {
 #[tokio::test]
 async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     for vision in [false, true] {
         let mut c = config(&up.base_url());
         c.upstream_vision = vision;
@@ -564,7 +528,7 @@ async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
 #[tokio::test]
 async fn structured_and_oversized_results_become_bounded_text() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.mcp.max_output_bytes = 1000;
     let relay = relay(c).await;
@@ -586,7 +550,7 @@ async fn structured_and_oversized_results_become_bounded_text() {
 #[tokio::test]
 async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.mcp.max_output_bytes = 1000;
     let relay = relay(c).await;
@@ -622,7 +586,7 @@ async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
 #[tokio::test]
 async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let script = "CALL echo {\"text\":\"1\"}\nTHEN\nCALL echo {\"text\":\"2\"}\nTHEN\nCALL echo {\"text\":\"3\"}";
     let body = relay.stream(&json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}))
@@ -647,7 +611,7 @@ async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
 #[tokio::test]
 async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_model_answer() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
                 "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}))
@@ -677,7 +641,7 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
 #[tokio::test]
 async fn usage_is_summed_over_every_model_turn() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let (_, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}))
     .await;
@@ -699,7 +663,7 @@ async fn usage_is_summed_over_every_model_turn() {
 #[tokio::test]
 async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.limits.max_steps = 5;
     let relay = relay(c).await;
@@ -718,7 +682,7 @@ async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
 #[tokio::test]
 async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_applies() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     use responses_relay::mcp::Approval;
     for (default, echoed, call_runs) in [
         (Approval::Never, "never", true),
@@ -732,12 +696,7 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
         .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["tools"][0]["require_approval"], echoed, "{r}");
-        let types: Vec<&str> = r["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["type"].as_str().unwrap())
-            .collect();
+        let types: Vec<&str> = strs(&r["output"], "type");
         assert_eq!(
             types.contains(&"mcp_call"),
             call_runs,
@@ -755,7 +714,7 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
 #[tokio::test]
 async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let url = relay.url("/v1/responses");
     let model = "fake-model?reasoning=20";
@@ -838,7 +797,7 @@ async fn parallel_calls_streamed_at_one_index_stay_separate_calls() {
     // Ollama and SGLang stream every tool call of a turn at `index` 0, told apart only by their
     // ids; merged by index, the second call's arguments would be glued onto the first's.
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let body = relay
         .stream(&json!({"model": "fake-model?one_index=1", "stream": true,

@@ -246,12 +246,7 @@ fn delta(
 #[tokio::test]
 async fn metrics_count_requests_runs_tokens_and_mcp_calls_with_bounded_labels() {
     let up = upstream().await;
-    let server = crate::mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        crate::mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(crate::mcp_test_server::Options::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let before = scrape(&relay, None).await;
     let url = relay.url("/v1/responses");

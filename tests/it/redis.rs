@@ -120,12 +120,7 @@ async fn previous_response_id_and_item_references_work_across_relays() {
         .await;
     assert_eq!(status, 200, "{second}");
     let sent = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = sent["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles: Vec<&str> = strs(&sent["messages"], "role");
     assert_eq!(roles, ["user", "assistant", "user"]);
     assert_eq!(sent["messages"][0]["content"], "turn 0");
     // An output item kept by B, referenced through A.
@@ -556,14 +551,6 @@ fn frames(text: &str) -> String {
     text.split_inclusive("\n\n")
         .filter(|b| !b.starts_with(':'))
         .collect()
-}
-
-/// The first event's Response id.
-fn id_of(body: &SseBody) -> String {
-    body.events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
 }
 
 /// Checks what relay `r` serves of finished run `id` against its live stream (`live`, the text

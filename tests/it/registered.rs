@@ -21,9 +21,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
         require_bearer: Some("REGISTERED-TOKEN-9".into()),
         ..Default::default()
     };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(opts).await;
     let toml = format!(
         "[mcp_servers.team]\nurl = \"{}\"\nauthorization = \"REGISTERED-TOKEN-9\"\ndescription = \"The team's tools\"\nrequire_approval = \"never\"\nallowed_tools = [\"whoami\", \"add\"]\n",
         server.url()
@@ -47,12 +45,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
         .await;
         assert_eq!(status, 200, "{r}");
         let text = r.to_string();
-        let mcp_call = r["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["type"] == "mcp_call")
-            .unwrap();
+        let mcp_call = find_item(&r["output"], "mcp_call").unwrap();
         assert!(
             mcp_call["output"]
                 .as_str()
@@ -65,12 +58,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
             "no secret or URL echoed: {text}"
         );
         let listed = &r["output"][0];
-        let names: Vec<&str> = listed["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> = strs(&listed["tools"], "name");
         assert_eq!(names, ["add", "whoami"], "the operator's allowed_tools");
         let (_, items) = call(
             &relay.url(&format!(
@@ -87,12 +75,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
     let (_, r) = call(&url, None, Some(&json!({"model": "fake-model", "input": "CALL whoami {}", "tools": [
         {"type": "mcp", "server_label": "team", "allowed_tools": ["whoami", "explode"], "require_approval": "always"}
     ]}))).await;
-    let names: Vec<&str> = r["output"][0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = strs(&r["output"][0]["tools"], "name");
     assert_eq!(names, ["whoami"], "{r}");
     assert_eq!(
         r["output"][1]["type"], "mcp_approval_request",
@@ -127,9 +110,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
 #[tokio::test]
 async fn a_registered_servers_private_host_is_not_opened_to_urls_a_request_names() {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
-        .await
-        .unwrap();
+    let server = mcp_server(Default::default()).await;
     let toml = format!(
         "[mcp_servers.team]\nurl = \"{}\"\nrequire_approval = \"never\"\n",
         server.url()
@@ -174,12 +155,7 @@ async fn a_registered_legacy_sse_server_runs_tools_through_the_relay() {
     let (status, r) = call(&relay.url("/v1/responses"), None, Some(&json!({"model": "fake-model",
         "input": "CALL shout {\"text\": \"old but gold\"}", "tools": [{"type": "mcp", "server_label": "legacy"}]}))).await;
     assert_eq!(status, 200, "{r}");
-    let mcp_call = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["type"] == "mcp_call")
-        .unwrap_or_else(|| panic!("{r}"));
+    let mcp_call = find_item(&r["output"], "mcp_call").unwrap_or_else(|| panic!("{r}"));
     assert_eq!(mcp_call["output"], "OLD BUT GOLD", "{mcp_call}");
     let (_, listed) = call(&relay.url("/v1/mcp/servers"), None, None).await;
     assert_eq!(listed["data"][0]["transport"], "sse", "{listed}");
@@ -193,9 +169,7 @@ async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_an
         require_bearer: Some("ENV-TOKEN-8".into()),
         ..Default::default()
     };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(opts).await;
     // SAFETY of the variable: its name is this test's own.
     unsafe { std::env::set_var("RELAY_TEST_REGISTERED_TOKEN_8", "ENV-TOKEN-8") };
     let toml = format!(
@@ -247,9 +221,7 @@ async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_an
 #[tokio::test]
 async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
-        .await
-        .unwrap();
+    let server = mcp_server(Default::default()).await;
     let toml = format!(
         "[mcp_servers.open]\nurl = \"{url}\"\nrequire_approval = \"never\"\n[mcp_servers.closed]\nurl = \"{url}\"\nrequire_approval = \"never\"\n[[keys]]\nkey = \"limited-key-1\"\ntenant = \"t\"\nmcp_servers = [\"open\"]\n",
         url = server.url()
@@ -281,12 +253,7 @@ async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
         unknown.1.to_string().replace("nonesuch", "X")
     );
     let (_, listed) = call(&relay.url("/v1/mcp/servers"), Some("limited-key-1"), None).await;
-    let labels: Vec<&str> = listed["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["label"].as_str().unwrap())
-        .collect();
+    let labels: Vec<&str> = strs(&listed["data"], "label");
     assert_eq!(labels, ["open"]);
 }
 
@@ -297,9 +264,7 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
         require_bearer: Some("SEARCH-TOKEN-3".into()),
         ..Default::default()
     };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(opts).await;
     let toml = format!(
         "[mcp_servers.search]\nurl = \"{}\"\nauthorization = \"SEARCH-TOKEN-3\"\n[hosted_tools]\nweb_search = \"search:whoami\"\n",
         server.url()

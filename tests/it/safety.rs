@@ -391,16 +391,12 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
             require_bearer: Some("SECRET-AUTH-1".into()),
             ..Default::default()
         };
-        let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-            .await
-            .unwrap();
+        let server = mcp_server(opts).await;
         let opts = mcp_test_server::Options {
             require_bearer: Some("another-token".into()),
             ..Default::default()
         };
-        let unauthorized = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-            .await
-            .unwrap();
+        let unauthorized = mcp_server(opts).await;
         let dead = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -477,12 +473,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
     drop(rt);
 
     // The secrets did reach where they were meant to go.
-    let call = folded["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["type"] == "mcp_call")
-        .unwrap();
+    let call = find_item(&folded["output"], "mcp_call").unwrap();
     assert_eq!(call["status"], "completed", "{call}");
     assert!(server.requests_seen().iter().any(|r| {
         r.headers

@@ -18,8 +18,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::*;
 
-use crate::mcp_test_server;
-
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
@@ -808,9 +806,7 @@ fn pool_through(policy: Policy, dns: Arc<dyn Lookup>) -> responses_relay::mcp::P
 
 #[tokio::test]
 async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback() {
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
-        .await
-        .unwrap();
+    let server = mcp_server(Default::default()).await;
     let port = server.addr.port();
     // Names mapped to loopback only: were the guard broken, they would reach the test server.
     let dns: Arc<dyn Lookup> = Arc::new(
@@ -891,9 +887,7 @@ fn strict_config(upstream: &str) -> responses_relay::Config {
 #[tokio::test]
 async fn the_relay_started_with_no_flags_refuses_loopback_mcp_servers_with_400() {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
-        .await
-        .unwrap();
+    let server = mcp_server(Default::default()).await;
     let port = server.addr.port();
     let relay = relay(strict_config(&up.base_url())).await;
     let spellings = [

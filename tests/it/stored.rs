@@ -417,22 +417,12 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     );
 
     // A server that answers is listed by the run, which then goes on as any other.
-    let server = crate::mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        crate::mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(crate::mcp_test_server::Options::default()).await;
     let (_, created) = listing.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp("s", &server.url())}))
     .await;
     let done = wait_done(&listing, created["id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "completed", "{done}");
-    let kinds: Vec<&str> = done["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strs(&done["output"], "type");
     assert_eq!(kinds, ["mcp_list_tools", "mcp_call", "message"], "{done}");
     assert_eq!(done["output"][1]["output"], "later");
     let (_, log) = get_text(&listing.url(&format!(

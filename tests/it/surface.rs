@@ -522,12 +522,7 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
     .await;
     assert_eq!(status, 200, "{r}");
     let sent = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = sent["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let roles: Vec<&str> = strs(&sent["messages"], "role");
     assert_eq!(
         roles,
         ["user", "assistant", "tool", "tool", "user", "user"],

@@ -8,16 +8,12 @@ use crate::mcp_test_server::{self, Options, catalog_topic};
 use crate::support::*;
 
 async fn catalog(n: usize, seed: usize) -> mcp_test_server::McpTestServer {
-    mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Options {
-            catalog: n,
-            catalog_seed: seed,
-            ..Options::default()
-        },
-    )
+    mcp_server(Options {
+        catalog: n,
+        catalog_seed: seed,
+        ..Options::default()
+    })
     .await
-    .unwrap()
 }
 
 fn deferred(label: &str, url: &str) -> Value {
@@ -55,12 +51,7 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
         .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
-    let types: Vec<&str> = folded["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let types: Vec<&str> = strs(&folded["output"], "type");
     assert_eq!(
         types,
         [
@@ -175,12 +166,7 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     let (status, next) = relay.create(&json!({"model": "fake-model", "tools": tools, "previous_response_id": folded["id"], "input": "CALL cat__tool_005 {}"}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let types: Vec<&str> = next["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let types: Vec<&str> = strs(&next["output"], "type");
     assert_eq!(types, ["mcp_call", "message"]);
     assert_eq!(next["output"][0]["output"], "called tool_005");
     let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}))

@@ -215,15 +215,6 @@ fn traced_relay(up: &str, collector: &str, extra: &[&str], env: &[(&str, &str)])
     spawn_relay(&args, &env, std::process::Stdio::null())
 }
 
-async fn mcp_server() -> mcp_test_server::McpTestServer {
-    mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap()
-}
-
 const PROMPT: &str = "CALL add {\"a\":20,\"b\":22}";
 
 /// Streams one run that lists the MCP server's tools, calls `add` and answers, sent with the
@@ -256,7 +247,7 @@ async fn run_with_a_tool_call(relay: &RelayProcess, mcp_url: &str) -> String {
 async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_turn_and_mcp_spans()
 {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
     let relay = traced_relay(&up.base_url(), &collector.url(), &[], &[]);
     let id = run_with_a_tool_call(&relay, &mcp.url()).await;
@@ -391,15 +382,11 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
 async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spans() {
     let up = upstream().await;
     // A server of an earlier revision: the `initialize` handshake, a session over Streamable HTTP.
-    let mcp = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options {
-            handshake_only: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let mcp = mcp_server(mcp_test_server::Options {
+        handshake_only: true,
+        ..Default::default()
+    })
+    .await;
     let collector = Collector::start().await;
     let relay = traced_relay(
         &up.base_url(),
@@ -459,7 +446,7 @@ async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spa
 #[tokio::test]
 async fn with_otel_capture_content_spans_carry_the_prompt_the_answer_and_the_tool_call() {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
     let relay = traced_relay(
         &up.base_url(),
@@ -496,7 +483,7 @@ async fn with_otel_capture_content_spans_carry_the_prompt_the_answer_and_the_too
 #[tokio::test]
 async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span() {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
     let relay = traced_relay(&up.base_url(), &collector.url(), &[], &[]);
     let body = json!({"model": "fake-model", "input": "CALL fail {}", "stream": false,

@@ -132,12 +132,7 @@ async fn a_bad_filter_is_a_400_naming_its_parameter() {
 #[tokio::test]
 async fn a_run_summary_counts_its_tool_calls_and_its_log_is_what_logs_export_writes() {
     let up = upstream().await;
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     let db = scratch("ui").join("relay.sqlite3");
     let mut c = config(&up.base_url());
     c.store = responses_relay::config::StoreKind::Sqlite(db.clone());
@@ -455,12 +450,7 @@ fn the_demo_on_an_address_in_use_exits_64_naming_listen() {
 #[tokio::test]
 async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
     let up = upstream().await;
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     for (name, store) in stores() {
         let mut c = config(&up.base_url());
         c.store = store;
@@ -539,9 +529,7 @@ async fn the_viewer_never_shows_an_mcp_servers_secrets() {
         require_bearer: Some("VIEWER-SECRET-TOKEN".into()),
         ..Default::default()
     };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(opts).await;
     let relay = relay(config(&up.base_url())).await;
     let (status, run) = relay
         .create(&json!({"model": "fake-model", "input": "CALL whoami {}",
@@ -552,12 +540,7 @@ async fn the_viewer_never_shows_an_mcp_servers_secrets() {
         .await;
     assert_eq!(status, 200, "{run}");
     // The secrets were used: the server saw the token and the header.
-    let call = run["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["type"] == "mcp_call")
-        .unwrap();
+    let call = find_item(&run["output"], "mcp_call").unwrap();
     assert!(
         call["output"]
             .as_str()

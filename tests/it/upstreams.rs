@@ -33,12 +33,7 @@ fn turns(up: &fake_upstream::FakeUpstream) -> Vec<(String, String, Option<String
 #[tokio::test]
 async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstreams_key() {
     let (a, b) = (upstream().await, upstream().await);
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     let toml = format!(
         "[[upstreams]]\nname = \"local\"\nurl = \"{}\"\ndefault = true\napi_key = \"KEY-OF-LOCAL\"\n\n\
          [[upstreams]]\nname = \"cloud\"\nurl = \"{}\"\napi = \"responses\"\napi_key_env = \"CARGO_MANIFEST_DIR\"\n",
@@ -378,12 +373,7 @@ async fn v1_models_leaves_out_an_upstream_that_hangs_and_serves_the_merged_list_
     .expect("the hanging upstream was given up on");
     let (status, list) = listed;
     assert_eq!(status, 200, "{list}");
-    let ids: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids: Vec<&str> = strs(&list["data"], "id");
     assert_eq!(ids, ["fake-model", "local/fake-model"]);
     let asked = |up: &fake_upstream::FakeUpstream| {
         up.requests()

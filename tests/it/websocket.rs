@@ -107,12 +107,7 @@ async fn websocket_frames_are_the_sse_events_of_the_same_run() {
     golden("text", &body);
 
     // An MCP run: listing, the call and its events, then the answer.
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     let relay = crate::support::relay(config(&up.base_url())).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     let tool = json!({"type": "mcp", "server_label": "math", "server_url": server.url(), "require_approval": "never"});

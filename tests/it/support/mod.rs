@@ -3,6 +3,7 @@
 //! crate::support::*` and get all of it.
 
 mod http;
+mod json;
 mod mcp;
 mod process;
 mod redis;
@@ -11,6 +12,7 @@ mod sse;
 mod upstream;
 
 pub use http::*;
+pub use json::*;
 pub use mcp::*;
 pub use process::*;
 pub use redis::*;
@@ -19,12 +21,19 @@ pub use sse::*;
 pub use upstream::*;
 
 /// Polls `f` until it is true, for at most ten seconds (a liveness bound, not a timing test).
-pub async fn eventually(what: &str, mut f: impl FnMut() -> bool) {
-    for _ in 0..1000 {
-        if f() {
-            return;
-        }
+pub async fn eventually(what: &str, f: impl FnMut() -> bool) {
+    eventually_within(std::time::Duration::from_secs(10), what, f).await;
+}
+
+/// Polls `f` every 10 ms until it is true; fails the test if it is still false after `limit`.
+pub async fn eventually_within(
+    limit: std::time::Duration,
+    what: &str,
+    mut f: impl FnMut() -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "never happened: {what}");
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
-    panic!("never happened: {what}");
 }
