@@ -4,6 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+use crate::support::signal;
+
 const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 
 /// The address a started `serve` prints on its first stdout line.
@@ -118,14 +120,7 @@ fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
     let addr = listening_address(&mut child);
     let health = std::net::TcpStream::connect(&addr);
     assert!(health.is_ok());
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(child.id(), "-TERM");
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
     assert!(

@@ -114,14 +114,7 @@ async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value)
 /// `[DONE]`, and starting with exactly the events `live` (what a client saw, maybe cut short).
 /// Returns the folded stored Response.
 async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
-    let text = client()
-        .get(relay.url(&format!("/v1/responses/{id}?stream=true")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = fetch_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
     let stored = parse_sse(&text);
     assert!(
         stored.done,
@@ -149,14 +142,7 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
 
 /// The stored log of `id` as events.
 async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
-    let text = client()
-        .get(relay.url(&format!("/v1/responses/{id}?stream=true")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = fetch_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
     parse_sse(&text).events
 }
 

@@ -17,23 +17,19 @@ struct Proc {
 
 fn spawn(upstream: &str, format: &str) -> Proc {
     let log = scratch("observability").join("relay.err");
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
-        upstream,
-        "--store",
-        "memory",
-        "--log-format",
-        format,
-    ];
+    let args = serve_args(upstream, "memory", &["--log-format", format]);
     let stderr = std::fs::File::create(&log).unwrap();
     let relay = spawn_relay(&args, &[("RELAY_LOG", "info")], stderr.into());
     Proc {
         base: relay.base.clone(),
         _relay: relay,
         log,
+    }
+}
+
+impl RelayApi for Proc {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
     }
 }
 
@@ -69,22 +65,18 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
     let up = upstream().await;
     let relay = spawn(&up.base_url(), "json");
     let c = client();
-    let ok = c
-        .get(format!("{}/healthz", relay.base))
-        .send()
-        .await
-        .unwrap();
+    let ok = c.get(relay.url("/healthz")).send().await.unwrap();
     assert!(request_id(&ok).starts_with("req_"));
     // A sane id of the client's is kept; anything else is replaced.
     let given = c
-        .get(format!("{}/healthz", relay.base))
+        .get(relay.url("/healthz"))
         .header("x-request-id", "trace-42.a")
         .send()
         .await
         .unwrap();
     assert_eq!(request_id(&given), "trace-42.a");
     let bogus = c
-        .get(format!("{}/healthz", relay.base))
+        .get(relay.url("/healthz"))
         .header("x-request-id", "no spaces allowed")
         .send()
         .await
@@ -92,7 +84,7 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
     assert!(request_id(&bogus).starts_with("req_"));
 
     let bad = c
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .json(&json!({"model": "fake-model", "input": "x", "temperatur": 1}))
         .send()
         .await
@@ -100,14 +92,14 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
     assert_eq!(bad.status(), 400);
     let bad_id = request_id(&bad);
     let missing = c
-        .get(format!("{}/v1/responses/resp_nope", relay.base))
+        .get(relay.url("/v1/responses/resp_nope"))
         .send()
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
     let missing_id = request_id(&missing);
     let good = c
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .json(&json!({"model": "fake-model", "input": "fine"}))
         .send()
         .await
@@ -193,7 +185,7 @@ async fn text_logs_name_the_request_id_too() {
     let up = upstream().await;
     let relay = spawn(&up.base_url(), "text");
     let bad = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .json(&json!({"model": "fake-model"}))
         .send()
         .await

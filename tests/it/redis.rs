@@ -176,16 +176,11 @@ async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
 }
 
 fn relay_process(upstream: &str, store: &str) -> RelayProcess {
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
-        upstream,
-        "--store",
-        store,
-    ];
-    spawn_relay(&args, &[], std::process::Stdio::null())
+    spawn_relay(
+        &serve_args(upstream, store, &[]),
+        &[],
+        std::process::Stdio::null(),
+    )
 }
 
 #[tokio::test]
@@ -194,11 +189,9 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     let url = redis_db();
     let a = relay_process(&up.base_url(), &url);
     let b = relay_over(&up, &url).await;
-    let (_, running) = post(
-        &format!("{}/v1/responses", a.base),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
+    let (_, running) = a
+        .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
+        .await;
     let id = running["id"].as_str().unwrap().to_string();
     eventually("the run is streaming", || up.open_streams() == 1).await;
     for _ in 0..500 {
@@ -216,14 +209,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
         .unwrap();
     let seen = read_events(&mut tail, 3).await;
     let mut a = a;
-    let pid = a.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(a.child.id(), "-9");
     let _ = a.child.wait();
     let killed = Instant::now();
     let rest = tokio::time::timeout(Duration::from_secs(20), tail.text())

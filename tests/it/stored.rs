@@ -129,14 +129,7 @@ async fn concurrent_readers_of_a_live_run_see_the_same_log() {
                 let url = relay.url(&format!("/v1/responses/{id}?stream=true"));
                 tokio::spawn(async move {
                     tokio::time::sleep(std::time::Duration::from_millis(i * 40)).await;
-                    client()
-                        .get(url)
-                        .send()
-                        .await
-                        .unwrap()
-                        .text()
-                        .await
-                        .unwrap()
+                    fetch_text(&url).await
                 })
             })
             .collect();

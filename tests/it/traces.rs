@@ -197,18 +197,11 @@ const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
 /// The relay exporting to `collector` (batches every 50 ms), with `extra` flags.
 fn traced_relay(up: &str, collector: &str, extra: &[&str], env: &[(&str, &str)]) -> RelayProcess {
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
+    let mut args = serve_args(
         up,
-        "--store",
         "memory",
-        "--mcp-allow-private-networks",
-        "--otlp-endpoint",
-        collector,
-    ];
+        &["--mcp-allow-private-networks", "--otlp-endpoint", collector],
+    );
     args.extend_from_slice(extra);
     let mut env = env.to_vec();
     env.push(("OTEL_BSP_SCHEDULE_DELAY", "50"));
@@ -224,7 +217,7 @@ async fn run_with_a_tool_call(relay: &RelayProcess, mcp_url: &str) -> String {
         "tools": [{"type": "mcp", "server_label": "math", "server_url": mcp_url,
                    "require_approval": "never"}]});
     let text = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01"))
         .json(&body)
         .send()
@@ -490,7 +483,7 @@ async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span
         "tools": [{"type": "mcp", "server_label": "math", "server_url": mcp.url(),
                    "require_approval": "never"}]});
     let r = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01"))
         .json(&body)
         .send()
@@ -505,7 +498,7 @@ async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span
     // A request the relay turns down is still a server span, with its status.
     let other = "0af7651916cd43dd8448eb211c80319c";
     let r = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{other}-{CLIENT_SPAN}-01"))
         .json(&json!({"model": "fake-model"}))
         .send()
@@ -521,14 +514,7 @@ async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span
 
 /// The relay's `/metrics` value of `name` (0 when absent).
 async fn metric(relay: &RelayProcess, name: &str) -> f64 {
-    let text = client()
-        .get(format!("{}/metrics", relay.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = fetch_text(&relay.url("/metrics")).await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
@@ -551,7 +537,7 @@ async fn a_collector_that_never_answers_costs_spans_counted_as_dropped_never_a_r
     );
     for i in 0..10 {
         let (status, r) = call(
-            &format!("{}/v1/responses", relay.base),
+            &relay.url("/v1/responses"),
             None,
             Some(&json!({"model": "fake-model", "input": format!("hello {i}")})),
         )
@@ -592,7 +578,7 @@ async fn without_an_endpoint_no_traceparent_goes_upstream() {
         std::process::Stdio::null(),
     );
     let r = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01"))
         .json(&json!({"model": "fake-model", "input": "hello"}))
         .send()
@@ -640,7 +626,7 @@ async fn an_unsampled_traceparent_is_followed_nothing_exported_and_passed_on_uns
     let unsampled = "5b8aa5a2d2c872e8321cf37308d69df2";
     for (trace, flags) in [(unsampled, "00"), (TRACE, "01")] {
         let r = client()
-            .post(format!("{}/v1/responses", relay.base))
+            .post(relay.url("/v1/responses"))
             .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-{flags}"))
             .json(&json!({"model": "fake-model", "input": "hello"}))
             .send()

@@ -363,7 +363,7 @@ async fn replay_serves_the_viewer_for_its_recording() {
         &[],
         std::process::Stdio::null(),
     );
-    let (status, headers, page) = text(&format!("{}/ui/runs/{id}", replay.base), None).await;
+    let (status, headers, page) = text(&replay.url(&format!("/ui/runs/{id}")), None).await;
     assert_eq!(status, 200);
     assert!(
         headers["content-security-policy"]
@@ -372,7 +372,7 @@ async fn replay_serves_the_viewer_for_its_recording() {
             .contains("default-src 'none'")
     );
     assert!(page.contains("/ui/assets/run.js"));
-    let (_, list) = get(&format!("{}/ui/api/runs", replay.base)).await;
+    let (_, list) = replay.get("/ui/api/runs").await;
     assert_eq!(ids(&list), [id.to_string()]);
     assert_eq!(list["data"][0]["status"], "completed");
     assert_eq!(
@@ -380,9 +380,9 @@ async fn replay_serves_the_viewer_for_its_recording() {
         Value::Null,
         "a recording keeps no input"
     );
-    let (_, _, served) = text(&format!("{}/ui/api/runs/{id}/log", replay.base), None).await;
+    let (_, _, served) = text(&replay.url(&format!("/ui/api/runs/{id}/log")), None).await;
     assert_eq!(served, log, "the recording, as exported");
-    let (status, body) = get(&format!("{}/ui/api/runs/resp_other/log", replay.base)).await;
+    let (status, body) = replay.get("/ui/api/runs/resp_other/log").await;
     assert_eq!(status, 404, "{body}");
 }
 

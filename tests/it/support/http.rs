@@ -62,3 +62,15 @@ pub async fn get_text(url: &str) -> (u16, String) {
     let r = client().get(url).send().await.unwrap();
     (r.status().as_u16(), r.text().await.unwrap())
 }
+
+/// A GET's body as text (whatever the status).
+pub async fn fetch_text(url: &str) -> String {
+    client()
+        .get(url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}

@@ -11,6 +11,12 @@ pub struct RelayProcess {
     pub base: String,
 }
 
+impl super::RelayApi for RelayProcess {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
 impl Drop for RelayProcess {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -43,4 +49,29 @@ pub fn spawn_relay(
         .unwrap_or_else(|| panic!("no listening line: {line:?}"))
         .to_string();
     RelayProcess { child, base }
+}
+
+/// The arguments of `serve` on a free loopback port, in front of `upstream`, storing in `store`
+/// (a `--store` value), followed by `extra` flags.
+pub fn serve_args<'a>(upstream: &'a str, store: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-url",
+        upstream,
+        "--store",
+        store,
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// Sends `signal` (`-9`, `-TERM`, ...) to process `pid` with `kill`, which must succeed.
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill {signal} {pid}: {status:?}");
 }

@@ -17,31 +17,40 @@ pub struct Relay {
     done: Option<tokio::task::JoinHandle<()>>,
 }
 
-impl Relay {
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
+/// The HTTP API of a relay, in-process ([`Relay`]) or a process ([`super::RelayProcess`]).
+#[allow(async_fn_in_trait)] // reason: used only by this test binary, never across threads
+pub trait RelayApi {
+    /// `http://ADDR` + `path`.
+    fn url(&self, path: &str) -> String;
 
     /// `POST /v1/responses` of `body`: the status and the JSON answer.
-    pub async fn create(&self, body: &Value) -> (u16, Value) {
+    async fn create(&self, body: &Value) -> (u16, Value) {
         super::post(&self.url("/v1/responses"), body).await
     }
 
     /// `POST /v1/responses` of a streaming `body`, read to its end (see [`super::stream`]).
-    pub async fn stream(&self, body: &Value) -> super::SseBody {
+    async fn stream(&self, body: &Value) -> super::SseBody {
         super::stream(&self.url("/v1/responses"), body).await
     }
 
     /// `POST PATH` of `body`: the status and the JSON answer.
-    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+    async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         super::post(&self.url(path), body).await
     }
 
     /// `GET PATH`: the status and the JSON answer.
-    pub async fn get(&self, path: &str) -> (u16, Value) {
+    async fn get(&self, path: &str) -> (u16, Value) {
         super::get(&self.url(path)).await
     }
+}
 
+impl RelayApi for Relay {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+impl Relay {
     /// Begins a graceful shutdown and waits for it to finish.
     pub async fn shutdown(mut self) {
         if let Some(s) = self.stop.take() {
