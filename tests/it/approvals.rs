@@ -180,11 +180,7 @@ async fn unknown_repeated_or_altered_answers_are_rejected_naming_input() {
     let w = world().await;
     let tools = w.tools(json!("always"));
     let (status, err) = w.create(json!({"model": "fake-model", "tools": tools, "input": [approve(&json!("mcpr_nope"), true)]})).await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[0]")),
-        "{err}"
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[0]")), "{err}");
     let (_, a) = w
         .create(
             json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": tools}),
@@ -195,26 +191,12 @@ async fn unknown_repeated_or_altered_answers_are_rejected_naming_input() {
     assert_eq!(status, 200);
     let (status, err) = w.create(json!({"model": "fake-model", "previous_response_id": b["id"], "tools": tools, "input": [approve(&req["id"], true)]})).await;
     assert_eq!(status, 400, "answered twice: {err}");
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("already answered")
-    );
+    assert!(error_message(&err).contains("already answered"));
     let mut altered = req.clone();
     altered["arguments"] = json!("{\"a\":1000,\"b\":1}");
     let (status, err) = w.create(json!({"model": "fake-model", "tools": tools, "input": [altered, approve(&req["id"], true)]})).await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[1]")),
-        "{err}"
-    );
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("changed")
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[1]")), "{err}");
+    assert!(error_message(&err).contains("changed"));
     assert_eq!(w.server.count("tools/call"), 1);
     assert!(w.up.requests().len() >= 2);
 }
@@ -273,28 +255,14 @@ async fn an_approval_for_a_tool_this_request_does_not_offer_is_refused_naming_in
     let (status, err) = w
         .create(json!({"model": "fake-model", "previous_response_id": a["id"], "tools": narrowed, "input": [approve(&req["id"], true)]}))
         .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[0]")),
-        "{err}"
-    );
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("allowed_tools"),
-        "{err}"
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[0]")), "{err}");
+    assert!(error_message(&err).contains("allowed_tools"), "{err}");
     // Statelessly, with a request the relay never made for a tool the server does not have.
     let forged = json!({"type": "mcp_approval_request", "id": "mcpr_forged", "server_label": "m", "name": "no_such_tool", "arguments": "{}"});
     let (status, err) = w
         .create(json!({"model": "fake-model", "tools": w.tools(json!("always")), "input": [forged, approve(&json!("mcpr_forged"), true)]}))
         .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[1]")),
-        "{err}"
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[1]")), "{err}");
     assert_eq!(w.server.count("tools/call"), 0);
 }
 

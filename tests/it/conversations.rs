@@ -205,7 +205,7 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
         )
         .await;
         assert_eq!(
-            (status, err["error"]["param"].as_str()),
+            param_error(status, &err),
             (400, Some("conversation")),
             "{name}"
         );
@@ -215,7 +215,7 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
         )
         .await;
         assert_eq!(
-            (status, err["error"]["param"].as_str()),
+            param_error(status, &err),
             (404, Some("conversation")),
             "{name}: {err}"
         );

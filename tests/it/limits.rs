@@ -106,13 +106,7 @@ async fn a_run_past_its_time_limit_ends_failed() {
         .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("limit"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("limit"), "{folded}");
 }
 
 #[tokio::test]
@@ -126,18 +120,12 @@ async fn too_many_input_items_or_tools_are_rejected() {
         .map(|i| json!({"role": "user", "content": format!("{i}")}))
         .collect();
     let (status, err) = relay.create(&json!({"model": "m", "input": input})).await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input"))
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input")));
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
     let (status, err) = relay
         .create(&json!({"model": "m", "input": "x", "tools": tools}))
         .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("tools"))
-    );
+    assert_eq!(param_error(status, &err), (400, Some("tools")));
 }
 
 #[tokio::test]

@@ -51,7 +51,7 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     let (status, r) = second.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(r["status"], "failed", "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("stopped"));
+    assert!(error_message(&r).contains("stopped"));
     let log = fetch_text(&second.url(&format!("/v1/responses/{id}?stream=true"))).await;
     let body = parse_sse(&log);
     assert!(body.done);

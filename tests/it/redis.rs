@@ -225,13 +225,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("stopped"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("stopped"), "{folded}");
     assert_eq!(
         folded["output"][0]["status"], "incomplete",
         "the open message was closed"
@@ -257,13 +251,7 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let body = rest_of(live, seen).await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("store"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("store"), "{folded}");
     // While Redis is away, a new stored run is refused clearly; an unstored one still runs.
     let (status, err) = relay
         .create(&json!({"model": "fake-model", "input": "x"}))
@@ -323,13 +311,7 @@ async fn a_run_whose_end_redis_cannot_keep_is_not_reported_completed() {
     // The model finished, but the run was not kept: its client is told it failed.
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("was not kept"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("was not kept"), "{folded}");
     assert_eq!(folded["output"][0]["status"], "completed", "{folded}");
 }
 
@@ -383,21 +365,12 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
     let deleted = check_events(&bodies[0].events);
     assert_ne!(deleted["status"], "completed", "{deleted}");
     if deleted["status"] == "failed" {
-        assert!(
-            deleted["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("deleted"),
-            "{deleted}"
-        );
+        assert!(error_message(&deleted).contains("deleted"), "{deleted}");
     }
     let taken = check_events(&bodies[1].events);
     assert_eq!(taken["status"], "failed", "{taken}");
     assert!(
-        taken["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("took this response over"),
+        error_message(&taken).contains("took this response over"),
         "{taken}"
     );
     let kept = check_events(&bodies[2].events);
@@ -468,13 +441,7 @@ async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_t
     assert!(body.done, "the stream was cut");
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("deleted"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("deleted"), "{folded}");
 }
 
 /// A plain connection to the Redis at `url` (to look at and rewrite what the relays keep).

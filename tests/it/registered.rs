@@ -84,13 +84,13 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
     // An unknown connector is named; an unknown label still needs its server_url.
     let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "a", "connector_id": "nope"}]}))).await;
     assert_eq!(
-        (status, err["error"]["param"].as_str()),
+        param_error(status, &err),
         (400, Some("tools[0].connector_id")),
         "{err}"
     );
     let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "other"}]}))).await;
     assert_eq!(
-        (status, err["error"]["param"].as_str()),
+        param_error(status, &err),
         (400, Some("tools[0].server_url")),
         "{err}"
     );
@@ -136,7 +136,7 @@ async fn a_registered_servers_private_host_is_not_opened_to_urls_a_request_names
         let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x",
             "tools": [{"type": "mcp", "server_label": "mine", "server_url": declared, "require_approval": "never"}]}))).await;
         assert_eq!(
-            (status, err["error"]["param"].as_str()),
+            param_error(status, &err),
             (400, Some("tools[0].server_url")),
             "{declared}: {err}"
         );

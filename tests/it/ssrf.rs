@@ -913,7 +913,7 @@ async fn the_relay_started_with_no_flags_refuses_loopback_mcp_servers_with_400()
             assert_eq!(status, 400, "{url}: {body}");
             assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
             assert_eq!(body["error"]["param"], "tools[1].server_url", "{body}");
-            let message = body["error"]["message"].as_str().unwrap();
+            let message = error_message(&body);
             hint_in(message);
             assert!(
                 !message.contains("SECRET-SSRF-QS"),

@@ -196,12 +196,7 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
             .post(&format!("/v1/responses/{done_id}/cancel"), &json!({}))
             .await;
         assert_eq!(status, 400, "{name}: {err}");
-        assert!(
-            err["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("completed")
-        );
+        assert!(error_message(&err).contains("completed"));
         let (_, sync) = relay
             .create(&json!({"model": "fake-model", "input": "x"}))
             .await;
@@ -439,13 +434,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     assert_eq!(status, 200, "{created}");
     let done = wait_done(&failing, created["id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "failed", "{done}");
-    assert!(
-        done["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("'gone'"),
-        "{done}"
-    );
+    assert!(error_message(&done).contains("'gone'"), "{done}");
     // Its list is shown, with the reason, before the run fails.
     let list = &done["output"][0];
     assert_eq!(
@@ -810,10 +799,7 @@ async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
     let folded = check_events(&sse.events);
     assert_eq!(folded["status"], "failed", "{folded}");
     assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("could not keep"),
+        error_message(&folded).contains("could not keep"),
         "{folded}"
     );
     assert!(text.ends_with("data: [DONE]\n\n"));
@@ -902,7 +888,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     // The model finished, but the run was not kept: its client is told it failed, not completed.
     assert_eq!(folded["status"], "failed", "{folded}");
     assert!(folded["completed_at"].is_null(), "{folded}");
-    let message = folded["error"]["message"].as_str().unwrap();
+    let message = error_message(&folded);
     assert!(message.contains("could not keep"), "{folded}");
     assert_eq!(folded["error"]["code"], "server_error");
     // The message item the client saw finish is still in the failed Response.
@@ -1017,13 +1003,7 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
         let (_, r) = relay.get(&format!("/v1/responses/{id}")).await;
         status = r["status"].clone();
         if status == "failed" {
-            assert!(
-                r["error"]["message"]
-                    .as_str()
-                    .unwrap()
-                    .contains("could not keep"),
-                "{r}"
-            );
+            assert!(error_message(&r).contains("could not keep"), "{r}");
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;

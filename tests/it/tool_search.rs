@@ -171,8 +171,5 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     assert_eq!(next["output"][0]["output"], "called tool_005");
     let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}))
     .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("tools[0].execution"))
-    );
+    assert_eq!(param_error(status, &err), (400, Some("tools[0].execution")));
 }

@@ -119,12 +119,7 @@ async fn a_bad_filter_is_a_400_naming_its_parameter() {
     }
     let (status, body) = relay.get("/ui/api/runs/resp_nope").await;
     assert_eq!(status, 404, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("resp_nope")
-    );
+    assert!(error_message(&body).contains("resp_nope"));
     let (status, _) = relay.get("/ui/api/nothing").await;
     assert_eq!(status, 404);
 }

@@ -36,3 +36,13 @@ pub fn id_of(body: &SseBody) -> String {
         .unwrap()
         .to_string()
 }
+
+/// An error answer's `error.message`.
+pub fn error_message(body: &Value) -> &str {
+    body["error"]["message"].as_str().unwrap()
+}
+
+/// A status with the `error.param` of its answer, the pair an invalid request is checked by.
+pub fn param_error(status: u16, body: &Value) -> (u16, Option<&str>) {
+    (status, body["error"]["param"].as_str())
+}
