@@ -570,9 +570,7 @@ async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_d
     let (_, slow) = post(&create, &json!({"model": "fake-model?deltas=40&delay_ms=50", "input": "to be cancelled", "background": true, "conversation": id})).await;
     let sid = slow["id"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, cancelled) = relay
-        .post(&format!("/v1/responses/{sid}/cancel"), &json!({}))
-        .await;
+    let (status, cancelled) = relay.cancel(&sid).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),

@@ -345,12 +345,9 @@ async fn a_model_slower_in_total_than_the_idle_timeout_completes_while_it_keeps_
 #[tokio::test]
 async fn client_disconnect_cancels_the_upstream_request() {
     let (up, relay) = setup().await;
-    let resp = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let resp = relay
+        .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .await;
     assert_eq!(resp.status(), 200);
     eventually("the upstream stream is open", || up.open_streams() == 1).await;
     drop(resp);
@@ -365,12 +362,9 @@ async fn client_disconnect_cancels_the_upstream_request() {
 async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
     let up = upstream().await;
     let relay = relay(config(&up.base_url())).await;
-    let resp = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let resp = relay
+        .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .await;
     eventually("the upstream stream is open", || up.open_streams() == 1).await;
     let reading = tokio::spawn(async move { resp.text().await.unwrap() });
     relay.shutdown().await;

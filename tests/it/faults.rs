@@ -254,12 +254,7 @@ async fn read_until(
 }
 
 async fn open_stream(relay: &Relay, request: &Value) -> reqwest::Response {
-    let resp = client()
-        .post(relay.url("/v1/responses"))
-        .json(request)
-        .send()
-        .await
-        .unwrap();
+    let resp = relay.send(request).await;
     assert_eq!(resp.status(), 200);
     resp
 }
@@ -595,12 +590,7 @@ async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_conn
     let next = json!({"model": "fake-model", "input": "next", "stream": true});
     let mut admitted = false;
     for _ in 0..1000 {
-        let r = client()
-            .post(relay.url("/v1/responses"))
-            .json(&next)
-            .send()
-            .await
-            .unwrap();
+        let r = relay.send(&next).await;
         if r.status() != 503 {
             assert_eq!(r.status(), 200);
             let body = parse_sse(&r.text().await.unwrap());

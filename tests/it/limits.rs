@@ -63,19 +63,13 @@ async fn a_full_relay_answers_503_with_retry_after() {
     let mut c = config(&up.base_url());
     c.limits.max_concurrent_runs = 1;
     let relay = relay(c).await;
-    let busy = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let busy = relay
+        .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .await;
     eventually("the first run is streaming", || up.open_streams() == 1).await;
-    let r = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model", "input": "y"}))
-        .send()
-        .await
-        .unwrap();
+    let r = relay
+        .send(&json!({"model": "fake-model", "input": "y"}))
+        .await;
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "1");
     let body: serde_json::Value = r.json().await.unwrap();

@@ -458,12 +458,7 @@ async fn echoed_tools_and_the_event_log_carry_no_secrets() {
     let url = format!("{}?token=SECRET-QUERY", server.url());
     let tool = json!({"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never",
                       "authorization": "SECRET-TOKEN", "headers": {"x-api-key": "SECRET-HEADER"}});
-    let r = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [tool]}))
-        .send()
-        .await
-        .unwrap();
+    let r = relay.send(&json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [tool]})).await;
     let text = r.text().await.unwrap();
     for secret in ["SECRET-QUERY", "SECRET-TOKEN", "SECRET-HEADER"] {
         assert!(!text.contains(secret), "{secret} leaked into the stream");

@@ -184,12 +184,7 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
 async fn text_logs_name_the_request_id_too() {
     let up = upstream().await;
     let relay = spawn(&up.base_url(), "text");
-    let bad = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model"}))
-        .send()
-        .await
-        .unwrap();
+    let bad = relay.send(&json!({"model": "fake-model"})).await;
     let id = request_id(&bad);
     let mut found = None;
     for _ in 0..200 {

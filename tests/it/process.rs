@@ -30,10 +30,7 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
         .await;
     let done_id = done["id"].as_str().unwrap().to_string();
     let before = fetch_text(&first.url(&format!("/v1/responses/{done_id}?stream=true"))).await;
-    let (_, running) = first
-        .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
-        .await;
-    let id = running["id"].as_str().unwrap().to_string();
+    let id = first.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
     // Let the first deltas reach the store, then kill without any chance to clean up.
     for _ in 0..200 {

@@ -60,12 +60,7 @@ async fn rest_of(live: reqwest::Response, seen: String) -> SseBody {
 #[tokio::test]
 async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     let (_up, _url, a, b) = two_relays().await;
-    let mut live = client()
-        .post(a.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = a.send(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true})).await;
     let first = parse_sse(&read_events(&mut live, 6).await);
     let id = first.events[0]["response"]["id"]
         .as_str()
@@ -132,11 +127,9 @@ async fn previous_response_id_and_item_references_work_across_relays() {
     let sent = up.requests().last().unwrap().body.clone();
     assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 1");
     // Deleted through B: gone for A too.
-    let r = client()
-        .delete(b.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap())))
-        .send()
-        .await
-        .unwrap();
+    let r = b
+        .delete(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
     assert_eq!(r.status(), 200);
     let (status, _) = a
         .get(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
@@ -147,24 +140,17 @@ async fn previous_response_id_and_item_references_work_across_relays() {
 #[tokio::test]
 async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     let (up, _url, a, b) = two_relays().await;
-    let (_, created) = a
-        .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
-        .await;
-    let id = created["id"].as_str().unwrap().to_string();
+    let id = a.start_stalled().await;
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
     let started = Instant::now();
-    let (status, cancelled) = b
-        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-        .await;
+    let (status, cancelled) = b.cancel(&id).await;
     let took = started.elapsed();
     assert_eq!(status, 200, "{cancelled}");
     assert_eq!(cancelled["status"], "cancelled");
     assert!(took < Duration::from_millis(1500), "cancel took {took:?}");
     let (_, on_a) = a.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(on_a, cancelled);
-    let (status, again) = a
-        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-        .await;
+    let (status, again) = a.cancel(&id).await;
     assert_eq!((status, &again), (200, &cancelled));
     let (_, log) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
     let body = parse_sse(&log);
@@ -189,10 +175,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     let url = redis_db();
     let a = relay_process(&up.base_url(), &url);
     let b = relay_over(&up, &url).await;
-    let (_, running) = a
-        .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
-        .await;
-    let id = running["id"].as_str().unwrap().to_string();
+    let id = a.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
     for _ in 0..500 {
         let (_, r) = b.get(&format!("/v1/responses/{id}")).await;
@@ -240,12 +223,9 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let mut server = RedisServer::start();
     let port = server.port;
     let relay = relay_over(&up, &server.url(0)).await;
-    let mut live = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=400&delay_ms=10", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = relay
+        .send(&json!({"model": "fake-model?deltas=400&delay_ms=10", "input": "x", "stream": true}))
+        .await;
     let seen = read_events(&mut live, 6).await;
     server.stop();
     let body = rest_of(live, seen).await;
@@ -293,12 +273,9 @@ async fn a_run_whose_end_redis_cannot_keep_is_not_reported_completed() {
     let relay = relay_over(&up, &server.url(0)).await;
     // The model's frames come 400 ms apart: the run ends (items done, terminal event) when its
     // last frames come, well after its text deltas were kept.
-    let mut live = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=2&delay_ms=400", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = relay
+        .send(&json!({"model": "fake-model?deltas=2&delay_ms=400", "input": "x", "stream": true}))
+        .await;
     let mut seen = String::new();
     while seen.matches("event: response.output_text.delta\n").count() < 2 {
         let chunk = live.chunk().await.unwrap().expect("the stream went on");
@@ -322,14 +299,11 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
     let relay = relay_over(&up, &url).await;
     let mut streams = Vec::new();
     for _ in 0..3 {
-        let mut live = client()
-            .post(relay.url("/v1/responses"))
-            .json(
+        let mut live = relay
+            .send(
                 &json!({"model": "fake-model?deltas=150&delay_ms=5", "input": "x", "stream": true}),
             )
-            .send()
-            .await
-            .unwrap();
+            .await;
         let seen = read_events(&mut live, 4).await;
         streams.push((live, seen));
     }
@@ -415,9 +389,7 @@ fn a_redis_url_is_never_shown_with_its_password() {
 #[tokio::test]
 async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_terminal_event() {
     let (_up, url, a, b) = two_relays().await;
-    let (_, created) = a.create(&json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true}))
-    .await;
-    let id = created["id"].as_str().unwrap().to_string();
+    let id = a.start(&json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true})).await;
     let mut tailed = client()
         .get(b.url(&format!("/v1/responses/{id}?stream=true")))
         .send()
@@ -642,11 +614,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
     until_packed(&mut redis, other_id, 10).await;
     let kept: i64 = ::redis::cmd("EXISTS").arg(&msg).query(&mut redis).unwrap();
     assert_eq!(kept, 1, "the output item is kept");
-    let r = client()
-        .delete(b.url(&format!("/v1/responses/{other_id}")))
-        .send()
-        .await
-        .unwrap();
+    let r = b.delete(&format!("/v1/responses/{other_id}")).await;
     assert_eq!(r.status(), 200);
     let left: i64 = ::redis::cmd("EXISTS")
         .arg(format!("relay:resp:{other_id}"))
@@ -662,12 +630,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
 async fn a_run_tailed_on_another_relay_reaches_it_whole_at_once_and_is_packed_after() {
     let (_up, url, a, b) = two_relays().await;
     let mut redis = plain(&url);
-    let mut live = client()
-        .post(a.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "tail me", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = a.send(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "tail me", "stream": true})).await;
     let seen = read_events(&mut live, 4).await;
     let id = id_of(&parse_sse(&seen));
     let tailed = client()

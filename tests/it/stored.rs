@@ -39,8 +39,7 @@ async fn wait_done(relay: &Relay, id: &str) -> Value {
 #[tokio::test]
 async fn a_stored_run_replays_exactly_what_was_streamed() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+    for (name, relay) in relays_over_stores(&up).await {
         let live = post_text(
             &relay.url("/v1/responses"),
             &json!({"model": "fake-model?reasoning=2", "input": "remember", "stream": true}),
@@ -72,15 +71,9 @@ async fn a_stored_run_replays_exactly_what_was_streamed() {
 #[tokio::test]
 async fn a_client_that_lost_the_connection_resumes_with_no_gap_and_no_duplicate() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+    for (name, relay) in relays_over_stores(&up).await {
         // A background stream survives its client going away.
-        let mut resp = client()
-            .post(relay.url("/v1/responses"))
-            .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true}))
-            .send()
-            .await
-            .unwrap();
+        let mut resp = relay.send(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true})).await;
         let mut seen = String::new();
         while parse_sse(seen.trim_end_matches(|c| c != '\n')).events.len() < 6 {
             let chunk = resp.chunk().await.unwrap().expect("stream went on");
@@ -117,8 +110,7 @@ async fn a_client_that_lost_the_connection_resumes_with_no_gap_and_no_duplicate(
 #[tokio::test]
 async fn concurrent_readers_of_a_live_run_see_the_same_log() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+    for (name, relay) in relays_over_stores(&up).await {
         let (status, created) = relay.create(&json!({"model": "fake-model?deltas=30&delay_ms=10", "input": "share", "background": true}))
         .await;
         assert_eq!(status, 200);
@@ -159,21 +151,13 @@ async fn concurrent_readers_of_a_live_run_see_the_same_log() {
 #[tokio::test]
 async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
-        let (_, created) = relay
-            .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
-            .await;
-        let id = created["id"].as_str().unwrap().to_string();
+    for (name, relay) in relays_over_stores(&up).await {
+        let id = relay.start_stalled().await;
         eventually("the upstream stream is open", || up.open_streams() >= 1).await;
-        let (status, cancelled) = relay
-            .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-            .await;
+        let (status, cancelled) = relay.cancel(&id).await;
         assert_eq!(status, 200, "{name}: {cancelled}");
         assert_eq!(cancelled["status"], "cancelled");
-        let (status, again) = relay
-            .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-            .await;
+        let (status, again) = relay.cancel(&id).await;
         assert_eq!(
             (status, &again),
             (200, &cancelled),
@@ -192,9 +176,7 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
             .await;
         let done_id = done["id"].as_str().unwrap().to_string();
         wait_done(&relay, &done_id).await;
-        let (status, err) = relay
-            .post(&format!("/v1/responses/{done_id}/cancel"), &json!({}))
-            .await;
+        let (status, err) = relay.cancel(&done_id).await;
         assert_eq!(status, 400, "{name}: {err}");
         assert!(error_message(&err).contains("completed"));
         let (_, sync) = relay
@@ -217,14 +199,10 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
 #[tokio::test]
 async fn a_streaming_client_that_disconnects_leaves_a_cancelled_run() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
-        let mut resp = client()
-            .post(relay.url("/v1/responses"))
-            .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-            .send()
-            .await
-            .unwrap();
+    for (name, relay) in relays_over_stores(&up).await {
+        let mut resp = relay
+            .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+            .await;
         let first = String::from_utf8(resp.chunk().await.unwrap().unwrap().to_vec()).unwrap();
         let id = parse_sse(&first).events[0]["response"]["id"]
             .as_str()
@@ -245,11 +223,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             .create(&json!({"model": "fake-model", "input": "x"}))
             .await;
         let id = r["id"].as_str().unwrap();
-        let r2 = client()
-            .delete(relay.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let r2 = relay.delete(&format!("/v1/responses/{id}")).await;
         assert_eq!(r2.status(), 200, "{name}");
         let body: Value = r2.json().await.unwrap();
         assert_eq!(
@@ -264,11 +238,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             let (status, _) = relay.get(&path).await;
             assert_eq!(status, 404, "{name} {path}");
         }
-        let r3 = client()
-            .delete(relay.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let r3 = relay.delete(&format!("/v1/responses/{id}")).await;
         assert_eq!(r3.status(), 404);
         let (_, unstored) = relay
             .create(&json!({"model": "fake-model", "input": "x", "store": false}))
@@ -293,8 +263,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
 #[tokio::test]
 async fn input_items_paginate_as_openai_does() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+    for (name, relay) in relays_over_stores(&up).await {
         let input: Vec<Value> = (0..5)
             .map(|i| json!({"role": "user", "content": format!("m{i}")}))
             .collect();
@@ -383,9 +352,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     );
     assert_eq!(now["output"], json!([]), "{now}");
     // Still listing, it can be cancelled, which stops the listing.
-    let (status, cancelled) = listing
-        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-        .await;
+    let (status, cancelled) = listing.cancel(&id).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),
@@ -529,8 +496,7 @@ async fn input_items_list_message_content_as_parts_with_a_status() {
 #[tokio::test]
 async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+    for (name, relay) in relays_over_stores(&up).await {
         let mut prev: Option<String> = None;
         for i in 0..3 {
             let mut body = json!({"model": "fake-model", "input": format!("turn {i}")});
@@ -703,10 +669,7 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
     let up = upstream().await;
     for (name, store) in stores() {
         let relay = relay_on(&up, &store).await;
-        let (_, created) = relay
-            .create(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
-            .await;
-        let id = created["id"].as_str().unwrap().to_string();
+        let id = relay.start_stalled().await;
         // The run is live and has a message item (two deltas, then the model stalls).
         let mut message = String::new();
         for _ in 0..1000 {
@@ -724,11 +687,7 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
             !message.is_empty(),
             "{name}: the run never showed its message"
         );
-        let deleted = client()
-            .delete(relay.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let deleted = relay.delete(&format!("/v1/responses/{id}")).await;
         assert_eq!(deleted.status(), 200, "{name}");
         // Whatever the cancelled run still writes at its end, then another run through the same
         // writer: nothing of the deleted run may come back.
@@ -781,12 +740,9 @@ async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
     // Another process's write transaction holds the database past the writer's busy timeout.
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let r = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=60&delay_ms=200", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let r = relay
+        .send(&json!({"model": "fake-model?deltas=60&delay_ms=200", "input": "x", "stream": true}))
+        .await;
     assert_eq!(r.status(), 200);
     let mut body = r.bytes_stream();
     // Nothing is shown before the store answered: the first bytes come once the commit failed.
@@ -827,12 +783,9 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     let path = scratch("locked-terminal").join("relay.sqlite3");
     let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
     // The model's last frames (finish, usage) come 400 ms after its last text delta.
-    let r = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=3&delay_ms=400", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let r = relay
+        .send(&json!({"model": "fake-model?deltas=3&delay_ms=400", "input": "x", "stream": true}))
+        .await;
     assert_eq!(r.status(), 200);
     let mut body = r.bytes_stream();
     let mut text = String::new();
@@ -907,8 +860,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
 #[tokio::test]
 async fn an_item_stays_with_the_run_that_first_stored_it() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+    for (name, relay) in relays_over_stores(&up).await {
         let (_, a) = relay
             .create(
                 &json!({"model": "fake-model", "input": [{"role": "user", "content": "first"}]}),
@@ -930,11 +882,9 @@ async fn an_item_stays_with_the_run_that_first_stored_it() {
         .await;
         assert_eq!(status, 200, "{name}: {c}");
         for later in [&b, &c] {
-            let deleted = client()
-                .delete(relay.url(&format!("/v1/responses/{}", later["id"].as_str().unwrap())))
-                .send()
-                .await
-                .unwrap();
+            let deleted = relay
+                .delete(&format!("/v1/responses/{}", later["id"].as_str().unwrap()))
+                .await;
             assert_eq!(deleted.status(), 200);
         }
         // Still A's, unchanged: the reference resolves to what A stored.
@@ -963,18 +913,14 @@ async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works
     let up = upstream().await;
     let path = scratch("locked-end").join("relay.sqlite3");
     let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
-    let (_, created) = relay.create(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}))
-    .await;
-    let id = created["id"].as_str().unwrap().to_string();
+    let id = relay.start(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true})).await;
     // Its start is kept...
     let kept = || responses_rows(&path, &id);
     eventually("the run's insert is committed", || kept() == 1).await;
     // ...then another connection holds the database past the busy timeout while the run ends.
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
-    let (status, _) = relay
-        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-        .await;
+    let (status, _) = relay.cancel(&id).await;
     assert_eq!(status, 200);
     other.execute_batch("ROLLBACK").unwrap();
     // Once the store works again the writer removes it, even with nothing else to write: a run
@@ -990,9 +936,7 @@ async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     let up = upstream().await;
     let path = scratch("locked-mid").join("relay.sqlite3");
     let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
-    let (_, created) = relay.create(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true}))
-    .await;
-    let id = created["id"].as_str().unwrap().to_string();
+    let id = relay.start(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true})).await;
     let kept = || responses_rows(&path, &id);
     eventually("the run's insert is committed", || kept() == 1).await;
     // A commit of its events fails: the run is failed through its hook while it still runs...
@@ -1132,11 +1076,7 @@ async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
     let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(got, parse_sse(&live).events.last().unwrap()["response"]);
     // Deleting the old run removes its event rows.
-    let deleted = client()
-        .delete(relay.url(&format!("/v1/responses/{id}")))
-        .send()
-        .await
-        .unwrap();
+    let deleted = relay.delete(&format!("/v1/responses/{id}")).await;
     assert_eq!(deleted.status(), 200);
     let c = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
         .unwrap();
@@ -1176,11 +1116,7 @@ async fn deleted_runs_give_their_disk_space_back() {
     let full = store_bytes(&db);
     assert!(full > 10 << 20, "the store holds only {full} bytes");
     for id in &ids {
-        let r = client()
-            .delete(relay.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let r = relay.delete(&format!("/v1/responses/{id}")).await;
         assert_eq!(r.status(), 200);
     }
     // Each delete's commit gave back a bounded number of pages; a few MiB stay free for reuse.

@@ -567,9 +567,7 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     assert_eq!(status, 200, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
-    let (status, cancelled) = relay
-        .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-        .await;
+    let (status, cancelled) = relay.cancel(&id).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled"))

@@ -304,10 +304,9 @@ async fn data_kept_before_tenants_is_the_default_tenants() {
     c.deterministic = false;
     c.store = store.clone();
     let on_redis = relay(c).await;
-    let (_, r) = on_redis
-        .create(&json!({"model": "fake-model", "input": "kept before"}))
+    let id = on_redis
+        .start(&json!({"model": "fake-model", "input": "kept before"}))
         .await;
-    let id = r["id"].as_str().unwrap().to_string();
     let StoreKind::Redis(url) = &store else {
         unreachable!()
     };

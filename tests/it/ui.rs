@@ -45,10 +45,9 @@ async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_pa
             "fake-model?fault=cut",
             "fake-model",
         ] {
-            let (_, r) = relay
-                .create(&json!({"model": model, "input": "hi", "background": true}))
+            let id = relay
+                .start(&json!({"model": model, "input": "hi", "background": true}))
                 .await;
-            let id = r["id"].as_str().unwrap().to_string();
             for _ in 0..500 {
                 let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
                 if !matches!(got["status"].as_str(), Some("queued" | "in_progress")) {
@@ -346,10 +345,9 @@ async fn the_demo_runs_an_agent_run_prints_its_events_and_serves_its_viewer() {
 async fn replay_serves_the_viewer_for_its_recording() {
     let up = upstream().await;
     let relay = relay(config(&up.base_url())).await;
-    let (_, run) = relay
-        .create(&json!({"model": "fake-model", "input": "record me"}))
+    let id = relay
+        .start(&json!({"model": "fake-model", "input": "record me"}))
         .await;
-    let id = run["id"].as_str().unwrap().to_string();
     let (_, _, log) = text(&relay.url(&format!("/ui/api/runs/{id}/log")), None).await;
     let file = scratch("ui-replay").join("run.jsonl");
     std::fs::write(&file, &log).unwrap();
@@ -388,9 +386,7 @@ async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_en
         let mut c = config(&up.base_url());
         c.store = store;
         let relay = relay(c).await;
-        let (_, run) = relay.create(&json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "slowly", "background": true}))
-        .await;
-        let id = run["id"].as_str().unwrap().to_string();
+        let id = relay.start(&json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "slowly", "background": true})).await;
         // Listed once the store kept its start (SQLite: the writer's next commit).
         let mut row = Value::Null;
         for _ in 0..200 {
@@ -419,9 +415,7 @@ async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_en
         assert_eq!(row["duration_ms"], Value::Null, "{name}: {row}");
         let (_, log) = call(&relay.url(&format!("/ui/api/runs/{id}")), None, None).await;
         assert_eq!(log["status"], "in_progress", "{name}");
-        let (_, cancel) = relay
-            .post(&format!("/v1/responses/{id}/cancel"), &json!({}))
-            .await;
+        let (_, cancel) = relay.cancel(&id).await;
         assert_eq!(cancel["status"], "cancelled", "{name}: {cancel}");
         let (_, after) = relay.get("/ui/api/runs?status=cancelled").await;
         assert_eq!(ids(&after), [id.as_str()], "{name}: {after}");
@@ -489,11 +483,7 @@ async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
         // A deleted run's turns go with it.
         let (status, _) = call(&relay.url(&format!("/v1/responses/{id}")), None, None).await;
         assert_eq!(status, 200);
-        let deleted = client()
-            .delete(relay.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let deleted = relay.delete(&format!("/v1/responses/{id}")).await;
         assert_eq!(deleted.status().as_u16(), 200, "{name}");
         let (status, _) = relay.get(&format!("/ui/api/runs/{id}")).await;
         assert_eq!(status, 404, "{name}");

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use responses_relay::{App, Config};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio::sync::oneshot;
 
 use super::redis_db;
@@ -31,6 +31,35 @@ pub trait RelayApi {
     /// `POST /v1/responses` of a streaming `body`, read to its end (see [`super::stream`]).
     async fn stream(&self, body: &Value) -> super::SseBody {
         super::stream(&self.url("/v1/responses"), body).await
+    }
+
+    /// `POST /v1/responses` of `body`; returns the new Response's id.
+    async fn start(&self, body: &Value) -> String {
+        let (_, created) = self.create(body).await;
+        created["id"].as_str().unwrap().to_string()
+    }
+
+    /// Starts a background run whose model stalls after its first deltas; returns its id.
+    async fn start_stalled(&self) -> String {
+        self.start(&json!({"model": "fake-model?fault=stall", "input": "x", "background": true}))
+            .await
+    }
+
+    /// `POST /v1/responses` of `body`, the answer unread (for a test that reads it as it comes).
+    async fn send(&self, body: &Value) -> reqwest::Response {
+        let url = self.url("/v1/responses");
+        super::client().post(url).json(body).send().await.unwrap()
+    }
+
+    /// `DELETE PATH`, the answer unread.
+    async fn delete(&self, path: &str) -> reqwest::Response {
+        super::client().delete(self.url(path)).send().await.unwrap()
+    }
+
+    /// `POST /v1/responses/ID/cancel`: the status and the JSON answer.
+    async fn cancel(&self, id: &str) -> (u16, Value) {
+        self.post(&format!("/v1/responses/{id}/cancel"), &json!({}))
+            .await
     }
 
     /// `POST PATH` of `body`: the status and the JSON answer.
@@ -147,6 +176,19 @@ pub fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// A relay (the test config) over each of [`stores`] in front of `up`, named by its store.
+pub async fn relays_over_stores(
+    up: &super::fake_upstream::FakeUpstream,
+) -> Vec<(&'static str, Relay)> {
+    let mut relays = Vec::new();
+    for (name, store) in stores() {
+        let mut c = config(&up.base_url());
+        c.store = store;
+        relays.push((name, relay(c).await));
+    }
+    relays
 }
 
 /// The store backends every storage test runs against (Redis: a fresh database of the test
