@@ -5,15 +5,9 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-async fn setup() -> (fake_upstream::FakeUpstream, Relay) {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    (up, relay)
-}
-
 #[tokio::test]
 async fn text_stream_is_well_ordered_and_ends_with_done() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let body = relay
         .stream(&json!({"model": "fake-model", "input": "hi there", "stream": true}))
         .await;
@@ -77,7 +71,7 @@ async fn non_streaming_answer_is_the_terminal_response_of_the_stream() {
 
 #[tokio::test]
 async fn response_object_carries_every_field_clients_validate() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let (status, r) = relay
         .create(&json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}}))
         .await;
@@ -131,7 +125,7 @@ async fn response_object_carries_every_field_clients_validate() {
 
 #[tokio::test]
 async fn function_call_streams_arguments_and_round_trips_with_previous_response_id() {
-    let (up, relay) = setup().await;
+    let (up, relay) = plain_relay().await;
     let tools = json!([{"type": "function", "name": "get_weather", "description": "Weather for a place",
         "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}]);
     let body = relay.stream(&json!({"model": "fake-model", "input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": true}))
@@ -175,7 +169,7 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
 
 #[tokio::test]
 async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
     let body = relay.stream(&json!({"model": "fake-model", "input": "CALL a {\"x\":1}\nCALL b {\"y\":2}", "tools": tools, "stream": true}))
     .await;
@@ -193,7 +187,7 @@ async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
 
 #[tokio::test]
 async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let body = relay
         .stream(&json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true}))
         .await;
@@ -211,7 +205,7 @@ async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
 
 #[tokio::test]
 async fn refusal_is_a_refusal_content_part() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let body = relay
         .stream(&json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true}))
         .await;
@@ -228,7 +222,7 @@ async fn refusal_is_a_refusal_content_part() {
 
 #[tokio::test]
 async fn length_finish_ends_incomplete_with_max_output_tokens() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let body = relay.stream(&json!({"model": "fake-model?finish=length", "input": "long", "stream": true, "max_output_tokens": 16})).await;
     let folded = check_events(&body.events);
     let last = body.events.last().unwrap();
@@ -241,7 +235,7 @@ async fn length_finish_ends_incomplete_with_max_output_tokens() {
 
 #[tokio::test]
 async fn request_fields_reach_the_chat_upstream() {
-    let (up, relay) = setup().await;
+    let (up, relay) = plain_relay().await;
     let (status, _) = relay.create(&json!({"model": "fake-model", "instructions": "be brief", "temperature": 0.5, "top_p": 0.9,
             "max_output_tokens": 100, "user": "u1", "reasoning": {"effort": "low"},
             "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": true}},

@@ -5,12 +5,6 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
-async fn setup() -> (fake_upstream::FakeUpstream, Relay) {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    (up, relay)
-}
-
 fn envelope(body: &Value) -> &Value {
     let e = &body["error"];
     for k in ["message", "type", "param", "code"] {
@@ -21,7 +15,7 @@ fn envelope(body: &Value) -> &Value {
 
 #[tokio::test]
 async fn invalid_requests_get_400_naming_the_field() {
-    let (up, relay) = setup().await;
+    let (up, relay) = plain_relay().await;
     let url = relay.url("/v1/responses");
     let cases: Vec<(Value, &str, Option<&str>)> = vec![
         (
@@ -206,7 +200,7 @@ async fn malformed_json_and_oversized_bodies_are_rejected() {
 
 #[tokio::test]
 async fn unknown_routes_and_ids_get_404_envelopes() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let (status, body) = relay.get("/v1/nothing").await;
     assert_eq!(status, 404);
     envelope(&body);
@@ -222,7 +216,7 @@ async fn unknown_routes_and_ids_get_404_envelopes() {
 
 #[tokio::test]
 async fn models_are_passed_through_from_the_upstream() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let (status, body) = relay.get("/v1/models").await;
     assert_eq!(status, 200);
     assert_eq!(body["data"][0]["id"], "fake-model");
@@ -230,7 +224,7 @@ async fn models_are_passed_through_from_the_upstream() {
 
 #[tokio::test]
 async fn upstream_failures_before_the_first_byte_are_http_errors() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let url = relay.url("/v1/responses");
     for (model, stream, status) in [
         ("fake-model?fault=status500", true, 502),
@@ -284,7 +278,7 @@ async fn unreachable_upstream_is_502_and_slow_upstream_is_504() {
 
 #[tokio::test]
 async fn failures_after_the_first_event_end_with_response_failed() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     for fault in ["cut", "malformed", "error_chunk"] {
         let body = relay.stream(&json!({"model": format!("fake-model?fault={fault}"), "input": "x", "stream": true}))
         .await;
@@ -301,7 +295,7 @@ async fn failures_after_the_first_event_end_with_response_failed() {
 
 #[tokio::test]
 async fn a_stream_without_done_still_completes_when_it_finished() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let body = relay
         .stream(&json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true}))
         .await;
@@ -344,7 +338,7 @@ async fn a_model_slower_in_total_than_the_idle_timeout_completes_while_it_keeps_
 
 #[tokio::test]
 async fn client_disconnect_cancels_the_upstream_request() {
-    let (up, relay) = setup().await;
+    let (up, relay) = plain_relay().await;
     let resp = relay
         .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
         .await;
@@ -360,8 +354,7 @@ async fn client_disconnect_cancels_the_upstream_request() {
 
 #[tokio::test]
 async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, relay) = plain_relay().await;
     let resp = relay
         .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
         .await;
@@ -377,7 +370,7 @@ async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
 
 #[tokio::test]
 async fn an_unknown_field_inside_a_content_part_is_named_exactly() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let (status, body) = relay.create(&json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_text", "text": "x", "bogus": 1}]}]}))
     .await;
     assert_eq!(status, 400);

@@ -10,8 +10,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn an_upstream_429_before_the_first_byte_is_retried_then_succeeds() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, relay) = plain_relay().await;
     let model = "fake-model?fault=status429_once&deltas=3";
     let body = relay
         .stream(&json!({"model": model, "input": "x", "stream": true}))

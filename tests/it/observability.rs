@@ -349,8 +349,7 @@ async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
 
 #[tokio::test]
 async fn a_model_an_upstream_listed_is_its_own_label() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     let (status, _) = relay.get("/v1/models").await;
     assert_eq!(status, 200);
     let (status, r) = relay

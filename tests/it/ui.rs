@@ -104,8 +104,7 @@ async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_pa
 
 #[tokio::test]
 async fn a_bad_filter_is_a_400_naming_its_parameter() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     for (query, param) in [
         ("status=done", "status"),
         ("limit=0", "limit"),
@@ -191,8 +190,7 @@ async fn a_run_summary_counts_its_tool_calls_and_its_log_is_what_logs_export_wri
 
 #[tokio::test]
 async fn pages_and_assets_are_compiled_in_and_may_load_from_this_origin_only() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     for (path, kind, needle) in [
         ("/ui/", "text/html", "/ui/assets/list.js"),
         ("/ui/runs/resp_123", "text/html", "/ui/assets/run.js"),
@@ -343,8 +341,7 @@ async fn the_demo_runs_an_agent_run_prints_its_events_and_serves_its_viewer() {
 
 #[tokio::test]
 async fn replay_serves_the_viewer_for_its_recording() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     let id = relay
         .start(&json!({"model": "fake-model", "input": "record me"}))
         .await;
@@ -492,8 +489,7 @@ async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
 
 #[tokio::test]
 async fn a_run_with_store_false_is_never_listed() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     let (_, kept) = relay
         .create(&json!({"model": "fake-model", "input": "keep"}))
         .await;

@@ -46,15 +46,8 @@ pub async fn get(url: &str) -> (u16, Value) {
 
 /// POSTs a request and returns the raw body text (a whole SSE stream for `stream: true`).
 pub async fn post_text(url: &str, body: &Value) -> String {
-    client()
-        .post(url)
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    let r = client().post(url).json(body).send().await.unwrap();
+    r.text().await.unwrap()
 }
 
 /// A GET's status and body as text.
@@ -65,12 +58,6 @@ pub async fn get_text(url: &str) -> (u16, String) {
 
 /// A GET's body as text (whatever the status).
 pub async fn fetch_text(url: &str) -> String {
-    client()
-        .get(url)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
+    let r = client().get(url).send().await.unwrap();
+    r.text().await.unwrap()
 }

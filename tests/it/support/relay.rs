@@ -178,6 +178,13 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The fake upstream and a relay with the test config in front of it.
+pub async fn plain_relay() -> (super::fake_upstream::FakeUpstream, Relay) {
+    let up = super::upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    (up, relay)
+}
+
 /// A relay (the test config) over each of [`stores`] in front of `up`, named by its store.
 pub async fn relays_over_stores(
     up: &super::fake_upstream::FakeUpstream,
