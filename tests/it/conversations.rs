@@ -278,12 +278,12 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
 #[tokio::test]
 async fn another_tenants_conversation_is_an_unknown_one() {
     for (name, store) in stores() {
-        let up = upstream().await;
-        let mut c = config(&up.base_url());
-        c.deterministic = false;
-        c.store = store.clone();
-        c.keys = vec![KeyEntry::bare("key-a"), KeyEntry::bare("key-b")];
-        let relay = relay(c).await;
+        let (_up, relay) = configured_relay(|c| {
+            c.deterministic = false;
+            c.store = store.clone();
+            c.keys = vec![KeyEntry::bare("key-a"), KeyEntry::bare("key-b")];
+        })
+        .await;
         let with = |key: &str, method: &str, path: &str, body: Option<Value>| {
             let (url, key, method) = (relay.url(path), key.to_string(), method.to_string());
             async move {
@@ -432,10 +432,7 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
 
 #[tokio::test]
 async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.store = StoreKind::Memory;
-    let relay = relay(c).await;
+    let (up, relay) = configured_relay(|c| c.store = StoreKind::Memory).await;
     let body = relay
         .stream(
             &json!({"model": "fake-model", "stream": true, "store": false, "input": [

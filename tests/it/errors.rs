@@ -174,10 +174,7 @@ async fn invalid_requests_get_400_naming_the_field() {
 
 #[tokio::test]
 async fn malformed_json_and_oversized_bodies_are_rejected() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.max_body_bytes = 2048;
-    let relay = relay(c).await;
+    let (_up, relay) = configured_relay(|c| c.max_body_bytes = 2048).await;
     let r = client()
         .post(relay.url("/v1/responses"))
         .body("{not json")
@@ -305,10 +302,9 @@ async fn a_stream_without_done_still_completes_when_it_finished() {
 
 /// Streams `model` through a relay whose upstream idle timeout is 300 ms.
 async fn stream_with_a_300ms_idle_timeout(model: &str) -> SseBody {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.upstream_timeouts.idle = std::time::Duration::from_millis(300);
-    let relay = relay(c).await;
+    let (_up, relay) =
+        configured_relay(|c| c.upstream_timeouts.idle = std::time::Duration::from_millis(300))
+            .await;
     relay
         .stream(&json!({"model": model, "input": "x", "stream": true}))
         .await
@@ -384,10 +380,7 @@ async fn an_unknown_field_inside_a_content_part_is_named_exactly() {
 #[tokio::test]
 async fn a_client_that_sends_its_whole_oversized_body_before_reading_gets_its_413() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.max_body_bytes = 1024 * 1024;
-    let relay = relay(c).await;
+    let (_up, relay) = configured_relay(|c| c.max_body_bytes = 1024 * 1024).await;
     // As Python's urllib and httpx do: the whole body first (64 MiB), then the answer.
     let size = 64 * 1024 * 1024;
     let mut s = tokio::net::TcpStream::connect(relay.addr).await.unwrap();

@@ -27,10 +27,7 @@ async fn an_upstream_429_before_the_first_byte_is_retried_then_succeeds() {
 
 #[tokio::test]
 async fn retries_are_bounded_and_never_happen_after_output_started() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.upstream_timeouts.retries = 2;
-    let relay = relay(c).await;
+    let (up, relay) = configured_relay(|c| c.upstream_timeouts.retries = 2).await;
     let (status, _) = relay
         .create(&json!({"model": "fake-model?fault=status500", "input": "x"}))
         .await;
@@ -58,10 +55,7 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
 
 #[tokio::test]
 async fn a_full_relay_answers_503_with_retry_after() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.max_concurrent_runs = 1;
-    let relay = relay(c).await;
+    let (up, relay) = configured_relay(|c| c.limits.max_concurrent_runs = 1).await;
     let busy = relay
         .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
         .await;
@@ -90,10 +84,8 @@ async fn a_full_relay_answers_503_with_retry_after() {
 
 #[tokio::test]
 async fn a_run_past_its_time_limit_ends_failed() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.max_run_time = Duration::from_millis(300);
-    let relay = relay(c).await;
+    let (_up, relay) =
+        configured_relay(|c| c.limits.max_run_time = Duration::from_millis(300)).await;
     let body = relay
         .stream(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
         .await;
@@ -104,11 +96,11 @@ async fn a_run_past_its_time_limit_ends_failed() {
 
 #[tokio::test]
 async fn too_many_input_items_or_tools_are_rejected() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.max_input_items = 2;
-    c.limits.max_tools = 1;
-    let relay = relay(c).await;
+    let (_up, relay) = configured_relay(|c| {
+        c.limits.max_input_items = 2;
+        c.limits.max_tools = 1;
+    })
+    .await;
     let input: Vec<_> = (0..3)
         .map(|i| json!({"role": "user", "content": format!("{i}")}))
         .collect();
@@ -123,10 +115,8 @@ async fn too_many_input_items_or_tools_are_rejected() {
 
 #[tokio::test]
 async fn a_client_that_stops_reading_has_its_run_cancelled() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.client_stall = Duration::from_millis(300);
-    let relay = relay(c).await;
+    let (up, relay) =
+        configured_relay(|c| c.limits.client_stall = Duration::from_millis(300)).await;
     // A run that would stream for a minute (60,000 deltas 1 ms apart) to an HTTP/2 client that
     // never reads its body: it grants no flow-control window, the relay's writes stop after 64 KiB,
     // and the watchdog cancels the run long before the upstream would finish.

@@ -326,10 +326,9 @@ async fn metrics_count_requests_runs_tokens_and_mcp_calls_with_bounded_labels() 
 
 #[tokio::test]
 async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.keys = vec![responses_relay::config::KeyEntry::bare("relay-key")];
-    let relay = relay(c).await;
+    let (up, relay) =
+        configured_relay(|c| c.keys = vec![responses_relay::config::KeyEntry::bare("relay-key")])
+            .await;
     // Relay keys do not close it.
     scrape(&relay, None).await;
     let mut c = config(&up.base_url());
@@ -337,12 +336,7 @@ async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
     let locked = crate::support::relay(c).await;
     let r = client().get(locked.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = client()
-        .get(locked.url("/metrics"))
-        .bearer_auth("wrong")
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&locked.url("/metrics"), "wrong").await;
     assert_eq!(r.status(), 401);
     scrape(&locked, Some("scrape-key")).await;
 }

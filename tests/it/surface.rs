@@ -116,10 +116,7 @@ async fn hosted_tools_are_echoed_and_left_out_of_the_model_tools_by_default() {
 
 #[tokio::test]
 async fn hosted_tools_are_refused_naming_the_tool_under_reject() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.hosted_tools = HostedTools::Reject;
-    let relay = relay(c).await;
+    let (up, relay) = configured_relay(|c| c.hosted_tools = HostedTools::Reject).await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]}))
     .await;
     assert_eq!(status, 400, "{r}");

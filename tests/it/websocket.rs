@@ -372,10 +372,9 @@ async fn lanes_run_side_by_side_and_every_frame_of_a_lane_names_it() {
 
 #[tokio::test]
 async fn relay_keys_are_checked_on_the_upgrade() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.keys = vec![responses_relay::config::KeyEntry::bare("ws-key-1")];
-    let relay = relay(c).await;
+    let (_up, relay) =
+        configured_relay(|c| c.keys = vec![responses_relay::config::KeyEntry::bare("ws-key-1")])
+            .await;
     assert_eq!(Ws::connect(&relay, None).await.err(), Some(401));
     assert_eq!(Ws::connect(&relay, Some("wrong")).await.err(), Some(401));
     let mut ws = Ws::connect(&relay, Some("ws-key-1")).await.unwrap();
@@ -383,12 +382,7 @@ async fn relay_keys_are_checked_on_the_upgrade() {
         .await;
     assert_eq!(ws.folded().await["status"], "completed");
     // A plain GET is told it needs the upgrade.
-    let r = client()
-        .get(relay.url("/v1/responses"))
-        .bearer_auth("ws-key-1")
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&relay.url("/v1/responses"), "ws-key-1").await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "websocket_upgrade_required");
@@ -466,10 +460,8 @@ async fn a_dropped_socket_cancels_its_runs_but_not_background_ones() {
 
 #[tokio::test]
 async fn a_connection_past_its_lifetime_is_told_so_and_closed() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.websocket_lifetime = Duration::from_millis(300);
-    let relay = relay(c).await;
+    let (_up, relay) =
+        configured_relay(|c| c.limits.websocket_lifetime = Duration::from_millis(300)).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     ws.socket
         .send(Message::Ping(vec![7u8].into()))
@@ -657,10 +649,7 @@ async fn a_create_on_another_lane_chains_to_a_response_still_running() {
 
 #[tokio::test]
 async fn a_frame_over_the_body_limit_is_refused_and_the_socket_closed_with_1009() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.max_body_bytes = 4096;
-    let relay = relay(c).await;
+    let (_up, relay) = configured_relay(|c| c.max_body_bytes = 4096).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     let input = "x".repeat(10_000);
     ws.create(json!({"model": "fake-model", "input": input}))

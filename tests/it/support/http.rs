@@ -61,3 +61,8 @@ pub async fn fetch_text(url: &str) -> String {
     let r = client().get(url).send().await.unwrap();
     r.text().await.unwrap()
 }
+
+/// A GET with `key` as its bearer token, the answer unread.
+pub async fn get_as(url: &str, key: &str) -> reqwest::Response {
+    client().get(url).bearer_auth(key).send().await.unwrap()
+}

@@ -185,6 +185,16 @@ pub async fn plain_relay() -> (super::fake_upstream::FakeUpstream, Relay) {
     (up, relay)
 }
 
+/// The fake upstream and a relay with the test config as `change` leaves it.
+pub async fn configured_relay(
+    change: impl FnOnce(&mut Config),
+) -> (super::fake_upstream::FakeUpstream, Relay) {
+    let up = super::upstream().await;
+    let mut c = config(&up.base_url());
+    change(&mut c);
+    (up, relay(c).await)
+}
+
 /// A relay (the test config) over each of [`stores`] in front of `up`, named by its store.
 pub async fn relays_over_stores(
     up: &super::fake_upstream::FakeUpstream,
