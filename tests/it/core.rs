@@ -8,9 +8,7 @@ use crate::support::*;
 #[tokio::test]
 async fn text_stream_is_well_ordered_and_ends_with_done() {
     let (_up, relay) = plain_relay().await;
-    let body = relay
-        .stream(&json!({"model": "fake-model", "input": "hi there", "stream": true}))
-        .await;
+    let body = relay.stream_input("fake-model", "hi there").await;
     assert!(body.done, "no [DONE]");
     let folded = check_events(&body.events);
     let k = kinds(&body.events);
@@ -188,36 +186,24 @@ async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
 #[tokio::test]
 async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
     let (_up, relay) = plain_relay().await;
-    let body = relay
-        .stream(&json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true}))
-        .await;
+    let body = relay.stream_input("fake-model?reasoning=3", "think").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["output"][0]["type"], "reasoning");
     assert_eq!(folded["output"][0]["content"][0]["type"], "reasoning_text");
     assert_eq!(folded["output"][1]["type"], "message");
-    assert!(
-        kinds(&body.events)
-            .iter()
-            .any(|k| k == "response.reasoning_text.delta")
-    );
+    assert!(has_kind(&body.events, "response.reasoning_text.delta"));
     golden("reasoning", &body);
 }
 
 #[tokio::test]
 async fn refusal_is_a_refusal_content_part() {
     let (_up, relay) = plain_relay().await;
-    let body = relay
-        .stream(&json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true}))
-        .await;
+    let body = relay.stream_input("fake-model?refusal=1", "bad").await;
     let folded = check_events(&body.events);
     let part = &folded["output"][0]["content"][0];
     assert_eq!(part["type"], "refusal");
     assert_eq!(part["refusal"], "I'm sorry, I can't help with that.");
-    assert!(
-        kinds(&body.events)
-            .iter()
-            .any(|k| k == "response.refusal.done")
-    );
+    assert!(has_kind(&body.events, "response.refusal.done"));
 }
 
 #[tokio::test]

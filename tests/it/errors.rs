@@ -293,9 +293,7 @@ async fn failures_after_the_first_event_end_with_response_failed() {
 #[tokio::test]
 async fn a_stream_without_done_still_completes_when_it_finished() {
     let (_up, relay) = plain_relay().await;
-    let body = relay
-        .stream(&json!({"model": "fake-model?fault=no_done", "input": "x", "stream": true}))
-        .await;
+    let body = relay.stream_input("fake-model?fault=no_done", "x").await;
     check_events(&body.events);
     assert_eq!(body.events.last().unwrap()["type"], "response.completed");
 }

@@ -39,9 +39,7 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
             .count(),
         3
     );
-    let body = relay
-        .stream(&json!({"model": "fake-model?fault=cut", "input": "x", "stream": true}))
-        .await;
+    let body = relay.stream_input("fake-model?fault=cut", "x").await;
     assert_eq!(check_events(&body.events)["status"], "failed");
     assert_eq!(
         up.requests()
@@ -86,9 +84,7 @@ async fn a_full_relay_answers_503_with_retry_after() {
 async fn a_run_past_its_time_limit_ends_failed() {
     let (_up, relay) =
         configured_relay(|c| c.limits.max_run_time = Duration::from_millis(300)).await;
-    let body = relay
-        .stream(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .await;
+    let body = relay.stream_input("fake-model?fault=stall", "x").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
     assert!(error_message(&folded).contains("limit"), "{folded}");

@@ -160,11 +160,7 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
     assert_eq!(list["type"], "mcp_list_tools");
     assert_eq!(list["tools"], json!([]));
     assert!(list["error"].as_str().unwrap().contains("gone"), "{list}");
-    assert!(
-        kinds(&body.events)
-            .iter()
-            .any(|k| k == "response.mcp_list_tools.failed")
-    );
+    assert!(has_kind(&body.events, "response.mcp_list_tools.failed"));
 
     let mut c = config(&up.base_url());
     c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;

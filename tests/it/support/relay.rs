@@ -62,6 +62,12 @@ pub trait RelayApi {
             .await
     }
 
+    /// Streams `input` to `model` (`{"model", "input", "stream": true}`), read to its end.
+    async fn stream_input(&self, model: &str, input: &str) -> super::SseBody {
+        let body = json!({"model": model, "input": input, "stream": true});
+        self.stream(&body).await
+    }
+
     /// `POST PATH` of `body`: the status and the JSON answer.
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         super::post(&self.url(path), body).await

@@ -144,3 +144,8 @@ pub fn kinds(events: &[Value]) -> Vec<String> {
         .map(|e| e["type"].as_str().unwrap().to_string())
         .collect()
 }
+
+/// Whether any of `events` is of type `kind`.
+pub fn has_kind(events: &[Value], kind: &str) -> bool {
+    events.iter().any(|e| e["type"] == kind)
+}
