@@ -28,12 +28,7 @@ async fn text_stream_is_well_ordered_and_ends_with_done() {
         terminal["output"], folded["output"],
         "terminal output differs from the folded stream"
     );
-    let text: String = body
-        .events
-        .iter()
-        .filter(|e| e["type"] == "response.output_text.delta")
-        .map(|e| e["delta"].as_str().unwrap())
-        .collect();
+    let text: String = streamed_text(&body.events);
     assert_eq!(text, "Hello! You said: hi there");
     assert_eq!(terminal["output"][0]["content"][0]["text"], text);
     assert!(

@@ -185,7 +185,7 @@ async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value)
 /// `[DONE]`, and starting with exactly the events `live` (what a client saw, maybe cut short).
 /// Returns the folded stored Response.
 async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
-    let text = fetch_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let text = relay.replay_text(&id).await;
     let stored = parse_sse(&text);
     assert!(
         stored.done,
@@ -213,7 +213,7 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
 
 /// The stored log of `id` as events.
 async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
-    let text = fetch_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let text = relay.replay_text(&id).await;
     parse_sse(&text).events
 }
 

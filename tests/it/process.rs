@@ -29,17 +29,11 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
         .create(&json!({"model": "fake-model", "input": "keep me", "stream": false}))
         .await;
     let done_id = done["id"].as_str().unwrap().to_string();
-    let before = fetch_text(&first.url(&format!("/v1/responses/{done_id}?stream=true"))).await;
+    let before = first.replay_text(&done_id).await;
     let id = first.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
     // Let the first deltas reach the store, then kill without any chance to clean up.
-    for _ in 0..200 {
-        let (_, r) = first.get(&format!("/v1/responses/{id}")).await;
-        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    first.until_output(&id, 200).await;
     let mut first = first;
     signal(first.child.id(), "-9");
     let _ = first.child.wait();
@@ -49,7 +43,7 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     assert_eq!(status, 200);
     assert_eq!(r["status"], "failed", "{r}");
     assert!(error_message(&r).contains("stopped"));
-    let log = fetch_text(&second.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let log = second.replay_text(&id).await;
     let body = parse_sse(&log);
     assert!(body.done);
     let folded = check_events(&body.events);
@@ -58,7 +52,7 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
         folded["output"][0]["status"], "incomplete",
         "the open message was closed"
     );
-    let after = fetch_text(&second.url(&format!("/v1/responses/{done_id}?stream=true"))).await;
+    let after = second.replay_text(&done_id).await;
     assert_eq!(after, before, "a finished run changed across the crash");
 }
 
@@ -207,19 +201,8 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
         "the journal kept {kept} rows after 200 finished runs"
     );
     // A run that stays live while thousands of rows go by and are trimmed keeps all of its own.
-    let (_, running) = post(
-        &url,
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
-    let id = running["id"].as_str().unwrap().to_string();
-    for _ in 0..200 {
-        let (_, r) = get(&format!("{url}/{id}")).await;
-        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let id = relay.start_stalled().await;
+    relay.until_output(&id, 200).await;
     for _ in 0..150 {
         let (status, r) = post(&url, &short).await;
         assert_eq!(status, 200, "{r}");
@@ -229,7 +212,7 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     signal(relay.child.id(), "-9");
     let _ = relay.child.wait();
     let again = relay_process(&up.base_url(), &db);
-    let log = fetch_text(&again.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let log = again.replay_text(&id).await;
     let body = parse_sse(&log);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
@@ -239,7 +222,7 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     );
     // Every finished run replays whole: its events were moved out of the journal when it ended.
     for done in [&finished[0], &finished[199], &finished[349]] {
-        let log = fetch_text(&again.url(&format!("/v1/responses/{done}?stream=true"))).await;
+        let log = again.replay_text(&done).await;
         let body = parse_sse(&log);
         assert_eq!(check_events(&body.events)["status"], "completed");
         assert_eq!(

@@ -84,8 +84,8 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     let folded = check_events(&all);
     assert_eq!(folded["status"], "completed");
     // Every relay replays the same log, byte for byte, and answers the same Response.
-    let (_, on_a) = get_text(&a.url(&format!("/v1/responses/{id}?stream=true"))).await;
-    let (_, on_b) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, on_a) = a.replay(&id).await;
+    let (_, on_b) = b.replay(&id).await;
     assert_eq!(on_a, on_b);
     assert_eq!(parse_sse(&on_b).events, all);
     let (_, ra) = a.get(&format!("/v1/responses/{id}")).await;
@@ -152,7 +152,7 @@ async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     assert_eq!(on_a, cancelled);
     let (status, again) = a.cancel(&id).await;
     assert_eq!((status, &again), (200, &cancelled));
-    let (_, log) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, log) = b.replay(&id).await;
     let body = parse_sse(&log);
     check_events(&body.events);
     assert_eq!(
@@ -177,13 +177,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     let b = relay_over(&up, &url).await;
     let id = a.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
-    for _ in 0..500 {
-        let (_, r) = b.get(&format!("/v1/responses/{id}")).await;
-        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    b.until_output(&id, 500).await;
     // A reader on B tails the run live when A dies.
     let mut tail = client()
         .get(b.url(&format!("/v1/responses/{id}?stream=true")))
@@ -484,7 +478,7 @@ fn frames(text: &str) -> String {
 /// export`'s lines).
 async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Value, String) {
     let body = parse_sse(live);
-    let (status, whole) = get_text(&r.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (status, whole) = r.replay(&id).await;
     assert_eq!(status, 200);
     assert_eq!(
         frames(&whole),

@@ -50,8 +50,7 @@ async fn a_stored_run_replays_exactly_what_was_streamed() {
             .as_str()
             .unwrap()
             .to_string();
-        let (status, replay) =
-            get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        let (status, replay) = relay.replay(&id).await;
         assert_eq!(status, 200, "{name}");
         assert_eq!(
             replay, live,
@@ -102,7 +101,7 @@ async fn a_client_that_lost_the_connection_resumes_with_no_gap_and_no_duplicate(
             folded["status"], "completed",
             "{name}: the run did not survive its client"
         );
-        let (_, full) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        let (_, full) = relay.replay(&id).await;
         assert_eq!(parse_sse(&full).events, all, "{name}");
     }
 }
@@ -163,7 +162,7 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
             (200, &cancelled),
             "{name}: cancel is not idempotent"
         );
-        let (_, log) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+        let (_, log) = relay.replay(&id).await;
         let body = parse_sse(&log);
         check_events(&body.events);
         assert_eq!(
@@ -541,9 +540,7 @@ async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
 #[tokio::test]
 async fn expired_runs_are_removed() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    for (name, mut c) in store_configs(&up) {
         c.store_ttl = Some(std::time::Duration::from_secs(60));
         let app = responses_relay::App::new(c);
         let relay = relay_app(app.clone()).await;
@@ -825,12 +822,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     );
     let sse = parse_sse(&text);
     let folded = check_events(&sse.events);
-    let deltas: String = sse
-        .events
-        .iter()
-        .filter(|e| e["type"] == "response.output_text.delta")
-        .map(|e| e["delta"].as_str().unwrap())
-        .collect();
+    let deltas: String = streamed_text(&sse.events);
     assert_eq!(
         deltas.len(),
         folded["output"][0]["content"][0]["text"]
@@ -1001,7 +993,7 @@ async fn a_finished_runs_log_is_kept_packed_in_one_row_and_replays_byte_for_byte
         .as_str()
         .unwrap()
         .to_string();
-    let (_, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, replay) = relay.replay(&id).await;
     assert_eq!(replay, live);
     let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(got, parse_sse(&live).events.last().unwrap()["response"]);
@@ -1070,7 +1062,7 @@ async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
             .unwrap();
     }
     let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
-    let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (status, replay) = relay.replay(&id).await;
     assert_eq!(status, 200);
     assert_eq!(replay, live, "the old run's replay differs from its stream");
     let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;

@@ -569,7 +569,7 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled"))
     );
-    let (_, log) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, log) = relay.replay(&id).await;
     let body = parse_sse(&log);
     assert_eq!(
         check_events(&body.events)["status"],

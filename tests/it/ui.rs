@@ -34,9 +34,7 @@ fn ids(page: &Value) -> Vec<String> {
 async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_paged_on_every_store()
 {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    for (name, c) in store_configs(&up) {
         let relay = relay(c).await;
         let mut made = Vec::new();
         for model in [
@@ -379,9 +377,7 @@ async fn replay_serves_the_viewer_for_its_recording() {
 #[tokio::test]
 async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_ends() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    for (name, c) in store_configs(&up) {
         let relay = relay(c).await;
         let id = relay.start(&json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "slowly", "background": true})).await;
         // Listed once the store kept its start (SQLite: the writer's next commit).
@@ -437,9 +433,7 @@ fn the_demo_on_an_address_in_use_exits_64_naming_listen() {
 async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
     let up = upstream().await;
     let server = mcp_server(mcp_test_server::Options::default()).await;
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    for (name, c) in store_configs(&up) {
         let relay = relay(c).await;
         let (_, run) = relay.create(&json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":2}",
                     "tools": [{"type": "mcp", "server_label": "m", "server_url": server.url(), "require_approval": "never"}]}))

@@ -68,6 +68,27 @@ pub trait RelayApi {
         self.stream(&body).await
     }
 
+    /// `GET /v1/responses/ID?stream=true`: the status and the replayed SSE text.
+    async fn replay(&self, id: &str) -> (u16, String) {
+        super::get_text(&self.url(&format!("/v1/responses/{id}?stream=true"))).await
+    }
+
+    /// The replayed SSE text of run `id` (whatever the status).
+    async fn replay_text(&self, id: &str) -> String {
+        self.replay(id).await.1
+    }
+
+    /// Polls run `id` (at most `tries` times, 10 ms apart) until it has an output item.
+    async fn until_output(&self, id: &str, tries: usize) {
+        for _ in 0..tries {
+            let (_, r) = self.get(&format!("/v1/responses/{id}")).await;
+            if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    }
+
     /// `POST PATH` of `body`: the status and the JSON answer.
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         super::post(&self.url(path), body).await
@@ -199,6 +220,18 @@ pub async fn configured_relay(
     let mut c = config(&up.base_url());
     change(&mut c);
     (up, relay(c).await)
+}
+
+/// The test config in front of `up` with each of [`stores`], named by its store.
+pub fn store_configs(up: &super::fake_upstream::FakeUpstream) -> Vec<(&'static str, Config)> {
+    let with = |store| Config {
+        store,
+        ..config(&up.base_url())
+    };
+    stores()
+        .into_iter()
+        .map(|(name, s)| (name, with(s)))
+        .collect()
 }
 
 /// A relay (the test config) over each of [`stores`] in front of `up`, named by its store.

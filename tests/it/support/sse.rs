@@ -149,3 +149,12 @@ pub fn kinds(events: &[Value]) -> Vec<String> {
 pub fn has_kind(events: &[Value], kind: &str) -> bool {
     events.iter().any(|e| e["type"] == kind)
 }
+
+/// The text of a run's `response.output_text.delta` events, joined.
+pub fn streamed_text(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] == "response.output_text.delta")
+        .map(|e| e["delta"].as_str().unwrap())
+        .collect()
+}

@@ -16,3 +16,14 @@ pub async fn upstream() -> fake_upstream::FakeUpstream {
     .await
     .expect("fake upstream starts")
 }
+
+/// The upstream sees a stream open, then closed long before it would have finished: the run of a
+/// client that stopped reading was cancelled.
+pub async fn stalled_run_is_cancelled(up: &fake_upstream::FakeUpstream) {
+    super::eventually("the upstream stream is open", || up.open_streams() == 1).await;
+    super::eventually(
+        "the stalled client's run was cancelled long before the upstream finished",
+        || up.open_streams() == 0,
+    )
+    .await;
+}
