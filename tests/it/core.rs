@@ -30,7 +30,7 @@ async fn text_stream_is_well_ordered_and_ends_with_done() {
     );
     let text: String = streamed_text(&body.events);
     assert_eq!(text, "Hello! You said: hi there");
-    assert_eq!(terminal["output"][0]["content"][0]["text"], text);
+    assert_eq!(*first_text(terminal), text);
     assert!(
         body.events
             .iter()
@@ -150,7 +150,7 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     assert_eq!(second["status"], "completed");
     assert_eq!(second["previous_response_id"], first_id);
     assert_eq!(second.get("output_text"), None);
-    let text = second["output"][0]["content"][0]["text"].as_str().unwrap();
+    let text = first_text(&second).as_str().unwrap();
     assert_eq!(text, "Tool results: 64 degrees and clear");
     // The upstream saw the whole chain in order: user, assistant tool call, tool result.
     let last = up.requests().last().unwrap().body.clone();
@@ -293,7 +293,7 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
         .expect("the earlier answer was sent");
     let part = &assistant["content"][0];
     assert_eq!(part["type"], "output_text");
-    assert_eq!(part["text"], a["output"][0]["content"][0]["text"]);
+    assert_eq!(part["text"], *first_text(&a));
     assert_eq!(part["annotations"], json!([]), "{assistant}");
     assert!(
         part.as_object().unwrap().values().all(|v| !v.is_null()),

@@ -155,10 +155,7 @@ async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     let (_, log) = b.replay(&id).await;
     let body = parse_sse(&log);
     check_events(&body.events);
-    assert_eq!(
-        body.events.last().unwrap()["response"]["status"],
-        "cancelled"
-    );
+    assert_eq!(terminal_status(&body), "cancelled");
 }
 
 fn relay_process(upstream: &str, store: &str) -> RelayProcess {
@@ -232,9 +229,8 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
         .await;
     assert_eq!(status, 503, "{err}");
     assert_eq!(err["error"]["code"], "store_unavailable");
-    let (status, unstored) = relay
-        .create(&json!({"model": "fake-model", "input": "x", "store": false}))
-        .await;
+    let unstored_run = json!({"model": "fake-model", "input": "x", "store": false});
+    let (status, unstored) = relay.create(&unstored_run).await;
     assert_eq!(
         (status, unstored["status"].as_str()),
         (200, Some("completed"))

@@ -4,7 +4,6 @@
 
 use serde_json::json;
 
-use crate::mcp_test_server;
 use crate::support::*;
 use responses_relay::config::Config;
 
@@ -17,11 +16,7 @@ fn from_file(upstream: &str, toml: &str) -> Config {
 #[tokio::test]
 async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_stay_on_the_relay() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("REGISTERED-TOKEN-9".into()),
-        ..Default::default()
-    };
-    let server = mcp_server(opts).await;
+    let server = mcp_server(requiring_bearer("REGISTERED-TOKEN-9")).await;
     let toml = format!(
         "[mcp_servers.team]\nurl = \"{}\"\nauthorization = \"REGISTERED-TOKEN-9\"\ndescription = \"The team's tools\"\nrequire_approval = \"never\"\nallowed_tools = [\"whoami\", \"add\"]\n",
         server.url()
@@ -165,11 +160,7 @@ async fn a_registered_legacy_sse_server_runs_tools_through_the_relay() {
 async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_and_defer_loading_narrows()
  {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("ENV-TOKEN-8".into()),
-        ..Default::default()
-    };
-    let server = mcp_server(opts).await;
+    let server = mcp_server(requiring_bearer("ENV-TOKEN-8")).await;
     // SAFETY of the variable: its name is this test's own.
     unsafe { std::env::set_var("RELAY_TEST_REGISTERED_TOKEN_8", "ENV-TOKEN-8") };
     let toml = format!(
@@ -260,11 +251,7 @@ async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
 #[tokio::test]
 async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_items() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("SEARCH-TOKEN-3".into()),
-        ..Default::default()
-    };
-    let server = mcp_server(opts).await;
+    let server = mcp_server(requiring_bearer("SEARCH-TOKEN-3")).await;
     let toml = format!(
         "[mcp_servers.search]\nurl = \"{}\"\nauthorization = \"SEARCH-TOKEN-3\"\n[hosted_tools]\nweb_search = \"search:whoami\"\n",
         server.url()

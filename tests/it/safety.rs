@@ -387,11 +387,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         .build()
         .unwrap();
     let (up, server, unauthorized, dead) = aux.block_on(async {
-        let opts = mcp_test_server::Options {
-            require_bearer: Some("SECRET-AUTH-1".into()),
-            ..Default::default()
-        };
-        let server = mcp_server(opts).await;
+        let server = mcp_server(requiring_bearer("SECRET-AUTH-1")).await;
         let opts = mcp_test_server::Options {
             require_bearer: Some("another-token".into()),
             ..Default::default()

@@ -165,10 +165,7 @@ async fn background_runs_can_be_cancelled_once_and_finished_ones_say_so() {
         let (_, log) = relay.replay(&id).await;
         let body = parse_sse(&log);
         check_events(&body.events);
-        assert_eq!(
-            body.events.last().unwrap()["response"]["status"],
-            "cancelled"
-        );
+        assert_eq!(terminal_status(&body), "cancelled");
         // A finished run cannot be cancelled; a synchronous one neither.
         let (_, done) = relay
             .create(&json!({"model": "fake-model", "input": "x", "background": true}))
@@ -253,7 +250,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
         let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]}))
         .await;
         assert_eq!(
-            (status, err["error"]["code"].as_str()),
+            code_error(status, &err),
             (400, Some("previous_response_not_found"))
         );
     }
@@ -435,8 +432,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
 async fn input_items_list_message_content_as_parts_with_a_status() {
     // OpenAI's `ResponseInputMessageItem.content` is a list (typed SDKs iterate it), and items
     // returned by the API carry their `status`: a string given as content is listed as one part.
-    let up = upstream().await;
-    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let (up, relay) = plain_relay().await;
     let input = json!([
         {"role": "developer", "content": "be brief"},
         {"role": "assistant", "content": "earlier answer"},
@@ -823,13 +819,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     let sse = parse_sse(&text);
     let folded = check_events(&sse.events);
     let deltas: String = streamed_text(&sse.events);
-    assert_eq!(
-        deltas.len(),
-        folded["output"][0]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .len()
-    );
+    assert_eq!(deltas.len(), first_text(&folded).as_str().unwrap().len());
     // The model finished, but the run was not kept: its client is told it failed, not completed.
     assert_eq!(folded["status"], "failed", "{folded}");
     assert!(folded["completed_at"].is_null(), "{folded}");

@@ -500,11 +500,7 @@ async fn a_run_with_store_false_is_never_listed() {
 #[tokio::test]
 async fn the_viewer_never_shows_an_mcp_servers_secrets() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("VIEWER-SECRET-TOKEN".into()),
-        ..Default::default()
-    };
-    let server = mcp_server(opts).await;
+    let server = mcp_server(requiring_bearer("VIEWER-SECRET-TOKEN")).await;
     let relay = relay(config(&up.base_url())).await;
     let (status, run) = relay
         .create(&json!({"model": "fake-model", "input": "CALL whoami {}",

@@ -46,3 +46,13 @@ pub fn error_message(body: &Value) -> &str {
 pub fn param_error(status: u16, body: &Value) -> (u16, Option<&str>) {
     (status, body["error"]["param"].as_str())
 }
+
+/// A status with the `error.code` of its answer.
+pub fn code_error(status: u16, body: &Value) -> (u16, Option<&str>) {
+    (status, body["error"]["code"].as_str())
+}
+
+/// The text of a Response's first content part of its first output item.
+pub fn first_text(response: &Value) -> &Value {
+    &response["output"][0]["content"][0]["text"]
+}

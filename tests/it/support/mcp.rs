@@ -15,6 +15,14 @@ pub async fn mcp_server(options: Options) -> McpTestServer {
         .expect("the MCP test server starts")
 }
 
+/// Options for a server that refuses any request without `Authorization: Bearer TOKEN`.
+pub fn requiring_bearer(token: &str) -> Options {
+    Options {
+        require_bearer: Some(token.into()),
+        ..Default::default()
+    }
+}
+
 /// A hosted MCP tool for the server labelled `label` at `url`, called without approval.
 pub fn mcp_tool(label: &str, url: &str) -> Value {
     json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})

@@ -158,3 +158,8 @@ pub fn streamed_text(events: &[Value]) -> String {
         .map(|e| e["delta"].as_str().unwrap())
         .collect()
 }
+
+/// The status of the Response in a run's last event.
+pub fn terminal_status(body: &SseBody) -> &Value {
+    &body.events.last().unwrap()["response"]["status"]
+}
