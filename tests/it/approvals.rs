@@ -328,7 +328,7 @@ async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
         .create(json!({"model": "fake-model", "tools": tools, "input": history}))
         .await;
     assert_eq!(status, 200, "{c}");
-    let sent = w.up.requests().last().unwrap().body.clone();
+    let sent = last_request(&w.up);
     let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
         (last["role"].as_str(), last["content"].as_str()),

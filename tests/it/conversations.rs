@@ -17,6 +17,13 @@ async fn relay_on(up: &FakeUpstream, store: &StoreKind) -> Relay {
     relay(c).await
 }
 
+/// A fake upstream of its own and a relay over `store` in front of it.
+async fn own_upstream_and_relay(store: &StoreKind) -> (FakeUpstream, Relay) {
+    let up = upstream().await;
+    let relay = relay_on(&up, store).await;
+    (up, relay)
+}
+
 async fn send(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
     let c = client();
     let mut req = match method {
@@ -43,8 +50,7 @@ fn texts(list: &Value) -> Vec<String> {
 #[tokio::test]
 async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
     for (name, store) in stores() {
-        let up = upstream().await;
-        let relay = relay_on(&up, &store).await;
+        let (up, relay) = own_upstream_and_relay(&store).await;
         let base = relay.url("/v1/conversations");
         let (status, conv) = send(
             "POST",
@@ -145,8 +151,7 @@ async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
 #[tokio::test]
 async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
     for (name, store) in stores() {
-        let up = upstream().await;
-        let relay = relay_on(&up, &store).await;
+        let (up, relay) = own_upstream_and_relay(&store).await;
         let (_, conv) = send(
             "POST",
             &relay.url("/v1/conversations"),
@@ -173,7 +178,7 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
             assert_eq!(r["status"], "completed");
         }
         // The second turn's model saw everything before it.
-        let sent = up.requests().last().unwrap().body.to_string();
+        let sent = last_request(&up).to_string();
         for seen in [
             "earlier",
             "first turn",
@@ -378,7 +383,7 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
         sealed.starts_with("rr1.") && !sealed.contains("part A"),
         "{sealed}"
     );
-    let asked = up.requests().last().unwrap().body.to_string();
+    let asked = last_request(&up).to_string();
     assert!(
         asked.contains("compacting a conversation") && asked.contains("You plan projects."),
         "{asked}"
@@ -388,7 +393,7 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
     let (status, next) = relay.create(&json!({"model": "fake-model", "input": [out[2], {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.contains("A summary of the conversation so far"),
         "{sent}"
@@ -482,7 +487,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
         3,
         "counted, summarized, then answered"
     );
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.contains("A summary of the conversation so far") && sent.contains("gamma"),
         "{sent}"
@@ -493,7 +498,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
             "store": true, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.contains("A summary of the conversation so far") && sent.contains("delta"),
         "{sent}"

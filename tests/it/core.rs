@@ -124,12 +124,11 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     let body = relay.stream(&json!({"model": "fake-model", "input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": true}))
     .await;
     let folded = check_events(&body.events);
-    let k = kinds(&body.events);
     for needed in [
         "response.function_call_arguments.delta",
         "response.function_call_arguments.done",
     ] {
-        assert!(k.iter().any(|x| x == needed), "missing {needed}");
+        assert!(has_kind(&body.events, needed), "missing {needed}");
     }
     let call = &folded["output"][0];
     assert_eq!(call["type"], "function_call");
@@ -153,7 +152,7 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
     let text = first_text(&second).as_str().unwrap();
     assert_eq!(text, "Tool results: 64 degrees and clear");
     // The upstream saw the whole chain in order: user, assistant tool call, tool result.
-    let last = up.requests().last().unwrap().body.clone();
+    let last = last_request(&up);
     let roles: Vec<&str> = strs(&last["messages"], "role");
     assert_eq!(roles, ["user", "assistant", "tool"]);
     assert_eq!(last["messages"][1]["tool_calls"][0]["id"], call_id);
@@ -226,7 +225,7 @@ async fn request_fields_reach_the_chat_upstream() {
                           {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,AAAA"}]}]}))
     .await;
     assert_eq!(status, 200);
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(sent["stream"], true);
     assert_eq!(sent["stream_options"]["include_usage"], true);
     assert_eq!(sent["temperature"], 0.5);
@@ -284,7 +283,7 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
         .create(&json!({"model": "fake-model", "input": "again", "previous_response_id": a["id"]}))
         .await;
     assert_eq!(status, 200, "{b}");
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     let assistant = sent["input"]
         .as_array()
         .unwrap()
@@ -316,7 +315,7 @@ async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
         let (status, answer) = r.create(&body).await;
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["reasoning"]["summary"], "auto");
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         if api == responses_relay::upstream::UpstreamApi::Responses {
             assert_eq!(
                 sent["reasoning"],

@@ -479,7 +479,7 @@ async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model()
     );
     let streamed: usize = body.raw.iter().map(String::len).sum();
     assert!(streamed < 1_000_000, "the client got {streamed} bytes");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.len() < 2 * cap,
         "the model's request has {} bytes",

@@ -499,7 +499,7 @@ async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
                 .contains("[image: image/png"),
             "{call}"
         );
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         let messages = sent["messages"].as_array().unwrap();
         let image_urls: Vec<&str> = messages
             .iter()
@@ -534,7 +534,7 @@ async fn structured_and_oversized_results_become_bounded_text() {
         "{} bytes",
         big.len()
     );
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(sent.len() < 20_000, "the whole output reached the model");
 }
 
@@ -566,7 +566,7 @@ async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
             && error_text.len() < 1100,
         "{call}"
     );
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.len() < 20_000,
         "the whole error reached the model: {} bytes",
@@ -621,8 +621,11 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
     let calls = items_of(&r, "mcp_call");
     assert_eq!((calls.len(), calls[0]["name"].as_str()), (1, Some("echo")));
     assert_eq!(r["status"], "completed");
-    let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "tools": [mcp_tool("s", &server.url())], "tool_choice": {"type": "mcp", "server_label": "other"}}))
-    .await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let other = json!({"type": "mcp", "server_label": "other"});
+    let (status, err) = relay
+        .create(&json!({"model": "fake-model", "input": "x", "tools": tools, "tool_choice": other}))
+        .await;
     assert_eq!(
         param_error(status, &err),
         (400, Some("tool_choice.server_label"))

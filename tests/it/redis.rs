@@ -114,7 +114,7 @@ async fn previous_response_id_and_item_references_work_across_relays() {
         )
         .await;
     assert_eq!(status, 200, "{second}");
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     let roles: Vec<&str> = strs(&sent["messages"], "role");
     assert_eq!(roles, ["user", "assistant", "user"]);
     assert_eq!(sent["messages"][0]["content"], "turn 0");
@@ -124,7 +124,7 @@ async fn previous_response_id_and_item_references_work_across_relays() {
         a.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]}))
             .await;
     assert_eq!(status, 200);
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 1");
     // Deleted through B: gone for A too.
     let r = b

@@ -42,10 +42,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
         let text = r.to_string();
         let mcp_call = find_item(&r["output"], "mcp_call").unwrap();
         assert!(
-            mcp_call["output"]
-                .as_str()
-                .unwrap()
-                .starts_with("authorized"),
+            str_at(mcp_call, "output").starts_with("authorized"),
             "{mcp_call}"
         );
         assert!(
@@ -278,7 +275,7 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
     );
     // The tool's text reached the model, and the model answered.
     assert_eq!(folded["output"][1]["type"], "message");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(sent.contains("authorized"), "{sent}");
     assert_eq!(folded["tools"][0], web, "echoed as sent");
     assert!(!body.raw.join("\n").contains("SEARCH-TOKEN-3"));
@@ -288,7 +285,7 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
         .create(&json!({"model": "fake-model", "input": "hi", "tools": [web]}))
         .await;
     assert_eq!(status, 200, "{r}");
-    let offered = up.requests().last().unwrap().body.clone();
+    let offered = last_request(&up);
     assert!(
         offered
             .get("tools")

@@ -481,7 +481,7 @@ async fn input_items_list_message_content_as_parts_with_a_status() {
         "{page}"
     );
     // What the model is sent is unchanged: a string stays a string.
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(
         sent["messages"].as_array().unwrap().last().unwrap()["content"],
         "as a string"
@@ -502,7 +502,7 @@ async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
             assert_eq!(status, 200, "{name}: {r}");
             prev = Some(r["id"].as_str().unwrap().to_string());
         }
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         let msgs: Vec<(String, String)> = sent["messages"]
             .as_array()
             .unwrap()
@@ -527,7 +527,7 @@ async fn continuation_sees_the_whole_chain_in_order_and_references_resolve() {
         let msg_id = last["output"][0]["id"].as_str().unwrap();
         let (status, _) = relay.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]})).await;
         assert_eq!(status, 200);
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         assert_eq!(sent["messages"][0]["role"], "assistant", "{name}");
         assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 2");
     }

@@ -18,7 +18,7 @@ async fn relay_on(up: &crate::fake_upstream::FakeUpstream, api: UpstreamApi) -> 
 
 /// The function names the upstream was offered in its last request (both wire formats).
 fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
-    let body = up.requests().last().unwrap().body.clone();
+    let body = last_request(&up);
     body["tools"]
         .as_array()
         .cloned()
@@ -166,7 +166,7 @@ async fn a_namespaced_function_call_carries_its_namespace_and_goes_back_under_it
             next["output_text"].as_str().or(first_text(&next).as_str()),
             Some("Tool results: contents of a")
         );
-        let sent = up.requests().last().unwrap().body.to_string();
+        let sent = last_request(&up).to_string();
         assert!(sent.contains("mcp__files__read_file"), "{sent}");
     }
 }
@@ -309,7 +309,7 @@ async fn built_in_client_tools_are_handed_back_as_their_call_items_and_their_out
         )
         .await;
         assert_eq!(status, 200, "{next}");
-        let sent = up.requests().last().unwrap().body.to_string();
+        let sent = last_request(&up).to_string();
         for seen in [
             "total 0",
             "hi\\\\n",
@@ -455,7 +455,7 @@ async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() 
         ]}))
     .await;
     assert_eq!(status, 200, "{r}");
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(sent["reasoning"]["effort"], "high", "{sent}");
     assert_eq!(sent["text"]["format"]["type"], "json_object", "{sent}");
     assert_eq!(
@@ -476,7 +476,7 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
         assert_eq!(status, 200, "{count}");
         assert_eq!(count["object"], "response.input_tokens");
         // The model server was asked for one token of that very request, its tools included.
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         match api {
             UpstreamApi::Chat => assert_eq!(sent["max_tokens"], 1, "{sent}"),
             UpstreamApi::Responses => assert_eq!(sent["max_output_tokens"], 16, "{sent}"),
@@ -507,7 +507,7 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
             ]}))
     .await;
     assert_eq!(status, 200, "{r}");
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     let roles: Vec<&str> = strs(&sent["messages"], "role");
     assert_eq!(
         roles,

@@ -513,10 +513,7 @@ async fn the_viewer_never_shows_an_mcp_servers_secrets() {
     // The secrets were used: the server saw the token and the header.
     let call = find_item(&run["output"], "mcp_call").unwrap();
     assert!(
-        call["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("authorized; headers: x-team"),
+        str_at(call, "output").starts_with("authorized; headers: x-team"),
         "{call}"
     );
     let id = run["id"].as_str().unwrap();

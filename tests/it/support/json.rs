@@ -56,3 +56,8 @@ pub fn code_error(status: u16, body: &Value) -> (u16, Option<&str>) {
 pub fn first_text(response: &Value) -> &Value {
     &response["output"][0]["content"][0]["text"]
 }
+
+/// `value[key]` as a string.
+pub fn str_at<'a>(value: &'a Value, key: &str) -> &'a str {
+    value[key].as_str().unwrap()
+}

@@ -27,3 +27,8 @@ pub async fn stalled_run_is_cancelled(up: &fake_upstream::FakeUpstream) {
     )
     .await;
 }
+
+/// The body of the last request the model got.
+pub fn last_request(up: &fake_upstream::FakeUpstream) -> serde_json::Value {
+    up.requests().last().unwrap().body.clone()
+}
