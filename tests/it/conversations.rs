@@ -178,15 +178,13 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
             assert_eq!(r["status"], "completed");
         }
         // The second turn's model saw everything before it.
-        let sent = last_request(&up).to_string();
-        for seen in [
+        let turns = [
             "earlier",
             "first turn",
             "Hello! You said: first turn",
             "second turn",
-        ] {
-            assert!(sent.contains(seen), "{name}: {seen} in {sent}");
-        }
+        ];
+        assert_sent(&up, &turns, name);
         let (_, items) = send(
             "GET",
             &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
@@ -231,8 +229,7 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
 async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_ends() {
     let up = upstream().await;
     let redis = StoreKind::Redis(redis_db());
-    let a = relay_on(&up, &redis).await;
-    let b = relay_on(&up, &redis).await;
+    let (a, b) = (relay_on(&up, &redis).await, relay_on(&up, &redis).await);
     let (_, conv) = send("POST", &a.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let slow = {

@@ -5,6 +5,11 @@ use serde_json::{Value, json};
 
 use crate::support::*;
 
+/// A streamed run whose model stalls after its first deltas.
+fn stalled_stream() -> Value {
+    json!({"model": "fake-model?fault=stall", "input": "x", "stream": true})
+}
+
 fn envelope(body: &Value) -> &Value {
     let e = &body["error"];
     for k in ["message", "type", "param", "code"] {
@@ -333,9 +338,7 @@ async fn a_model_slower_in_total_than_the_idle_timeout_completes_while_it_keeps_
 #[tokio::test]
 async fn client_disconnect_cancels_the_upstream_request() {
     let (up, relay) = plain_relay().await;
-    let resp = relay
-        .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .await;
+    let resp = relay.send(&stalled_stream()).await;
     assert_eq!(resp.status(), 200);
     eventually("the upstream stream is open", || up.open_streams() == 1).await;
     drop(resp);
@@ -349,9 +352,7 @@ async fn client_disconnect_cancels_the_upstream_request() {
 #[tokio::test]
 async fn shutdown_mid_stream_ends_the_stream_with_a_terminal_event() {
     let (up, relay) = plain_relay().await;
-    let resp = relay
-        .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .await;
+    let resp = relay.send(&stalled_stream()).await;
     eventually("the upstream stream is open", || up.open_streams() == 1).await;
     let reading = tokio::spawn(async move { resp.text().await.unwrap() });
     relay.shutdown().await;

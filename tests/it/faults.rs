@@ -437,10 +437,8 @@ async fn a_hanging_call_times_out_and_the_server_sees_it_cancelled() {
     );
     assert_eq!(folded["status"], "completed");
     assert_eq!(server.slow_started(), 1);
-    eventually("the server sees the timed-out call cancelled", || {
-        server.cancelled_calls() == 1
-    })
-    .await;
+    let cancelled = || server.cancelled_calls() == 1;
+    eventually("the server sees the timed-out call cancelled", cancelled).await;
 }
 
 #[tokio::test]

@@ -247,8 +247,9 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             ))
             .await;
         assert_eq!(status, 404, "{name}: a store:false run was kept");
-        let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]}))
-        .await;
+        let previous =
+            json!({"model": "fake-model", "input": "x", "previous_response_id": unstored["id"]});
+        let (status, err) = relay.create(&previous).await;
         assert_eq!(
             code_error(status, &err),
             (400, Some("previous_response_not_found"))

@@ -32,3 +32,11 @@ pub async fn stalled_run_is_cancelled(up: &fake_upstream::FakeUpstream) {
 pub fn last_request(up: &fake_upstream::FakeUpstream) -> serde_json::Value {
     up.requests().last().unwrap().body.clone()
 }
+
+/// The last request the model got contains each of `seen` (`what` names the case).
+pub fn assert_sent(up: &fake_upstream::FakeUpstream, seen: &[&str], what: &str) {
+    let sent = last_request(up).to_string();
+    for seen in seen {
+        assert!(sent.contains(seen), "{what}: {seen} in {sent}");
+    }
+}
