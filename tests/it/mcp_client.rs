@@ -35,8 +35,13 @@ fn spec(url: &str) -> ServerSpec {
     }
 }
 
+/// A pool with `config`: the one place these tests build a pool.
+fn pool_with(config: PoolConfig) -> Pool {
+    Pool::new(config)
+}
+
 fn pool() -> Pool {
-    Pool::new(PoolConfig::default())
+    pool_with(PoolConfig::default())
 }
 
 fn mcp(v: Value) -> ToolParam {
@@ -952,7 +957,7 @@ async fn a_session_survives_a_server_restart_while_idle() {
 async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
     let srv = mcp_server(Options::default()).await;
     let s = spec(&srv.url());
-    let pool = Pool::new(PoolConfig {
+    let pool = pool_with(PoolConfig {
         idle_ttl: Duration::from_millis(200),
         ..PoolConfig::default()
     });
@@ -970,7 +975,7 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
     );
 
     let srv2 = mcp_server(Options::default()).await;
-    let pool = Pool::new(PoolConfig {
+    let pool = pool_with(PoolConfig {
         max_sessions: 1,
         ..PoolConfig::default()
     });
@@ -1347,7 +1352,7 @@ async fn calls_ask_for_progress_and_a_call_sending_notices_outlasts_the_read_tim
         .await;
         let s = spec(&srv.url());
         // Silence longer than this reading a call's answer is a failure.
-        let pool = Pool::new(PoolConfig {
+        let pool = pool_with(PoolConfig {
             read_timeout: Duration::from_millis(500),
             ..PoolConfig::default()
         });

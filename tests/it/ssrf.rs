@@ -801,6 +801,11 @@ fn pool_through(policy: Policy, dns: Arc<dyn Lookup>) -> responses_relay::mcp::P
     )
     .build()
     .unwrap();
+    pool_over(client)
+}
+
+/// A pool (default settings) whose HTTP client is `client`: the one place these tests build one.
+fn pool_over(client: reqwest::Client) -> responses_relay::mcp::Pool {
     responses_relay::mcp::Pool::with_http_client(Default::default(), client)
 }
 
@@ -832,10 +837,10 @@ async fn the_pool_with_the_guarded_client_refuses_names_that_resolve_to_loopback
         hint_in(&e.message);
     }
     // The real resolver with the default policy: `localhost` is loopback.
-    let system = responses_relay::mcp::Pool::with_http_client(
-        Default::default(),
-        ssrf::guarded_client(Policy::strict(), reqwest::Client::builder()),
-    );
+    let system = pool_over(ssrf::guarded_client(
+        Policy::strict(),
+        reqwest::Client::builder(),
+    ));
     let e = system
         .list_tools(
             &spec(&format!("http://localhost:{port}/mcp")),
