@@ -185,7 +185,7 @@ async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value)
 /// `[DONE]`, and starting with exactly the events `live` (what a client saw, maybe cut short).
 /// Returns the folded stored Response.
 async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
-    let text = relay.replay_text(&id).await;
+    let text = relay.replay_text(id).await;
     let stored = parse_sse(&text);
     assert!(
         stored.done,
@@ -213,7 +213,7 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
 
 /// The stored log of `id` as events.
 async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
-    let text = relay.replay_text(&id).await;
+    let text = relay.replay_text(id).await;
     parse_sse(&text).events
 }
 
@@ -413,7 +413,7 @@ async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "http_error", "{call}");
     assert_eq!(call["error"]["code"], 0, "{call}");
-    assert!(error_message(&call).contains("connect"), "{call}");
+    assert!(error_message(call).contains("connect"), "{call}");
     assert!(
         message_text(&second).starts_with("Tool results: Error"),
         "{second}"

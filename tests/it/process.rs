@@ -222,7 +222,7 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     );
     // Every finished run replays whole: its events were moved out of the journal when it ended.
     for done in [&finished[0], &finished[199], &finished[349]] {
-        let log = again.replay_text(&done).await;
+        let log = again.replay_text(done).await;
         let body = parse_sse(&log);
         assert_eq!(check_events(&body.events)["status"], "completed");
         assert_eq!(

@@ -474,7 +474,7 @@ fn frames(text: &str) -> String {
 /// export`'s lines).
 async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Value, String) {
     let body = parse_sse(live);
-    let (status, whole) = r.replay(&id).await;
+    let (status, whole) = r.replay(id).await;
     assert_eq!(status, 200);
     assert_eq!(
         frames(&whole),

@@ -158,7 +158,7 @@ async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_an
  {
     let up = upstream().await;
     let server = mcp_server(requiring_bearer("ENV-TOKEN-8")).await;
-    // SAFETY of the variable: its name is this test's own.
+    // SAFETY: the variable is this test's own (no other test reads or writes it).
     unsafe { std::env::set_var("RELAY_TEST_REGISTERED_TOKEN_8", "ENV-TOKEN-8") };
     let toml = format!(
         "[mcp_servers.team]\nurl = \"{}\"\nauthorization_env = \"RELAY_TEST_REGISTERED_TOKEN_8\"\n\

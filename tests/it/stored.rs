@@ -349,7 +349,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     );
     assert_eq!(now["output"], json!([]), "{now}");
     // Still listing, it can be cancelled, which stops the listing.
-    let (status, cancelled) = listing.cancel(&id).await;
+    let (status, cancelled) = listing.cancel(id).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),

@@ -18,7 +18,7 @@ async fn relay_on(up: &crate::fake_upstream::FakeUpstream, api: UpstreamApi) -> 
 
 /// The function names the upstream was offered in its last request (both wire formats).
 fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
-    let body = last_request(&up);
+    let body = last_request(up);
     body["tools"]
         .as_array()
         .cloned()
