@@ -51,6 +51,12 @@ impl Proc {
     }
 }
 
+/// `GET /healthz` sending `id` as its `x-request-id`.
+async fn healthz_with_id(relay: &Proc, id: &str) -> reqwest::Response {
+    let request = client().get(relay.url("/healthz"));
+    request.header("x-request-id", id).send().await.unwrap()
+}
+
 fn request_id(r: &reqwest::Response) -> String {
     r.headers()
         .get("x-request-id")
@@ -68,19 +74,9 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
     let ok = c.get(relay.url("/healthz")).send().await.unwrap();
     assert!(request_id(&ok).starts_with("req_"));
     // A sane id of the client's is kept; anything else is replaced.
-    let given = c
-        .get(relay.url("/healthz"))
-        .header("x-request-id", "trace-42.a")
-        .send()
-        .await
-        .unwrap();
+    let given = healthz_with_id(&relay, "trace-42.a").await;
     assert_eq!(request_id(&given), "trace-42.a");
-    let bogus = c
-        .get(relay.url("/healthz"))
-        .header("x-request-id", "no spaces allowed")
-        .send()
-        .await
-        .unwrap();
+    let bogus = healthz_with_id(&relay, "no spaces allowed").await;
     assert!(request_id(&bogus).starts_with("req_"));
 
     let bad = relay

@@ -97,15 +97,9 @@ async fn python_tools_work(pool: &Pool, s: &ServerSpec) {
             .input_schema["properties"]["text"]["type"],
         "string"
     );
-    let r = pool
-        .call_tool(s, "shout", r#"{"text":"hi there"}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, s, "shout", r#"{"text":"hi there"}"#).await;
     assert_eq!(text_of(&r), "HI THERE");
-    let r = pool
-        .call_tool(s, "multiply", r#"{"a":6,"b":7}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, s, "multiply", r#"{"a":6,"b":7}"#).await;
     assert!(text_of(&r).starts_with("42"), "{}", text_of(&r));
     let e = pool.call_tool(s, "explode", "{}", T).await.unwrap_err();
     let McpCallError::McpToolExecutionError { content } = &e else {
@@ -156,10 +150,7 @@ async fn a_server_speaking_one_lifecycle_is_reached_and_the_way_that_worked_goes
         for round in 1..=2 {
             let listed = pool.list_tools(&s, T).await.unwrap();
             assert!(listed.iter().any(|t| t.name == "echo"));
-            let r = pool
-                .call_tool(&s, "echo", r#"{"text":"hi"}"#, T)
-                .await
-                .unwrap();
+            let r = call_ok(&pool, &s, "echo", r#"{"text":"hi"}"#).await;
             assert_eq!(text_of(&r), "hi");
             assert_eq!(srv.sessions_begun(), round);
             pool.clear();
@@ -217,15 +208,9 @@ async fn the_everything_servers_tools_run_including_one_that_requires_a_task() {
     for name in ["echo", "get-sum", "simulate-research-query"] {
         assert!(names.contains(name), "{name} in {names:?}");
     }
-    let r = pool
-        .call_tool(&s, "echo", r#"{"message":"hi"}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "echo", r#"{"message":"hi"}"#).await;
     assert_eq!(text_of(&r), "Echo: hi");
-    let r = pool
-        .call_tool(&s, "get-sum", r#"{"a":2,"b":40}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "get-sum", r#"{"a":2,"b":40}"#).await;
     assert!(text_of(&r).contains("42"), "{}", text_of(&r));
     // A task: created, polled while its four stages run, then its result fetched.
     let long = Duration::from_secs(30);
@@ -274,9 +259,7 @@ async fn a_task_tool_is_polled_to_its_result_and_a_call_out_of_time_cancels_its_
         assert_eq!(srv.count("tasks/result"), 1);
         // The tool is now known to need a task: the next call goes straight to one.
         let plain_calls = srv.count("tools/call");
-        pool.call_tool(&s, "research", r#"{"ms":0}"#, T)
-            .await
-            .unwrap();
+        call_ok(&pool, &s, "research", r#"{"ms":0}"#).await;
         assert_eq!(srv.count("tools/call"), plain_calls + 1);
         // Out of time: a timeout, and the task cancelled on the server.
         let e = pool
@@ -333,10 +316,7 @@ async fn a_legacy_sse_server_at_any_path_is_found_when_its_post_is_refused() {
     python_tools_work(&pool, &s).await;
     pool.clear();
     // The next MCP session goes straight to the event stream.
-    let r = pool
-        .call_tool(&s, "shout", r#"{"text":"direct"}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "shout", r#"{"text":"direct"}"#).await;
     assert_eq!(text_of(&r), "DIRECT");
 }
 
@@ -358,10 +338,7 @@ async fn a_legacy_sse_session_whose_stream_ended_is_made_again_without_a_failed_
     let (child, url) = python_server_on(port, &["--transport", "sse"]).await;
     let s = spec(&url);
     let pool = pool();
-    let r = pool
-        .call_tool(&s, "shout", r#"{"text":"a"}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "shout", r#"{"text":"a"}"#).await;
     assert_eq!(text_of(&r), "A");
     drop(child);
     let (_child, _) = python_server_on(port, &["--transport", "sse"]).await;

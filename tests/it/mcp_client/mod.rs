@@ -60,3 +60,8 @@ pub(crate) async fn dead_port() -> SocketAddr {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     l.local_addr().unwrap()
 }
+
+/// Calls `tool` with `args` (JSON text) through `pool`, which must succeed.
+pub(crate) async fn call_ok(pool: &Pool, s: &ServerSpec, tool: &str, args: &str) -> ToolResult {
+    pool.call_tool(s, tool, args, T).await.unwrap()
+}

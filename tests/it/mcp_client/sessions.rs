@@ -105,7 +105,7 @@ async fn bearer_token_and_custom_headers_reach_the_server() {
         ("x-other".into(), "2".into()),
     ];
     let pool = pool();
-    let r = pool.call_tool(&s, "whoami", "{}", T).await.unwrap();
+    let r = call_ok(&pool, &s, "whoami", "{}").await;
     assert_eq!(text_of(&r), "authorized; headers: x-other,x-team");
     let seen = srv.requests_seen();
     assert!(!seen.is_empty());
@@ -138,7 +138,7 @@ async fn a_bearer_token_sent_as_an_authorization_header_reaches_the_server() {
     let pool = pool();
     let listed = pool.list_tools(&s, T).await.unwrap();
     assert!(listed.iter().any(|t| t.name == "whoami"));
-    let r = pool.call_tool(&s, "whoami", "{}", T).await.unwrap();
+    let r = call_ok(&pool, &s, "whoami", "{}").await;
     assert_eq!(text_of(&r), "authorized; headers: ");
 }
 
@@ -243,15 +243,9 @@ async fn calls_return_text_and_structured_results() {
     let srv = mcp_server(Options::default()).await;
     let s = spec(&srv.url());
     let pool = pool();
-    let r = pool
-        .call_tool(&s, "echo", r#"{"text":"hello"}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "echo", r#"{"text":"hello"}"#).await;
     assert_eq!(text_of(&r), "hello");
-    let r = pool
-        .call_tool(&s, "add", r#"{"a":2,"b":40}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "add", r#"{"a":2,"b":40}"#).await;
     assert_eq!(r.structured_content, Some(json!({"sum": 42.0})));
     assert_eq!(
         serde_json::from_str::<Value>(&text_of(&r)).unwrap(),
@@ -379,12 +373,7 @@ async fn a_slow_call_times_out_and_the_server_sees_the_cancellation() {
         assert_eq!(srv.count("notifications/cancelled") >= 1, handshake_only);
         // The session is still good for the next call.
         assert_eq!(
-            text_of(
-                &pool
-                    .call_tool(&s, "echo", r#"{"text":"after"}"#, T)
-                    .await
-                    .unwrap()
-            ),
+            text_of(&call_ok(&pool, &s, "echo", r#"{"text":"after"}"#).await),
             "after"
         );
         assert_eq!(srv.sessions_begun(), 1);
@@ -398,9 +387,7 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     let srv = mcp_server(Options::default()).await;
     let pool = pool();
     let s = spec(&srv.url());
-    pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T)
-        .await
-        .unwrap();
+    call_ok(&pool, &s, "echo", r#"{"text":"1"}"#).await;
     pool.clone()
         .call_tool(&s, "echo", r#"{"text":"2"}"#, T)
         .await
@@ -425,9 +412,7 @@ async fn the_pool_reuses_one_session_per_server_and_credentials() {
     // Other headers: another session.
     let mut other = s.clone();
     other.headers = vec![("X-Tenant".into(), "b".into())];
-    pool.call_tool(&other, "echo", r#"{"text":"3"}"#, T)
-        .await
-        .unwrap();
+    call_ok(&pool, &other, "echo", r#"{"text":"3"}"#).await;
     assert_eq!(srv.sessions_begun(), 2);
     assert_eq!(pool.len(), 2);
 }
@@ -438,9 +423,7 @@ async fn a_dead_session_is_remade_after_the_server_restarts() {
     let addr = srv.addr;
     let s = spec(&srv.url());
     let pool = pool();
-    pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T)
-        .await
-        .unwrap();
+    call_ok(&pool, &s, "echo", r#"{"text":"before"}"#).await;
     srv.shutdown().await;
 
     let e = pool
@@ -455,10 +438,7 @@ async fn a_dead_session_is_remade_after_the_server_restarts() {
     let srv = mcp_test_server::start(addr, Options::default())
         .await
         .expect("restart on the same port");
-    let r = pool
-        .call_tool(&s, "echo", r#"{"text":"after"}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "echo", r#"{"text":"after"}"#).await;
     assert_eq!(text_of(&r), "after");
     assert_eq!(
         srv.sessions_begun(),
@@ -480,9 +460,7 @@ async fn a_session_survives_a_server_restart_while_idle() {
         let addr = srv.addr;
         let s = spec(&srv.url());
         let pool = pool();
-        pool.call_tool(&s, "echo", r#"{"text":"before"}"#, T)
-            .await
-            .unwrap();
+        call_ok(&pool, &s, "echo", r#"{"text":"before"}"#).await;
         srv.shutdown().await;
         let srv = mcp_test_server::start(addr, options())
             .await
@@ -512,13 +490,9 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
         idle_ttl: Duration::from_millis(200),
         ..PoolConfig::default()
     });
-    pool.call_tool(&s, "echo", r#"{"text":"1"}"#, T)
-        .await
-        .unwrap();
+    call_ok(&pool, &s, "echo", r#"{"text":"1"}"#).await;
     tokio::time::sleep(Duration::from_millis(400)).await;
-    pool.call_tool(&s, "echo", r#"{"text":"2"}"#, T)
-        .await
-        .unwrap();
+    call_ok(&pool, &s, "echo", r#"{"text":"2"}"#).await;
     assert_eq!(
         srv.sessions_begun(),
         2,
@@ -532,9 +506,7 @@ async fn idle_sessions_are_evicted_and_the_pool_is_bounded() {
     });
     let s2 = spec(&srv2.url());
     for s in [&s, &s2, &s, &s2] {
-        pool.call_tool(s, "echo", r#"{"text":"x"}"#, T)
-            .await
-            .unwrap();
+        call_ok(&pool, s, "echo", r#"{"text":"x"}"#).await;
         assert_eq!(pool.len(), 1);
     }
     assert_eq!(srv.sessions_begun(), 4);
@@ -549,7 +521,7 @@ async fn results_become_text_for_the_model() {
     let s = spec(&srv.url());
     let pool = pool();
 
-    let r = pool.call_tool(&s, "image", "{}", T).await.unwrap();
+    let r = call_ok(&pool, &s, "image", "{}").await;
     assert_eq!(text_of(&r), "[image: image/png, 70 bytes]\na tiny image");
     assert_eq!(
         result_images(&r),
@@ -559,13 +531,10 @@ async fn results_become_text_for_the_model() {
         )]
     );
 
-    let r = pool.call_tool(&s, "structured", "{}", T).await.unwrap();
+    let r = call_ok(&pool, &s, "structured", "{}").await;
     assert_eq!(text_of(&r), r#"{"temperature":21.5,"unit":"C"}"#);
 
-    let r = pool
-        .call_tool(&s, "big", r#"{"bytes":10000}"#, T)
-        .await
-        .unwrap();
+    let r = call_ok(&pool, &s, "big", r#"{"bytes":10000}"#).await;
     let text = result_text(&r, 100);
     assert_eq!(
         text,

@@ -11,9 +11,7 @@ use crate::support::*;
 
 #[tokio::test]
 async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let body = relay
         .stream(
             &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "stream": true,
@@ -89,9 +87,7 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
 
 #[tokio::test]
 async fn failing_tools_are_data_and_the_run_goes_on() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let body = relay.stream(&json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
                 "tools": [mcp_tool("t", &server.url())]}))
     .await;
@@ -125,9 +121,7 @@ async fn failing_tools_are_data_and_the_run_goes_on() {
 
 #[tokio::test]
 async fn failed_calls_are_told_to_the_model_which_answers() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}))
     .await;
     assert_eq!(status, 200);
@@ -176,9 +170,7 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
 
 #[tokio::test]
 async fn calls_needing_approval_are_requested_not_run() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     // No require_approval: the relay's default is OpenAI's `always`.
     let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
     let body = relay.stream(&json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "stream": true, "tools": [tool]}))
@@ -207,9 +199,7 @@ async fn calls_needing_approval_are_requested_not_run() {
 
 #[tokio::test]
 async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_calls() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let (status, r) = relay
         .create(
             &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"hi\"}\nCALL local {}",
@@ -230,9 +220,7 @@ async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_call
 
 #[tokio::test]
 async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let body = relay.stream(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
                 "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}))
     .await;
@@ -249,9 +237,7 @@ async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
 
 #[tokio::test]
 async fn echoed_tools_and_the_event_log_carry_no_secrets() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let url = format!("{}?token=SECRET-QUERY", server.url());
     let tool = json!({"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never",
                       "authorization": "SECRET-TOKEN", "headers": {"x-api-key": "SECRET-HEADER"}});
@@ -377,9 +363,7 @@ async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
 
 #[tokio::test]
 async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let script = "CALL echo {\"text\":\"1\"}\nTHEN\nCALL echo {\"text\":\"2\"}\nTHEN\nCALL echo {\"text\":\"3\"}";
     let body = relay.stream(&json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}))
     .await;
@@ -402,9 +386,7 @@ async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
 
 #[tokio::test]
 async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_model_answer() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
                 "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}))
     .await;
@@ -435,9 +417,7 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
 
 #[tokio::test]
 async fn usage_is_summed_over_every_model_turn() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let (_, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let reqs = up.requests();
@@ -508,9 +488,7 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
 
 #[tokio::test]
 async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let url = relay.url("/v1/responses");
     let model = "fake-model?reasoning=20";
     let ask = "CALL echo {\"text\":\"budget\"}";
@@ -591,9 +569,7 @@ async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
 async fn parallel_calls_streamed_at_one_index_stay_separate_calls() {
     // Ollama and SGLang stream every tool call of a turn at `index` 0, told apart only by their
     // ids; merged by index, the second call's arguments would be glued onto the first's.
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let body = relay
         .stream(&json!({"model": "fake-model?one_index=1", "stream": true,
                 "input": "CALL echo {\"text\":\"first\"}\nCALL add {\"a\":2,\"b\":3}",

@@ -59,9 +59,7 @@ async fn listing(relay: &Relay, tool: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn a_servers_tool_list_is_reused_by_later_requests_within_its_ttl() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let tool = mcp_tool("s", &server.url());
     let first = listing(&relay, &tool).await;
     assert!(first.contains(&"echo".to_string()), "{first:?}");
@@ -166,9 +164,7 @@ async fn a_server_announcing_new_tools_is_listed_again_at_once() {
 
 #[tokio::test]
 async fn requests_with_other_credentials_do_not_share_a_tool_list() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let mut a = mcp_tool("s", &server.url());
     a["headers"] = json!({"X-Tenant": "a"});
     let mut b = a.clone();
@@ -189,13 +185,10 @@ async fn requests_with_other_credentials_do_not_share_a_tool_list() {
 
 #[tokio::test]
 async fn a_failed_call_makes_the_next_request_list_the_server_again() {
-    let up = upstream().await;
-    let server = mcp_server(Default::default()).await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let tool = mcp_tool("s", &server.url());
-    let (status, r) = relay
-        .create(&json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]}))
-        .await;
+    let boom = json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]});
+    let (status, r) = relay.create(&boom).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(items_of(&r, "mcp_call")[0]["status"], "failed");
     assert_eq!(server.count("tools/list"), 1);

@@ -28,6 +28,14 @@ fn responses_rows(path: &std::path::Path, id: &str) -> i64 {
     .unwrap()
 }
 
+/// Expires what the store of `app` holds past its TTL as of `secs` seconds from now; how many.
+async fn expire_at(app: &responses_relay::App, secs: i64) -> usize {
+    app.store()
+        .expire(app.clock().now_unix() + secs)
+        .await
+        .unwrap()
+}
+
 /// Polls `GET /v1/responses/{id}` until the run has ended.
 async fn wait_done(relay: &Relay, id: &str) -> Value {
     for _ in 0..1000 {
@@ -556,22 +564,8 @@ async fn expired_runs_are_removed() {
         })
         .await;
         app.store().flush().await;
-        assert_eq!(
-            app.store()
-                .expire(app.clock().now_unix() + 30)
-                .await
-                .unwrap(),
-            0,
-            "{name}: expired too early"
-        );
-        assert_eq!(
-            app.store()
-                .expire(app.clock().now_unix() + 61)
-                .await
-                .unwrap(),
-            1,
-            "{name}"
-        );
+        assert_eq!(expire_at(&app, 30).await, 0, "{name}: expired too early");
+        assert_eq!(expire_at(&app, 61).await, 1, "{name}");
         let (status, _) = relay.get(&format!("/v1/responses/{id}")).await;
         assert_eq!(status, 404, "{name}");
     }

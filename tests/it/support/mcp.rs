@@ -15,6 +15,18 @@ pub async fn mcp_server(options: Options) -> McpTestServer {
         .expect("the MCP test server starts")
 }
 
+/// The fake upstream, the MCP test server (default options) and a relay with the test config.
+pub async fn server_and_relay() -> (
+    super::fake_upstream::FakeUpstream,
+    McpTestServer,
+    super::Relay,
+) {
+    let up = super::upstream().await;
+    let server = mcp_server(Options::default()).await;
+    let relay = super::relay(super::config(&up.base_url())).await;
+    (up, server, relay)
+}
+
 /// Options for a server that refuses any request without `Authorization: Bearer TOKEN`.
 pub fn requiring_bearer(token: &str) -> Options {
     Options {

@@ -166,13 +166,24 @@ pub(super) fn run(t: &Transcript) -> Outcome {
 }
 
 pub(super) fn refusal_of(r: &Response) -> String {
+    texts_of(r, false)
+}
+
+/// The refusal parts of `r`'s messages, or (`reasoning`) the reasoning text of its reasoning
+/// items, joined.
+fn texts_of(r: &Response, reasoning: bool) -> String {
     let mut s = String::new();
     for item in &r.output {
-        if let OutputItem::Message(m) = item {
-            for p in &m.content {
-                if let ContentPart::Refusal { refusal } = p {
-                    s.push_str(refusal);
-                }
+        let parts = match (item, reasoning) {
+            (OutputItem::Message(m), false) => &m.content,
+            (OutputItem::Reasoning(x), true) => &x.content,
+            _ => continue,
+        };
+        for p in parts {
+            match (p, reasoning) {
+                (ContentPart::Refusal { refusal }, false) => s.push_str(refusal),
+                (ContentPart::ReasoningText { text }, true) => s.push_str(text),
+                _ => {}
             }
         }
     }
@@ -180,17 +191,7 @@ pub(super) fn refusal_of(r: &Response) -> String {
 }
 
 pub(super) fn reasoning_of(r: &Response) -> String {
-    let mut s = String::new();
-    for item in &r.output {
-        if let OutputItem::Reasoning(x) = item {
-            for p in &x.content {
-                if let ContentPart::ReasoningText { text } = p {
-                    s.push_str(text);
-                }
-            }
-        }
-    }
-    s
+    texts_of(r, true)
 }
 
 pub(super) fn calls_of(r: &Response) -> Vec<(String, String)> {
