@@ -4,7 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::support::{scratch, signal};
+use crate::support::{run_relay, scratch, signal};
 
 const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 
@@ -22,7 +22,7 @@ fn listening_address(child: &mut std::process::Child) -> String {
 
 #[test]
 fn help_lists_the_serve_flags() {
-    let out = relay_output(&["serve", "--help"]);
+    let out = run_relay(&["serve", "--help"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for flag in [
@@ -77,21 +77,16 @@ fn serve_on_a_free_port() -> Command {
     command
 }
 
-/// `responses-relay ARGS`, run to its end.
-fn relay_output(args: &[&str]) -> std::process::Output {
-    Command::new(BIN).args(args).output().unwrap()
-}
-
 #[test]
 fn config_file_and_environment_are_read_with_flags_winning() {
     let dir = scratch("cfg");
     let file = dir.join("relay.toml");
     std::fs::write(&file, "listen = \"not an address\"\n").unwrap();
-    let out = relay_output(&["serve", "--config", file.to_str().unwrap()]);
+    let out = run_relay(&["serve", "--config", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
     std::fs::write(&file, "unknown_key = 1\n").unwrap();
-    let out = relay_output(&["serve", "--config", file.to_str().unwrap()]);
+    let out = run_relay(&["serve", "--config", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
     let out = Command::new(BIN)

@@ -66,6 +66,59 @@ fn request_id(r: &reqwest::Response) -> String {
         .to_string()
 }
 
+/// In the JSON log `lines`: the bad request's rejection logged once with its fields, the missing
+/// run's 404, nothing rejected for the good request, and the socket's opening, error frame and
+/// closing, each under its request id.
+fn logged_by_request_id(
+    lines: &[Value],
+    bad_id: &str,
+    missing_id: &str,
+    good_id: &str,
+    ws_id: &str,
+) {
+    let of = |id: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["span"]["request_id"] == id)
+            .collect()
+    };
+    let rejected: Vec<&Value> = of(bad_id)
+        .into_iter()
+        .filter(|l| l["message"] == "request rejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "logged once: {lines:?}");
+    let r = rejected[0];
+    assert_eq!(r["level"], "INFO");
+    assert_eq!(r["route"], "POST /v1/responses");
+    assert_eq!(r["status"], 400);
+    assert_eq!(r["code"], "unknown_parameter");
+    assert_eq!(r["param"], "temperatur");
+    assert!(r["timestamp"].is_string());
+    let nf = of(missing_id);
+    assert_eq!(nf.len(), 1, "{lines:?}");
+    assert_eq!(nf[0]["route"], "GET /v1/responses/{id}");
+    assert_eq!(nf[0]["status"], 404);
+    assert!(
+        of(good_id)
+            .iter()
+            .all(|l| l["message"] != "request rejected"),
+        "a good request is not logged as rejected"
+    );
+    let socket: Vec<&str> = of(ws_id)
+        .iter()
+        .map(|l| l["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        socket,
+        [
+            "websocket connection opened",
+            "websocket error frame",
+            "websocket connection closed"
+        ],
+        "{lines:?}"
+    );
+}
+
 #[tokio::test]
 async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_it() {
     let up = upstream().await;
@@ -127,47 +180,7 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let of = |id: &str| -> Vec<&Value> {
-        lines
-            .iter()
-            .filter(|l| l["span"]["request_id"] == id)
-            .collect()
-    };
-    let rejected: Vec<&Value> = of(&bad_id)
-        .into_iter()
-        .filter(|l| l["message"] == "request rejected")
-        .collect();
-    assert_eq!(rejected.len(), 1, "logged once: {lines:?}");
-    let r = rejected[0];
-    assert_eq!(r["level"], "INFO");
-    assert_eq!(r["route"], "POST /v1/responses");
-    assert_eq!(r["status"], 400);
-    assert_eq!(r["code"], "unknown_parameter");
-    assert_eq!(r["param"], "temperatur");
-    assert!(r["timestamp"].is_string());
-    let nf = of(&missing_id);
-    assert_eq!(nf.len(), 1, "{lines:?}");
-    assert_eq!(nf[0]["route"], "GET /v1/responses/{id}");
-    assert_eq!(nf[0]["status"], 404);
-    assert!(
-        of(&good_id)
-            .iter()
-            .all(|l| l["message"] != "request rejected"),
-        "a good request is not logged as rejected"
-    );
-    let socket: Vec<&str> = of(&ws_id)
-        .iter()
-        .map(|l| l["message"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        socket,
-        [
-            "websocket connection opened",
-            "websocket error frame",
-            "websocket connection closed"
-        ],
-        "{lines:?}"
-    );
+    logged_by_request_id(&lines, &bad_id, &missing_id, &good_id, &ws_id);
 }
 
 #[tokio::test]

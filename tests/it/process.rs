@@ -7,8 +7,6 @@ use serde_json::json;
 
 use crate::support::*;
 
-const BIN: &str = RELAY_BIN;
-
 type Proc = RelayProcess;
 
 fn spawn(args: &[&str]) -> Proc {
@@ -64,16 +62,10 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     let relay = relay_process(&up.base_url(), &db);
     let live = post_text(&relay.url("/v1/responses"), &json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true})).await;
     let original = parse_sse(&live);
-    let id = original.events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = id_of(&original);
     drop(relay); // the tools read the store of a stopped relay
     let store = format!("sqlite:{}", db.display());
-    let out = Command::new(BIN)
-        .args(["logs", "export", &id, "--store", &store])
-        .output()
-        .unwrap();
+    let out = run_relay(&["logs", "export", &id, "--store", &store]);
     assert!(
         out.status.success(),
         "{}",
@@ -81,10 +73,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     );
     // An operator sees every tenant's runs; `--tenant` narrows to one.
     for (tenant, found) in [("default", true), ("someone-else", false)] {
-        let only = Command::new(BIN)
-            .args(["logs", "export", &id, "--store", &store, "--tenant", tenant])
-            .output()
-            .unwrap();
+        let only = run_relay(&["logs", "export", &id, "--store", &store, "--tenant", tenant]);
         assert_eq!(only.status.success(), found, "--tenant {tenant}");
         if found {
             assert_eq!(only.stdout, out.stdout);
@@ -109,10 +98,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     );
 
     for target in [id.as_str(), file.to_str().unwrap()] {
-        let show = Command::new(BIN)
-            .args(["logs", "show", target, "--store", &store])
-            .output()
-            .unwrap();
+        let show = run_relay(&["logs", "show", target, "--store", &store]);
         assert!(show.status.success());
         let text = String::from_utf8(show.stdout).unwrap();
         assert!(
@@ -149,22 +135,16 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
         .await;
     assert_eq!(status, 200);
     assert_eq!(final_response, original.events.last().unwrap()["response"]);
-    let bad = Command::new(BIN)
-        .args(["replay", "/nonexistent.jsonl"])
-        .output()
-        .unwrap();
+    let bad = run_relay(&["replay", "/nonexistent.jsonl"]);
     assert_eq!(bad.status.code(), Some(64));
     for command in ["export", "show"] {
-        let bad = Command::new(BIN)
-            .args([
-                "logs",
-                command,
-                "resp_x",
-                "--store",
-                "sqlite:/nonexistent/relay.sqlite3",
-            ])
-            .output()
-            .unwrap();
+        let bad = run_relay(&[
+            "logs",
+            command,
+            "resp_x",
+            "--store",
+            "sqlite:/nonexistent/relay.sqlite3",
+        ]);
         assert_eq!(bad.status.code(), Some(64), "logs {command}");
         assert!(
             String::from_utf8_lossy(&bad.stderr).contains("--store"),

@@ -32,6 +32,37 @@ fn function_names(request: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// What the model saw over the last four turns: turn 1 only the plain server's tools and the
+/// search tool; the found tool (`b__TARGET`) from turn 3 on.
+fn model_saw_the_found_tool_only_after_searching(
+    up: &crate::fake_upstream::FakeUpstream,
+    target: &str,
+) {
+    let reqs = up.requests();
+    let turns: Vec<Vec<String>> = reqs[reqs.len() - 4..]
+        .iter()
+        .map(|r| function_names(&r.body))
+        .collect();
+    assert!(turns[0].contains(&"tool_search".to_string()));
+    assert!(
+        turns[0]
+            .iter()
+            .all(|n| !n.starts_with("a__") && !n.starts_with("b__")),
+        "{:?}",
+        turns[0]
+    );
+    assert_eq!(
+        turns[0].len(),
+        50 + 9 + 1,
+        "plain's catalog + its 9 tools + tool_search"
+    );
+    assert!(
+        !turns[1].iter().any(|n| n.starts_with("b__")),
+        "nothing was found yet"
+    );
+    assert!(turns[2].contains(&format!("b__{target}")));
+}
+
 #[tokio::test]
 async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     let up = upstream().await;
@@ -104,31 +135,7 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
         (Some("b"), Some(target), Some("completed"))
     );
     assert_eq!(call["output"], format!("called {target}"));
-    // What the model saw: turn 1 only the plain server's tools and the search tool; the found
-    // tool from turn 3 on.
-    let reqs = up.requests();
-    let turns: Vec<Vec<String>> = reqs[reqs.len() - 4..]
-        .iter()
-        .map(|r| function_names(&r.body))
-        .collect();
-    assert!(turns[0].contains(&"tool_search".to_string()));
-    assert!(
-        turns[0]
-            .iter()
-            .all(|n| !n.starts_with("a__") && !n.starts_with("b__")),
-        "{:?}",
-        turns[0]
-    );
-    assert_eq!(
-        turns[0].len(),
-        50 + 9 + 1,
-        "plain's catalog + its 9 tools + tool_search"
-    );
-    assert!(
-        !turns[1].iter().any(|n| n.starts_with("b__")),
-        "nothing was found yet"
-    );
-    assert!(turns[2].contains(&format!("b__{target}")));
+    model_saw_the_found_tool_only_after_searching(&up, target);
     assert_eq!(b.count("tools/call"), 1);
     assert_eq!(a.count("tools/call"), 0);
     golden_at(

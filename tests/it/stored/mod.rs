@@ -323,12 +323,63 @@ async fn input_items_paginate_as_openai_does() {
     }
 }
 
+/// A hosted MCP tool list of one server, called without approval.
+fn mcp_tools(label: &str, url: &str) -> Value {
+    json!([{"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"}])
+}
+
+/// A server that answers is listed by a background run, which then goes on as any other.
+async fn an_answering_server_is_listed_by_the_background_run(listing: &Relay) {
+    let server = mcp_server(crate::mcp_test_server::Options::default()).await;
+    let (_, created) = listing.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp_tools("s", &server.url())}))
+    .await;
+    let done = wait_done(&listing, created["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "completed", "{done}");
+    let kinds: Vec<&str> = strs(&done["output"], "type");
+    assert_eq!(kinds, ["mcp_list_tools", "mcp_call", "message"], "{done}");
+    assert_eq!(done["output"][1]["output"], "later");
+    let (_, log) = listing.replay(done["id"].as_str().unwrap()).await;
+    check_events(&parse_sse(&log).events);
+}
+
+/// Set to fail requests whose servers cannot be listed, the relay has answered `queued` already:
+/// the run fails, saying which server.
+async fn a_background_run_whose_server_cannot_be_listed_fails(
+    up: &crate::fake_upstream::FakeUpstream,
+) {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut c = config(&up.base_url());
+    c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
+    let failing = relay(c).await;
+    let (status, created) = failing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp_tools("gone", &format!("http://{closed}/mcp"))}))
+    .await;
+    assert_eq!(status, 200, "{created}");
+    let done = wait_done(&failing, created["id"].as_str().unwrap()).await;
+    assert_eq!(done["status"], "failed", "{done}");
+    assert!(error_message(&done).contains("'gone'"), "{done}");
+    // Its list is shown, with the reason, before the run fails.
+    let list = &done["output"][0];
+    assert_eq!(
+        (list["type"].as_str(), list["server_label"].as_str()),
+        (Some("mcp_list_tools"), Some("gone")),
+        "{done}"
+    );
+    assert!(
+        list["error"].as_str().is_some_and(|e| e.contains("'gone'")),
+        "{done}"
+    );
+    let (_, log) = failing.replay(done["id"].as_str().unwrap()).await;
+    assert_eq!(check_events(&parse_sse(&log).events), done);
+}
+
 #[tokio::test]
 async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     use std::sync::atomic::Ordering;
     use std::time::Duration;
     let up = upstream().await;
-    let mcp = |label: &str, url: &str| json!([{"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"}]);
     // A server that takes connections and never answers: listing it lasts until the relay gives
     // up (its MCP handshake timeout), which the client must not wait for.
     let silent = BlackHole::start().await;
@@ -336,7 +387,7 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
     let mut c = config(&up.base_url());
     c.mcp.discovery_timeout = Duration::from_secs(600);
     let listing = relay(c).await;
-    let (status, created) = listing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("silent", &silent.url())}))
+    let (status, created) = listing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp_tools("silent", &silent.url())}))
     .await;
     assert_eq!(
         (status, created["status"].as_str()),
@@ -380,54 +431,8 @@ async fn a_background_run_answers_queued_before_its_mcp_servers_are_listed() {
         "{ended}"
     );
 
-    // A server that answers is listed by the run, which then goes on as any other.
-    let server = mcp_server(crate::mcp_test_server::Options::default()).await;
-    let (_, created) = listing.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp("s", &server.url())}))
-    .await;
-    let done = wait_done(&listing, created["id"].as_str().unwrap()).await;
-    assert_eq!(done["status"], "completed", "{done}");
-    let kinds: Vec<&str> = strs(&done["output"], "type");
-    assert_eq!(kinds, ["mcp_list_tools", "mcp_call", "message"], "{done}");
-    assert_eq!(done["output"][1]["output"], "later");
-    let (_, log) = get_text(&listing.url(&format!(
-        "/v1/responses/{}?stream=true",
-        done["id"].as_str().unwrap()
-    )))
-    .await;
-    check_events(&parse_sse(&log).events);
-
-    // Set to fail requests whose servers cannot be listed, the relay has answered `queued`
-    // already: the run fails, saying which server.
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let mut c = config(&up.base_url());
-    c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
-    let failing = relay(c).await;
-    let (status, created) = failing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": mcp("gone", &format!("http://{closed}/mcp"))}))
-    .await;
-    assert_eq!(status, 200, "{created}");
-    let done = wait_done(&failing, created["id"].as_str().unwrap()).await;
-    assert_eq!(done["status"], "failed", "{done}");
-    assert!(error_message(&done).contains("'gone'"), "{done}");
-    // Its list is shown, with the reason, before the run fails.
-    let list = &done["output"][0];
-    assert_eq!(
-        (list["type"].as_str(), list["server_label"].as_str()),
-        (Some("mcp_list_tools"), Some("gone")),
-        "{done}"
-    );
-    assert!(
-        list["error"].as_str().is_some_and(|e| e.contains("'gone'")),
-        "{done}"
-    );
-    let (_, log) = get_text(&failing.url(&format!(
-        "/v1/responses/{}?stream=true",
-        done["id"].as_str().unwrap()
-    )))
-    .await;
-    assert_eq!(check_events(&parse_sse(&log).events), done);
+    an_answering_server_is_listed_by_the_background_run(&listing).await;
+    a_background_run_whose_server_cannot_be_listed_fails(&up).await;
     // A bad tool is still refused before the run, naming the field.
     let (status, err) = listing.create(&json!({"model": "fake-model", "input": "hi", "background": true, "tools": [{"type": "mcp", "server_label": "x"}]}))
     .await;

@@ -75,3 +75,11 @@ pub fn signal(pid: u32, signal: &str) {
         .unwrap();
     assert!(status.success(), "kill {signal} {pid}: {status:?}");
 }
+
+/// `responses-relay ARGS`, run to its end.
+pub fn run_relay(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(RELAY_BIN)
+        .args(args)
+        .output()
+        .unwrap()
+}
