@@ -154,17 +154,14 @@ async fn a_registered_legacy_sse_server_runs_tools_through_the_relay() {
 }
 
 #[tokio::test]
-async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_and_defer_loading_narrows()
- {
+async fn a_registered_servers_env_token_and_headers_reach_it_and_defer_loading_narrows() {
     let up = upstream().await;
     let server = mcp_server(requiring_bearer("ENV-TOKEN-8")).await;
     // SAFETY: the variable is this test's own (no other test reads or writes it).
     unsafe { std::env::set_var("RELAY_TEST_REGISTERED_TOKEN_8", "ENV-TOKEN-8") };
-    let toml = format!(
-        "[mcp_servers.team]\nurl = \"{}\"\nauthorization_env = \"RELAY_TEST_REGISTERED_TOKEN_8\"\n\
-         headers = {{ \"X-Team\" = \"blue\" }}\nrequire_approval = \"never\"\n",
-        server.url()
-    );
+    let team = "[mcp_servers.team]\nauthorization_env = \"RELAY_TEST_REGISTERED_TOKEN_8\"\n";
+    let headers = "headers = { \"X-Team\" = \"blue\" }\nrequire_approval = \"never\"\n";
+    let toml = format!("{team}{headers}url = \"{}\"\n", server.url());
     let relay = relay(from_file(&up.base_url(), &toml)).await;
     let url = relay.url("/v1/responses");
     let (status, r) = call(

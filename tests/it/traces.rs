@@ -15,6 +15,7 @@ use prost::Message;
 use serde_json::{Value, json};
 
 use crate::mcp_test_server;
+use crate::mcp_test_server::McpTestServer;
 use crate::support::*;
 
 /// One exported span, flattened.
@@ -236,9 +237,63 @@ async fn run_with_a_tool_call(relay: &RelayProcess, mcp_url: &str) -> String {
     folded["id"].as_str().unwrap().to_string()
 }
 
+/// The MCP server got the trace on tools/list and tools/call, in the header and in `_meta`,
+/// each naming its span (`list`, `call`) as the parent; the server has no session.
+fn mcp_requests_carry_their_spans(mcp: &McpTestServer, list: &Span, call: &Span) {
+    for (method, span) in [("tools/list", list), ("tools/call", call)] {
+        let seen: Vec<_> = mcp
+            .requests_seen()
+            .into_iter()
+            .filter(|r| r.rpc_method == method)
+            .collect();
+        assert_eq!(seen.len(), 1, "{method}: {seen:?}");
+        let header = seen[0]
+            .header("traceparent")
+            .expect("traceparent header at the MCP server")
+            .to_string();
+        assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
+        assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
+        // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
+        assert!(seen[0].headers.iter().all(|(k, _)| k != "mcp-session-id"));
+        assert_eq!(span.attr("mcp.session.id"), &Value::Null, "{span:#?}");
+    }
+}
+
+/// Every span lies within its parent's time, and none carries content (the prompt, the tool's
+/// arguments) without --otel-capture-content.
+fn spans_nest_and_carry_no_content(spans: &[Span]) {
+    // Every span lies within its parent's time: a span ends when the last handle to it goes (a
+    // chat span's with its turn's stream, invoke_agent's with the run), not at its last exit.
+    for s in spans {
+        if let Some(parent) = spans.iter().find(|p| p.span_id == s.parent) {
+            assert!(
+                parent.start <= s.start && s.end <= parent.end,
+                "{} outside {}: {spans:#?}",
+                s.name,
+                parent.name
+            );
+        }
+        assert!(s.start <= s.end, "{s:#?}");
+    }
+
+    // No content without --otel-capture-content: neither the prompt nor the tool's arguments.
+    for s in spans {
+        for (k, v) in &s.attrs {
+            let text = v.to_string();
+            assert!(
+                !text.contains("CALL add") && !text.contains("\\\"a\\\":20"),
+                "{} has content in {k}: {text}",
+                s.name
+            );
+        }
+        assert!(s.attrs.keys().all(|k| !k.starts_with("gen_ai.input")
+            && !k.starts_with("gen_ai.output")
+            && !k.starts_with("gen_ai.tool.call.")));
+    }
+}
+
 #[tokio::test]
-async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_turn_and_mcp_spans()
-{
+async fn a_run_is_one_trace_under_the_clients_traceparent_with_agent_turn_and_mcp_spans() {
     let up = upstream().await;
     let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
@@ -321,54 +376,10 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
     chat_ids.sort();
     assert_eq!(parents, chat_ids);
 
-    // The MCP server got them on tools/list and tools/call, in the header and in _meta.
-    for (method, span) in [("tools/list", list), ("tools/call", call)] {
-        let seen: Vec<_> = mcp
-            .requests_seen()
-            .into_iter()
-            .filter(|r| r.rpc_method == method)
-            .collect();
-        assert_eq!(seen.len(), 1, "{method}: {seen:?}");
-        let header = seen[0]
-            .header("traceparent")
-            .expect("traceparent header at the MCP server")
-            .to_string();
-        assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
-        assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
-        // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
-        assert!(seen[0].headers.iter().all(|(k, _)| k != "mcp-session-id"));
-        assert_eq!(span.attr("mcp.session.id"), &Value::Null, "{span:#?}");
-    }
+    mcp_requests_carry_their_spans(&mcp, list, call);
     assert_eq!(collector.services.lock().unwrap()[0], "responses-relay");
 
-    // Every span lies within its parent's time: a span ends when the last handle to it goes (a
-    // chat span's with its turn's stream, invoke_agent's with the run), not at its last exit.
-    for s in &spans {
-        if let Some(parent) = spans.iter().find(|p| p.span_id == s.parent) {
-            assert!(
-                parent.start <= s.start && s.end <= parent.end,
-                "{} outside {}: {spans:#?}",
-                s.name,
-                parent.name
-            );
-        }
-        assert!(s.start <= s.end, "{s:#?}");
-    }
-
-    // No content without --otel-capture-content: neither the prompt nor the tool's arguments.
-    for s in &spans {
-        for (k, v) in &s.attrs {
-            let text = v.to_string();
-            assert!(
-                !text.contains("CALL add") && !text.contains("\\\"a\\\":20"),
-                "{} has content in {k}: {text}",
-                s.name
-            );
-        }
-        assert!(s.attrs.keys().all(|k| !k.starts_with("gen_ai.input")
-            && !k.starts_with("gen_ai.output")
-            && !k.starts_with("gen_ai.tool.call.")));
-    }
+    spans_nest_and_carry_no_content(&spans);
 }
 
 #[tokio::test]
