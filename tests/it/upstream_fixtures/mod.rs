@@ -202,6 +202,36 @@ async fn sse_transcripts_replay_byte_for_byte_on_their_own_route_only() {
     assert_eq!(resp.status(), 400);
 }
 
+/// Every event of one turn of `upstream`, which must open and stream without error.
+async fn model_events(upstream: &Upstream, req: &TurnRequest) -> Vec<ModelEvent> {
+    let stream = upstream.open(req, &req.model).await.unwrap();
+    stream.map(|e| e.unwrap()).collect().await
+}
+
+/// The tool calls among `events`, each (name, arguments) put together from its deltas by index.
+fn tool_calls_of(events: &[ModelEvent]) -> Vec<(String, String)> {
+    let mut calls: Vec<(String, String)> = Vec::new();
+    for e in events {
+        if let ModelEvent::ToolCall {
+            index,
+            name,
+            arguments,
+            ..
+        } = e
+        {
+            let i = *index as usize;
+            if calls.len() <= i {
+                calls.resize(i + 1, (String::new(), String::new()));
+            }
+            if let Some(n) = name {
+                calls[i].0 = n.clone();
+            }
+            calls[i].1.push_str(arguments);
+        }
+    }
+    calls
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
     let fake = start_fake().await;
@@ -212,13 +242,7 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
             serde_json::from_value(json!({"type": "message", "role": "user", "content": "hi"}))
                 .unwrap(),
         ];
-        let events: Vec<ModelEvent> = upstream
-            .open(&req, &req.model)
-            .await
-            .unwrap()
-            .map(|e| e.unwrap())
-            .collect()
-            .await;
+        let events = model_events(&upstream, &req).await;
         let text: String = events
             .iter()
             .filter_map(|e| {
@@ -271,32 +295,8 @@ async fn the_scripted_model_speaks_both_wire_formats_the_adapters_read() {
             serde_json::from_value(json!({"type": "message", "role": "user", "content": "CALL add {\"a\":2,\"b\":3}\nCALL other {}"}))
                 .unwrap(),
         ];
-        let events: Vec<ModelEvent> = upstream
-            .open(&req, &req.model)
-            .await
-            .unwrap()
-            .map(|e| e.unwrap())
-            .collect()
-            .await;
-        let mut calls: Vec<(String, String)> = Vec::new();
-        for e in &events {
-            if let ModelEvent::ToolCall {
-                index,
-                name,
-                arguments,
-                ..
-            } = e
-            {
-                let i = *index as usize;
-                if calls.len() <= i {
-                    calls.resize(i + 1, (String::new(), String::new()));
-                }
-                if let Some(n) = name {
-                    calls[i].0 = n.clone();
-                }
-                calls[i].1.push_str(arguments);
-            }
-        }
+        let events = model_events(&upstream, &req).await;
+        let calls = tool_calls_of(&events);
         assert_eq!(
             calls,
             vec![
