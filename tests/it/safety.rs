@@ -106,13 +106,9 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
 {
     let up = upstream().await;
     let open = relay(config(&up.base_url())).await;
-    let (status, text) = send(
-        "POST",
-        &open.url("/v1/responses"),
-        Some("Bearer client-own-key"),
-        Some(&hello()),
-    )
-    .await;
+    let (status, text) = Caller::new(&open.url(""), "client-own-key")
+        .post(&hello())
+        .await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         up.requests().last().unwrap().header("authorization"),
@@ -142,13 +138,7 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
         ..config(&up.base_url())
     })
     .await;
-    let (status, text) = send(
-        "POST",
-        &both.url("/v1/responses"),
-        Some("Bearer rk"),
-        Some(&hello()),
-    )
-    .await;
+    let (status, text) = Caller::new(&both.url(""), "rk").post(&hello()).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         up.requests().last().unwrap().header("authorization"),
@@ -276,11 +266,7 @@ async fn full_run(relay_base: String, mcp_url: String, seen: &mut Seen) -> Value
     let folded = check_events(&sse.events);
     seen.add("the SSE body", text);
     let id = folded["id"].as_str().unwrap().to_string();
-    for path in [
-        format!("/v1/responses/{id}"),
-        format!("/v1/responses/{id}?stream=true"),
-        format!("/v1/responses/{id}/input_items"),
-    ] {
+    for path in run_paths(&id) {
         let (status, text) = client.get(&path).await;
         assert_eq!(status, 200, "{path}: {text}");
         seen.add(format!("GET {path}"), text);

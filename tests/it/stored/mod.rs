@@ -238,11 +238,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             body,
             json!({"id": id, "object": "response", "deleted": true})
         );
-        for path in [
-            format!("/v1/responses/{id}"),
-            format!("/v1/responses/{id}?stream=true"),
-            format!("/v1/responses/{id}/input_items"),
-        ] {
+        for path in run_paths(&id) {
             let (status, _) = relay.get(&path).await;
             assert_eq!(status, 404, "{name} {path}");
         }
@@ -653,11 +649,7 @@ async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
             .create(&json!({"model": "fake-model", "input": "y"}))
             .await;
         assert_eq!(status, 200);
-        for path in [
-            format!("/v1/responses/{id}"),
-            format!("/v1/responses/{id}?stream=true"),
-            format!("/v1/responses/{id}/input_items"),
-        ] {
+        for path in run_paths(&id) {
             let (status, _) = get_text(&relay.url(&path)).await;
             assert_eq!(status, 404, "{name} {path}");
         }

@@ -205,6 +205,15 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// The paths a stored run `id` is read at: its Response, its replay, its input items.
+pub fn run_paths(id: &str) -> [String; 3] {
+    [
+        format!("/v1/responses/{id}"),
+        format!("/v1/responses/{id}?stream=true"),
+        format!("/v1/responses/{id}/input_items"),
+    ]
+}
+
 /// The fake upstream and a relay with the test config in front of it.
 pub async fn plain_relay() -> (super::fake_upstream::FakeUpstream, Relay) {
     let up = super::upstream().await;
