@@ -18,149 +18,152 @@ fn envelope(body: &Value) -> &Value {
     e
 }
 
+/// Invalid requests (their JSON), the field each names (`error.param`) and its `error.code`.
+const INVALID_REQUESTS: &[(&str, &str, Option<&str>)] = &[
+    (
+        r#"{"input": "x"}"#,
+        "model",
+        Some("missing_required_parameter"),
+    ),
+    (
+        r#"{"model": "m"}"#,
+        "input",
+        Some("missing_required_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "bogus": 1}"#,
+        "bogus",
+        Some("unknown_parameter"),
+    ),
+    (
+        r#"{"model": 5, "input": "x"}"#,
+        "model",
+        Some("invalid_type"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "temperature": 3}"#,
+        "temperature",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "top_p": -1}"#,
+        "top_p",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "max_output_tokens": 2}"#,
+        "max_output_tokens",
+        Some("invalid_value"),
+    ),
+    (r#"{"model": "m", "input": 7}"#, "input", None),
+    (
+        r#"{"model": "m", "input": [{"type": "message", "role": "robot", "content": "x"}]}"#,
+        "input[0].role",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"type": "message", "content": "x"}]}"#,
+        "input[0].role",
+        Some("missing_required_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"role": "user", "content": 5}]}"#,
+        "input[0]",
+        Some("invalid_type"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"role": "user", "content": "x", "extra": 1}]}"#,
+        "input[0].extra",
+        Some("unknown_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}"#,
+        "input[0].call_id",
+        Some("missing_required_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"type": "warp_drive"}]}"#,
+        "input[0].type",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}"#,
+        "input[0].content[0].file_id",
+        Some("unsupported_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "tools": [{"type": "teleport"}]}"#,
+        "tools[0].type",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "tools": [{"type": "function", "name": "bad name"}]}"#,
+        "tools[0].name",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "tools": [{"type": "function"}]}"#,
+        "tools[0].name",
+        Some("missing_required_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}"#,
+        "tool_choice.name",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "tool_choice": "sometimes"}"#,
+        "tool_choice",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "metadata": {"k": 1}}"#,
+        "metadata.k",
+        None,
+    ),
+    (
+        r#"{"model": "m", "input": "x", "store": false, "background": true}"#,
+        "background",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "reasoning": {"effort": "extreme"}}"#,
+        "reasoning.effort",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}"#,
+        "text.format.schema",
+        Some("missing_required_parameter"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "include": ["nonsense"]}"#,
+        "include[0]",
+        Some("invalid_value"),
+    ),
+    (
+        r#"{"model": "m", "input": "x", "top_logprobs": 3}"#,
+        "top_logprobs",
+        Some("unsupported_parameter"),
+    ),
+    (
+        r#"{"model": "m", "previous_response_id": "resp_nope", "input": "x"}"#,
+        "previous_response_id",
+        Some("previous_response_not_found"),
+    ),
+    (
+        r#"{"model": "m", "input": [{"type": "item_reference", "id": "msg_nope"}]}"#,
+        "input[0].id",
+        Some("invalid_value"),
+    ),
+];
+
 #[tokio::test]
 async fn invalid_requests_get_400_naming_the_field() {
     let (up, relay) = plain_relay().await;
     let url = relay.url("/v1/responses");
-    let cases: Vec<(Value, &str, Option<&str>)> = vec![
-        (
-            json!({"input": "x"}),
-            "model",
-            Some("missing_required_parameter"),
-        ),
-        (
-            json!({"model": "m"}),
-            "input",
-            Some("missing_required_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "bogus": 1}),
-            "bogus",
-            Some("unknown_parameter"),
-        ),
-        (
-            json!({"model": 5, "input": "x"}),
-            "model",
-            Some("invalid_type"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "temperature": 3}),
-            "temperature",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "top_p": -1}),
-            "top_p",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "max_output_tokens": 2}),
-            "max_output_tokens",
-            Some("invalid_value"),
-        ),
-        (json!({"model": "m", "input": 7}), "input", None),
-        (
-            json!({"model": "m", "input": [{"type": "message", "role": "robot", "content": "x"}]}),
-            "input[0].role",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": [{"type": "message", "content": "x"}]}),
-            "input[0].role",
-            Some("missing_required_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": [{"role": "user", "content": 5}]}),
-            "input[0]",
-            Some("invalid_type"),
-        ),
-        (
-            json!({"model": "m", "input": [{"role": "user", "content": "x", "extra": 1}]}),
-            "input[0].extra",
-            Some("unknown_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": [{"type": "function_call_output", "output": "x"}]}),
-            "input[0].call_id",
-            Some("missing_required_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": [{"type": "warp_drive"}]}),
-            "input[0].type",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": [{"role": "user", "content": [{"type": "input_image", "file_id": "file-1"}]}]}),
-            "input[0].content[0].file_id",
-            Some("unsupported_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "tools": [{"type": "teleport"}]}),
-            "tools[0].type",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "bad name"}]}),
-            "tools[0].name",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "tools": [{"type": "function"}]}),
-            "tools[0].name",
-            Some("missing_required_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "tools": [{"type": "function", "name": "f"}], "tool_choice": {"type": "function", "name": "g"}}),
-            "tool_choice.name",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "tool_choice": "sometimes"}),
-            "tool_choice",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "metadata": {"k": 1}}),
-            "metadata.k",
-            None,
-        ),
-        (
-            json!({"model": "m", "input": "x", "store": false, "background": true}),
-            "background",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "reasoning": {"effort": "extreme"}}),
-            "reasoning.effort",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "text": {"format": {"type": "json_schema", "name": "n"}}}),
-            "text.format.schema",
-            Some("missing_required_parameter"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "include": ["nonsense"]}),
-            "include[0]",
-            Some("invalid_value"),
-        ),
-        (
-            json!({"model": "m", "input": "x", "top_logprobs": 3}),
-            "top_logprobs",
-            Some("unsupported_parameter"),
-        ),
-        (
-            json!({"model": "m", "previous_response_id": "resp_nope", "input": "x"}),
-            "previous_response_id",
-            Some("previous_response_not_found"),
-        ),
-        (
-            json!({"model": "m", "input": [{"type": "item_reference", "id": "msg_nope"}]}),
-            "input[0].id",
-            Some("invalid_value"),
-        ),
-    ];
-    for (body, param, code) in cases {
+    for &(body, param, code) in INVALID_REQUESTS {
+        let body: Value = serde_json::from_str(body).unwrap();
         let (status, resp) = post(&url, &body).await;
         assert_eq!(status, 400, "{body} → {resp}");
         let e = envelope(&resp);
