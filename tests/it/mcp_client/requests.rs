@@ -11,6 +11,111 @@ use serde_json::{Value, json};
 
 // ---------------------------------------------------------------- validation
 
+/// Invalid MCP tools written as what they add to a valid one (their name, the JSON they add, the
+/// field the error names).
+const INVALID_ADDITIONS: &[(&str, &str, &str)] = &[
+    (
+        "empty label",
+        r#"{"server_label": ""}"#,
+        "tools[0].server_label",
+    ),
+    (
+        "label starts with a digit",
+        r#"{"server_label": "1abc"}"#,
+        "tools[0].server_label",
+    ),
+    (
+        "label with a dot",
+        r#"{"server_label": "a.b"}"#,
+        "tools[0].server_label",
+    ),
+    (
+        "ftp url",
+        r#"{"server_url": "ftp://e.com/mcp"}"#,
+        "tools[0].server_url",
+    ),
+    (
+        "not a url",
+        r#"{"server_url": "example.com/mcp"}"#,
+        "tools[0].server_url",
+    ),
+    (
+        "connector",
+        r#"{"connector_id": "connector_gmail"}"#,
+        "tools[0].connector_id",
+    ),
+    (
+        "tunnel",
+        r#"{"tunnel_id": "tunnel_0123"}"#,
+        "tools[0].tunnel_id",
+    ),
+    (
+        "header value not a string",
+        r#"{"headers": {"X-Key": 5}}"#,
+        "tools[0].headers.X-Key",
+    ),
+    (
+        "bad header name",
+        r#"{"headers": {"Bad Header": "v"}}"#,
+        "tools[0].headers.Bad Header",
+    ),
+    (
+        "reserved header",
+        r#"{"headers": {"Accept": "x"}}"#,
+        "tools[0].headers.Accept",
+    ),
+    (
+        "header with a newline",
+        r#"{"headers": {"X-A": "a\nb"}}"#,
+        "tools[0].headers.X-A",
+    ),
+    (
+        "authorization twice",
+        r#"{"authorization": "t", "headers": {"Authorization": "Bearer t"}}"#,
+        "tools[0].headers.Authorization",
+    ),
+    (
+        "allowed_tools a number",
+        r#"{"allowed_tools": 3}"#,
+        "tools[0].allowed_tools",
+    ),
+    (
+        "allowed_tools list item",
+        r#"{"allowed_tools": ["a", 1]}"#,
+        "tools[0].allowed_tools[1]",
+    ),
+    (
+        "allowed_tools extra key",
+        r#"{"allowed_tools": {"extra": 1}}"#,
+        "tools[0].allowed_tools.extra",
+    ),
+    (
+        "allowed_tools read_only not bool",
+        r#"{"allowed_tools": {"read_only": "yes"}}"#,
+        "tools[0].allowed_tools.read_only",
+    ),
+    (
+        "require_approval word",
+        r#"{"require_approval": "sometimes"}"#,
+        "tools[0].require_approval",
+    ),
+    (
+        "require_approval extra key",
+        r#"{"require_approval": {"maybe": {}}}"#,
+        "tools[0].require_approval.maybe",
+    ),
+    (
+        "require_approval side not an object",
+        r#"{"require_approval": {"always": "x"}}"#,
+        "tools[0].require_approval.always",
+    ),
+    (
+        "require_approval filter extra key",
+        r#"{"require_approval": {"never": {"names": []}}}"#,
+        "tools[0].require_approval.never.names",
+    ),
+];
+
 #[test]
 fn invalid_mcp_tools_are_rejected_naming_the_field() {
     let ok = || json!({"server_label": "ok", "server_url": "https://example.com/mcp"});
@@ -22,25 +127,10 @@ fn invalid_mcp_tools_are_rejected_naming_the_field() {
         v
     };
     let long = format!("a{}", "b".repeat(64));
-    let cases: Vec<(&str, Vec<Value>, &str)> = vec![
+    let mut cases: Vec<(&str, Vec<Value>, &str)> = vec![
         (
             "missing label",
             vec![json!({"server_url": "https://e.com/mcp"})],
-            "tools[0].server_label",
-        ),
-        (
-            "empty label",
-            vec![with(json!({"server_label": ""}))],
-            "tools[0].server_label",
-        ),
-        (
-            "label starts with a digit",
-            vec![with(json!({"server_label": "1abc"}))],
-            "tools[0].server_label",
-        ),
-        (
-            "label with a dot",
-            vec![with(json!({"server_label": "a.b"}))],
             "tools[0].server_label",
         ),
         (
@@ -59,93 +149,6 @@ fn invalid_mcp_tools_are_rejected_naming_the_field() {
             "tools[0].server_url",
         ),
         (
-            "ftp url",
-            vec![with(json!({"server_url": "ftp://e.com/mcp"}))],
-            "tools[0].server_url",
-        ),
-        (
-            "not a url",
-            vec![with(json!({"server_url": "example.com/mcp"}))],
-            "tools[0].server_url",
-        ),
-        (
-            "connector",
-            vec![with(json!({"connector_id": "connector_gmail"}))],
-            "tools[0].connector_id",
-        ),
-        (
-            "tunnel",
-            vec![with(json!({"tunnel_id": "tunnel_0123"}))],
-            "tools[0].tunnel_id",
-        ),
-        (
-            "header value not a string",
-            vec![with(json!({"headers": {"X-Key": 5}}))],
-            "tools[0].headers.X-Key",
-        ),
-        (
-            "bad header name",
-            vec![with(json!({"headers": {"Bad Header": "v"}}))],
-            "tools[0].headers.Bad Header",
-        ),
-        (
-            "reserved header",
-            vec![with(json!({"headers": {"Accept": "x"}}))],
-            "tools[0].headers.Accept",
-        ),
-        (
-            "header with a newline",
-            vec![with(json!({"headers": {"X-A": "a\nb"}}))],
-            "tools[0].headers.X-A",
-        ),
-        (
-            "authorization twice",
-            vec![with(
-                json!({"authorization": "t", "headers": {"Authorization": "Bearer t"}}),
-            )],
-            "tools[0].headers.Authorization",
-        ),
-        (
-            "allowed_tools a number",
-            vec![with(json!({"allowed_tools": 3}))],
-            "tools[0].allowed_tools",
-        ),
-        (
-            "allowed_tools list item",
-            vec![with(json!({"allowed_tools": ["a", 1]}))],
-            "tools[0].allowed_tools[1]",
-        ),
-        (
-            "allowed_tools extra key",
-            vec![with(json!({"allowed_tools": {"extra": 1}}))],
-            "tools[0].allowed_tools.extra",
-        ),
-        (
-            "allowed_tools read_only not bool",
-            vec![with(json!({"allowed_tools": {"read_only": "yes"}}))],
-            "tools[0].allowed_tools.read_only",
-        ),
-        (
-            "require_approval word",
-            vec![with(json!({"require_approval": "sometimes"}))],
-            "tools[0].require_approval",
-        ),
-        (
-            "require_approval extra key",
-            vec![with(json!({"require_approval": {"maybe": {}}}))],
-            "tools[0].require_approval.maybe",
-        ),
-        (
-            "require_approval side not an object",
-            vec![with(json!({"require_approval": {"always": "x"}}))],
-            "tools[0].require_approval.always",
-        ),
-        (
-            "require_approval filter extra key",
-            vec![with(json!({"require_approval": {"never": {"names": []}}}))],
-            "tools[0].require_approval.never.names",
-        ),
-        (
             "too many servers",
             vec![
                 ok(),
@@ -155,6 +158,13 @@ fn invalid_mcp_tools_are_rejected_naming_the_field() {
             "tools",
         ),
     ];
+    for &(name, extra, param) in INVALID_ADDITIONS {
+        cases.push((
+            name,
+            vec![with(serde_json::from_str(extra).unwrap())],
+            param,
+        ));
+    }
     assert!(cases.len() >= 15);
     for (name, tools, param) in cases {
         let tools: Vec<ToolParam> = tools.into_iter().map(mcp).collect();
