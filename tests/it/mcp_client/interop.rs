@@ -97,9 +97,9 @@ async fn python_tools_work(pool: &Pool, s: &ServerSpec) {
             .input_schema["properties"]["text"]["type"],
         "string"
     );
-    let r = call_ok(&pool, s, "shout", r#"{"text":"hi there"}"#).await;
+    let r = call_ok(pool, s, "shout", r#"{"text":"hi there"}"#).await;
     assert_eq!(text_of(&r), "HI THERE");
-    let r = call_ok(&pool, s, "multiply", r#"{"a":6,"b":7}"#).await;
+    let r = call_ok(pool, s, "multiply", r#"{"a":6,"b":7}"#).await;
     assert!(text_of(&r).starts_with("42"), "{}", text_of(&r));
     let e = pool.call_tool(s, "explode", "{}", T).await.unwrap_err();
     let McpCallError::McpToolExecutionError { content } = &e else {

@@ -238,7 +238,7 @@ async fn delete_removes_the_run_and_store_false_keeps_nothing() {
             body,
             json!({"id": id, "object": "response", "deleted": true})
         );
-        for path in run_paths(&id) {
+        for path in run_paths(id) {
             let (status, _) = relay.get(&path).await;
             assert_eq!(status, 404, "{name} {path}");
         }
@@ -329,7 +329,7 @@ async fn an_answering_server_is_listed_by_the_background_run(listing: &Relay) {
     let server = mcp_server(crate::mcp_test_server::Options::default()).await;
     let (_, created) = listing.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"later\"}", "background": true, "tools": mcp_tools("s", &server.url())}))
     .await;
-    let done = wait_done(&listing, created["id"].as_str().unwrap()).await;
+    let done = wait_done(listing, created["id"].as_str().unwrap()).await;
     assert_eq!(done["status"], "completed", "{done}");
     let kinds: Vec<&str> = strs(&done["output"], "type");
     assert_eq!(kinds, ["mcp_list_tools", "mcp_call", "message"], "{done}");
