@@ -10,17 +10,10 @@ use crate::fake_upstream::FakeUpstream;
 use crate::support::*;
 use responses_relay::config::{KeyEntry, StoreKind};
 
-async fn relay_on(up: &FakeUpstream, store: &StoreKind) -> Relay {
-    let mut c = config(&up.base_url());
-    c.deterministic = false;
-    c.store = store.clone();
-    relay(c).await
-}
-
 /// A fake upstream of its own and a relay over `store` in front of it.
 async fn own_upstream_and_relay(store: &StoreKind) -> (FakeUpstream, Relay) {
     let up = upstream().await;
-    let relay = relay_on(&up, store).await;
+    let relay = shared_store_relay(&up, store).await;
     (up, relay)
 }
 
@@ -122,7 +115,7 @@ async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
         );
         if let StoreKind::Sqlite(_) = store {
             relay.shutdown().await;
-            let relay = relay_on(&up, &store).await;
+            let relay = shared_store_relay(&up, &store).await;
             let (_, kept) = send(
                 "GET",
                 &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
@@ -229,7 +222,10 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
 async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_ends() {
     let up = upstream().await;
     let redis = StoreKind::Redis(redis_db());
-    let (a, b) = (relay_on(&up, &redis).await, relay_on(&up, &redis).await);
+    let (a, b) = (
+        shared_store_relay(&up, &redis).await,
+        shared_store_relay(&up, &redis).await,
+    );
     let (_, conv) = send("POST", &a.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let slow = {
@@ -353,7 +349,7 @@ async fn another_tenants_conversation_is_an_unknown_one() {
 #[tokio::test]
 async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it() {
     let up = upstream().await;
-    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let relay = shared_store_relay(&up, &StoreKind::Memory).await;
     let history = json!([
         {"role": "user", "content": "the long plan: details of part A"},
         {"role": "assistant", "content": "noted"},
@@ -460,7 +456,7 @@ async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events(
 #[tokio::test]
 async fn context_management_compacts_before_a_turn_whose_context_passes_the_threshold() {
     let up = upstream().await;
-    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let relay = shared_store_relay(&up, &StoreKind::Memory).await;
     let input = json!([
         {"role": "user", "content": "alpha"},
         {"role": "assistant", "content": "beta-answer"},
@@ -529,7 +525,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
 async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_does_not() {
     let up = upstream().await;
     let store = StoreKind::Sqlite(scratch("conv-background").join("relay.sqlite3"));
-    let relay = relay_on(&up, &store).await;
+    let relay = shared_store_relay(&up, &store).await;
     let (_, conv) = send("POST", &relay.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let create = relay.url("/v1/responses");
@@ -587,7 +583,7 @@ async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_d
 async fn a_conversation_lock_left_by_a_stopped_relay_is_free_once_its_run_has_ended() {
     let up = upstream().await;
     let url = redis_db();
-    let relay = relay_on(&up, &StoreKind::Redis(url.clone())).await;
+    let relay = shared_store_relay(&up, &StoreKind::Redis(url.clone())).await;
     let (_, conv) = send("POST", &relay.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let create = relay.url("/v1/responses");

@@ -1,7 +1,6 @@
 //! The relay core end to end: the event stream, the folded non-streaming answer, golden logs,
 //! function tools and continuation, against the fake upstream on loopback.
 
-use responses_relay::Config;
 use responses_relay::upstream::UpstreamApi;
 use serde_json::{Value, json};
 
@@ -256,11 +255,7 @@ async fn responses_upstream_gives_the_same_events_as_chat_upstream() {
     let up = upstream().await;
     let mut logs = Vec::new();
     for api in [UpstreamApi::Chat, UpstreamApi::Responses] {
-        let r = relay(Config {
-            upstream_api: api,
-            ..config(&up.base_url())
-        })
-        .await;
+        let r = relay_over_api(&up, api).await;
         let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}]);
         let body = r.stream(&json!({"model": "fake-model?reasoning=2", "input": "CALL get_weather {\"location\":\"Paris\"}", "tools": tools, "stream": true})).await;
         check_events(&body.events);
@@ -307,11 +302,7 @@ async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
     let body = json!({"model": "fake-model", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"},
                       "text": {"verbosity": "low"}, "truncation": "auto", "prompt_cache_key": "cache-1", "prompt_cache_retention": "24h", "safety_identifier": "user-1"});
     for api in [UpstreamApi::Responses, UpstreamApi::Chat] {
-        let r = relay(Config {
-            upstream_api: api,
-            ..config(&up.base_url())
-        })
-        .await;
+        let r = relay_over_api(&up, api).await;
         let (status, answer) = r.create(&body).await;
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["reasoning"]["summary"], "auto");

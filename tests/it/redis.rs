@@ -17,10 +17,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 /// An in-process relay over the Redis store at `url`, with random ids (so that two relays never
 /// mint the same id).
 async fn relay_over(up: &fake_upstream::FakeUpstream, url: &str) -> Relay {
-    let mut c = config(&up.base_url());
-    c.deterministic = false;
-    c.store = StoreKind::Redis(url.to_string());
-    relay(c).await
+    shared_store_relay(up, &StoreKind::Redis(url.to_string())).await
 }
 
 /// A fake upstream, a fresh Redis database's URL, and two in-process relays sharing it.

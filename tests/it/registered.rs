@@ -277,7 +277,7 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
     assert_eq!(folded["tools"][0], web, "echoed as sent");
     assert!(!body.raw.join("\n").contains("SEARCH-TOKEN-3"));
     // Without the binding, web_search is left out, as the hosted-tools policy says.
-    let plain = relay_on_plain(&up).await;
+    let plain = crate::support::relay(config(&up.base_url())).await;
     let (status, r) = plain
         .create(&json!({"model": "fake-model", "input": "hi", "tools": [web]}))
         .await;
@@ -289,8 +289,4 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
             .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
         "{offered}"
     );
-}
-
-async fn relay_on_plain(up: &crate::fake_upstream::FakeUpstream) -> Relay {
-    relay(config(&up.base_url())).await
 }

@@ -10,12 +10,6 @@ use responses_relay::upstream::UpstreamApi;
 
 const APIS: [UpstreamApi; 2] = [UpstreamApi::Chat, UpstreamApi::Responses];
 
-async fn relay_on(up: &crate::fake_upstream::FakeUpstream, api: UpstreamApi) -> Relay {
-    let mut c = config(&up.base_url());
-    c.upstream_api = api;
-    relay(c).await
-}
-
 /// The function names the upstream was offered in its last request (both wire formats).
 fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
     let body = last_request(up);
@@ -34,7 +28,7 @@ fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
 #[tokio::test]
 async fn fields_openai_accepts_are_taken_or_refused_by_name() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Responses).await;
+    let relay = relay_over_api(&up, UpstreamApi::Responses).await;
     let url = relay.url("/v1/responses");
     for extra in [
         json!({"client_metadata": {"x-codex-turn": "1"}}),
@@ -99,7 +93,7 @@ async fn fields_openai_accepts_are_taken_or_refused_by_name() {
 async fn hosted_tools_are_echoed_and_left_out_of_the_model_tools_by_default() {
     let up = upstream().await;
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let web = json!({"type": "web_search", "external_web_access": false});
         let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [web, {"type": "function", "name": "f"}, {"type": "code_interpreter", "container": {"type": "auto"}}]}))
         .await;
@@ -129,7 +123,7 @@ async fn a_namespaced_function_call_carries_its_namespace_and_goes_back_under_it
         {"type": "function", "name": "read_file", "description": "Read a file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
     ]});
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let (status, r) = post(
             &url,
@@ -179,7 +173,7 @@ async fn a_custom_tool_call_streams_its_input_and_its_history_goes_back_as_a_fun
     let patch = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch";
     let say = format!("CALL apply_patch {}", json!({ "input": patch }));
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let body = stream(
             &url,
@@ -255,7 +249,7 @@ async fn built_in_client_tools_are_handed_back_as_their_call_items_and_their_out
     ]
     .join("\n");
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let (status, r) = post(
             &url,
@@ -328,7 +322,7 @@ async fn a_client_tool_search_is_handed_back_and_the_tools_it_found_are_offered(
     let search =
         json!({"type": "tool_search", "execution": "client", "description": "Find tools."});
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let (status, r) = post(
             &url,
@@ -362,7 +356,7 @@ async fn a_client_tool_search_is_handed_back_and_the_tools_it_found_are_offered(
 #[tokio::test]
 async fn allowed_tools_narrows_what_the_model_is_offered() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Chat).await;
+    let relay = relay_over_api(&up, UpstreamApi::Chat).await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [
             {"type": "function", "name": "a"}, {"type": "function", "name": "b"}, {"type": "custom", "name": "c"}
         ], "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}, {"type": "custom", "name": "c"}]}}))
@@ -447,7 +441,7 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
 #[tokio::test]
 async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Responses).await;
+    let relay = relay_over_api(&up, UpstreamApi::Responses).await;
     let (status, r) = relay.create(&json!({"model": "fake-model", "reasoning": {"effort": "low"}, "input": [
             {"role": "user", "content": "first"},
             {"type": "configuration_update", "reasoning": {"effort": "high"}, "text": {"format": {"type": "json_object"}}},
@@ -468,7 +462,7 @@ async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() 
 async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
     let up = upstream().await;
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let body = json!({"model": "fake-model", "instructions": "be brief",
             "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}],
             "input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]});
@@ -494,7 +488,7 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
 #[tokio::test]
 async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Chat).await;
+    let relay = relay_over_api(&up, UpstreamApi::Chat).await;
     let shot =
         json!({"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="});
     let (status, r) = relay.create(&json!({"model": "fake-model", "tools": [{"type": "computer_use_preview", "display_width": 800, "display_height": 600, "environment": "linux"}],
@@ -519,7 +513,7 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
 #[tokio::test]
 async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Chat).await;
+    let relay = relay_over_api(&up, UpstreamApi::Chat).await;
     let (status, r) = relay
         .post(
             "/v1/agent",

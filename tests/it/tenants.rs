@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::fake_upstream::FakeUpstream;
 use crate::support::*;
+use responses_relay::Config;
 use responses_relay::config::{KeyEntry, StoreKind};
 
 /// Team A has two keys; `kb` is a bare key (a tenant of its own); team B has one.
@@ -21,11 +22,14 @@ fn keys() -> Vec<KeyEntry> {
 }
 
 async fn relay_with(up: &FakeUpstream, store: &StoreKind) -> Relay {
-    let mut c = config(&up.base_url());
-    c.deterministic = false;
-    c.store = store.clone();
-    c.keys = keys();
-    relay(c).await
+    let store = store.clone();
+    relay(Config {
+        store,
+        deterministic: false,
+        keys: keys(),
+        ..config(&up.base_url())
+    })
+    .await
 }
 
 /// A request with `key` as the bearer: its status and body (JSON, or the text as a string).

@@ -11,12 +11,6 @@ use serde_json::{Value, json};
 use crate::support::*;
 use responses_relay::config::StoreKind;
 
-async fn relay_on(up: &fake_upstream::FakeUpstream, store: &StoreKind) -> Relay {
-    let mut c = config(&up.base_url());
-    c.store = store.clone();
-    relay(c).await
-}
-
 /// How many `responses` rows the SQLite file at `path` holds for run `id` (read-only).
 fn responses_rows(path: &std::path::Path, id: &str) -> i64 {
     let db =
@@ -226,7 +220,7 @@ async fn a_streaming_client_that_disconnects_leaves_a_cancelled_run() {
 async fn delete_removes_the_run_and_store_false_keeps_nothing() {
     let up = upstream().await;
     for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+        let relay = relay_over_store(&up, &store).await;
         let (_, r) = relay
             .create(&json!({"model": "fake-model", "input": "x"}))
             .await;
@@ -621,7 +615,7 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
 async fn deleting_a_live_run_removes_it_for_good_with_its_log_and_items() {
     let up = upstream().await;
     for (name, store) in stores() {
-        let relay = relay_on(&up, &store).await;
+        let relay = relay_over_store(&up, &store).await;
         let id = relay.start_stalled().await;
         // The run is live and has a message item (two deltas, then the model stalls).
         let mut message = String::new();

@@ -53,7 +53,7 @@ async fn a_run_sqlite_cannot_keep_ends_failed_for_its_client_and_is_not_kept() {
     use futures::StreamExt;
     let up = upstream().await;
     let path = scratch("locked").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(path.clone())).await;
     // Another process's write transaction holds the database past the writer's busy timeout.
     let other = rusqlite::Connection::open(&path).unwrap();
     other.execute_batch("BEGIN IMMEDIATE").unwrap();
@@ -98,7 +98,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
     use futures::StreamExt;
     let up = upstream().await;
     let path = scratch("locked-terminal").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(path.clone())).await;
     // The model's last frames (finish, usage) come 400 ms after its last text delta.
     let r = relay
         .send(&json!({"model": "fake-model?deltas=3&delay_ms=400", "input": "x", "stream": true}))
@@ -167,7 +167,7 @@ async fn a_run_whose_end_sqlite_cannot_keep_is_not_reported_completed() {
 async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works_again() {
     let up = upstream().await;
     let path = scratch("locked-end").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(path.clone())).await;
     let id = relay.start(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true})).await;
     // Its start is kept...
     let kept = || responses_rows(&path, &id);
@@ -190,7 +190,7 @@ async fn a_kept_run_whose_end_sqlite_cannot_keep_is_removed_once_the_store_works
 async fn a_kept_run_broken_mid_run_by_a_failed_commit_is_removed_at_its_end() {
     let up = upstream().await;
     let path = scratch("locked-mid").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(path.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(path.clone())).await;
     let id = relay.start(&json!({"model": "fake-model?deltas=100&delay_ms=100", "input": "x", "background": true})).await;
     let kept = || responses_rows(&path, &id);
     eventually("the run's insert is committed", || kept() == 1).await;
@@ -246,7 +246,7 @@ fn store_bytes(db: &std::path::Path) -> u64 {
 async fn a_finished_runs_log_is_kept_packed_in_one_row_and_replays_byte_for_byte() {
     let up = upstream().await;
     let db = scratch("packed-log").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(db.clone())).await;
     let live = post_text(
         &relay.url("/v1/responses"),
         &json!({"model": "fake-model?deltas=60&reasoning=2", "input": "pack me", "stream": true}),
@@ -284,7 +284,7 @@ async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
     // column. Made from a run of today's relay, unpacked into those rows, the column dropped.
     let up = upstream().await;
     let db = scratch("unpacked-log").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(db.clone())).await;
     let live = post_text(
         &relay.url("/v1/responses"),
         &json!({"model": "fake-model?deltas=12", "input": "kept the old way", "stream": true}),
@@ -324,7 +324,7 @@ async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
         c.execute_batch("ALTER TABLE responses DROP COLUMN log;")
             .unwrap();
     }
-    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(db.clone())).await;
     let (status, replay) = relay.replay(&id).await;
     assert_eq!(status, 200);
     assert_eq!(replay, live, "the old run's replay differs from its stream");
@@ -349,7 +349,7 @@ async fn a_run_kept_before_logs_were_packed_replays_byte_for_byte() {
 async fn deleted_runs_give_their_disk_space_back() {
     let up = upstream().await;
     let db = scratch("vacuum").join("relay.sqlite3");
-    let relay = relay_on(&up, &StoreKind::Sqlite(db.clone())).await;
+    let relay = relay_over_store(&up, &StoreKind::Sqlite(db.clone())).await;
     // 40 runs with 256 KiB inputs each (that do not compress): about 10 MiB kept.
     let mut ids = Vec::new();
     for i in 0..40u64 {

@@ -205,6 +205,46 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A relay with the test config over `store`, in front of `up`.
+pub async fn relay_over_store(
+    up: &super::fake_upstream::FakeUpstream,
+    store: &responses_relay::config::StoreKind,
+) -> Relay {
+    let store = store.clone();
+    relay(Config {
+        store,
+        ..config(&up.base_url())
+    })
+    .await
+}
+
+/// A relay with the test config reading its upstream as `api` (Chat Completions or Responses).
+pub async fn relay_over_api(
+    up: &super::fake_upstream::FakeUpstream,
+    api: responses_relay::upstream::UpstreamApi,
+) -> Relay {
+    relay(Config {
+        upstream_api: api,
+        ..config(&up.base_url())
+    })
+    .await
+}
+
+/// A relay over `store` with real ids and clock (not the test config's sequential ones), so that
+/// several relays can share the store without their ids colliding.
+pub async fn shared_store_relay(
+    up: &super::fake_upstream::FakeUpstream,
+    store: &responses_relay::config::StoreKind,
+) -> Relay {
+    let store = store.clone();
+    relay(Config {
+        store,
+        deterministic: false,
+        ..config(&up.base_url())
+    })
+    .await
+}
+
 /// The paths a stored run `id` is read at: its Response, its replay, its input items.
 pub fn run_paths(id: &str) -> [String; 3] {
     [
