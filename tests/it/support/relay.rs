@@ -205,17 +205,22 @@ pub fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+/// A relay with the test config in front of `up`, as `change` leaves it.
+pub async fn relay_for(
+    up: &super::fake_upstream::FakeUpstream,
+    change: impl FnOnce(&mut Config),
+) -> Relay {
+    let mut c = config(&up.base_url());
+    change(&mut c);
+    relay(c).await
+}
+
 /// A relay with the test config over `store`, in front of `up`.
 pub async fn relay_over_store(
     up: &super::fake_upstream::FakeUpstream,
     store: &responses_relay::config::StoreKind,
 ) -> Relay {
-    let store = store.clone();
-    relay(Config {
-        store,
-        ..config(&up.base_url())
-    })
-    .await
+    relay_for(up, |c| c.store = store.clone()).await
 }
 
 /// A relay with the test config reading its upstream as `api` (Chat Completions or Responses).
@@ -223,11 +228,7 @@ pub async fn relay_over_api(
     up: &super::fake_upstream::FakeUpstream,
     api: responses_relay::upstream::UpstreamApi,
 ) -> Relay {
-    relay(Config {
-        upstream_api: api,
-        ..config(&up.base_url())
-    })
-    .await
+    relay_for(up, |c| c.upstream_api = api).await
 }
 
 /// A relay over `store` with real ids and clock (not the test config's sequential ones), so that
@@ -236,11 +237,9 @@ pub async fn shared_store_relay(
     up: &super::fake_upstream::FakeUpstream,
     store: &responses_relay::config::StoreKind,
 ) -> Relay {
-    let store = store.clone();
-    relay(Config {
-        store,
-        deterministic: false,
-        ..config(&up.base_url())
+    relay_for(up, |c| {
+        c.store = store.clone();
+        c.deterministic = false;
     })
     .await
 }
@@ -266,9 +265,8 @@ pub async fn configured_relay(
     change: impl FnOnce(&mut Config),
 ) -> (super::fake_upstream::FakeUpstream, Relay) {
     let up = super::upstream().await;
-    let mut c = config(&up.base_url());
-    change(&mut c);
-    (up, relay(c).await)
+    let relay = relay_for(&up, change).await;
+    (up, relay)
 }
 
 /// The test config in front of `up` with each of [`stores`], named by its store.
