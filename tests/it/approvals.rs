@@ -15,12 +15,7 @@ struct World {
 
 async fn world() -> World {
     let up = upstream().await;
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     // Every request lists its servers unless the context carries their list, so that the
     // tests below see whether a chain reused its list (not the pool's time-bound reuse).
     let mut c = config(&up.base_url());
@@ -101,7 +96,7 @@ async fn a_denied_call_is_not_run_and_the_model_is_told_why() {
         .await;
     let folded = check_events(&b.events);
     assert_eq!(output_types(&folded), ["message"]);
-    let text = folded["output"][0]["content"][0]["text"].as_str().unwrap();
+    let text = first_text(&folded).as_str().unwrap();
     assert!(
         text.contains("refused") && text.contains("not today"),
         "{text}"
@@ -185,11 +180,7 @@ async fn unknown_repeated_or_altered_answers_are_rejected_naming_input() {
     let w = world().await;
     let tools = w.tools(json!("always"));
     let (status, err) = w.create(json!({"model": "fake-model", "tools": tools, "input": [approve(&json!("mcpr_nope"), true)]})).await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[0]")),
-        "{err}"
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[0]")), "{err}");
     let (_, a) = w
         .create(
             json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": tools}),
@@ -200,26 +191,12 @@ async fn unknown_repeated_or_altered_answers_are_rejected_naming_input() {
     assert_eq!(status, 200);
     let (status, err) = w.create(json!({"model": "fake-model", "previous_response_id": b["id"], "tools": tools, "input": [approve(&req["id"], true)]})).await;
     assert_eq!(status, 400, "answered twice: {err}");
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("already answered")
-    );
+    assert!(error_message(&err).contains("already answered"));
     let mut altered = req.clone();
     altered["arguments"] = json!("{\"a\":1000,\"b\":1}");
     let (status, err) = w.create(json!({"model": "fake-model", "tools": tools, "input": [altered, approve(&req["id"], true)]})).await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[1]")),
-        "{err}"
-    );
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("changed")
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[1]")), "{err}");
+    assert!(error_message(&err).contains("changed"));
     assert_eq!(w.server.count("tools/call"), 1);
     assert!(w.up.requests().len() >= 2);
 }
@@ -230,12 +207,7 @@ async fn a_reused_tool_list_offers_the_model_only_what_this_requests_allowed_too
     let (_, a) = w
         .create(json!({"model": "fake-model", "input": "hello", "tools": w.tools(json!("never"))}))
         .await;
-    let listed: Vec<&str> = a["output"][0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let listed: Vec<&str> = strs(&a["output"][0]["tools"], "name");
     assert!(
         listed.contains(&"add") && listed.contains(&"echo"),
         "{listed:?}"
@@ -283,28 +255,14 @@ async fn an_approval_for_a_tool_this_request_does_not_offer_is_refused_naming_in
     let (status, err) = w
         .create(json!({"model": "fake-model", "previous_response_id": a["id"], "tools": narrowed, "input": [approve(&req["id"], true)]}))
         .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[0]")),
-        "{err}"
-    );
-    assert!(
-        err["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("allowed_tools"),
-        "{err}"
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[0]")), "{err}");
+    assert!(error_message(&err).contains("allowed_tools"), "{err}");
     // Statelessly, with a request the relay never made for a tool the server does not have.
     let forged = json!({"type": "mcp_approval_request", "id": "mcpr_forged", "server_label": "m", "name": "no_such_tool", "arguments": "{}"});
     let (status, err) = w
         .create(json!({"model": "fake-model", "tools": w.tools(json!("always")), "input": [forged, approve(&json!("mcpr_forged"), true)]}))
         .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input[1]")),
-        "{err}"
-    );
+    assert_eq!(param_error(status, &err), (400, Some("input[1]")), "{err}");
     assert_eq!(w.server.count("tools/call"), 0);
 }
 
@@ -370,7 +328,7 @@ async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
         .create(json!({"model": "fake-model", "tools": tools, "input": history}))
         .await;
     assert_eq!(status, 200, "{c}");
-    let sent = w.up.requests().last().unwrap().body.clone();
+    let sent = last_request(&w.up);
     let last = sent["messages"].as_array().unwrap().last().unwrap().clone();
     assert_eq!(
         (last["role"].as_str(), last["content"].as_str()),
@@ -390,10 +348,7 @@ async fn history_sent_back_whole_does_not_tell_the_model_of_a_refusal_again() {
         ["message"],
         "the list in the history is reused: {c}"
     );
-    assert_eq!(
-        c["output"][0]["content"][0]["text"],
-        "Hello! You said: what is two and two"
-    );
+    assert_eq!(first_text(&c), "Hello! You said: what is two and two");
     assert_eq!(w.server.count("tools/call"), 0);
 }
 

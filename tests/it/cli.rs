@@ -4,6 +4,8 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
+use crate::support::{run_relay, scratch, signal};
+
 const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 
 /// The address a started `serve` prints on its first stdout line.
@@ -20,10 +22,7 @@ fn listening_address(child: &mut std::process::Child) -> String {
 
 #[test]
 fn help_lists_the_serve_flags() {
-    let out = Command::new(BIN)
-        .args(["serve", "--help"])
-        .output()
-        .unwrap();
+    let out = run_relay(&["serve", "--help"]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
     for flag in [
@@ -70,23 +69,24 @@ fn bad_values_exit_64_naming_the_flag() {
     }
 }
 
+/// `responses-relay serve` on a free loopback port, its upstream a port nothing answers on.
+fn serve_on_a_free_port() -> Command {
+    let mut command = Command::new(BIN);
+    command.args(["serve", "--listen", "127.0.0.1:0"]);
+    command.args(["--upstream-url", "http://127.0.0.1:9/v1"]);
+    command
+}
+
 #[test]
 fn config_file_and_environment_are_read_with_flags_winning() {
-    let dir = std::env::temp_dir().join(format!("relay-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("cfg");
     let file = dir.join("relay.toml");
     std::fs::write(&file, "listen = \"not an address\"\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--config", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run_relay(&["serve", "--config", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--listen"));
     std::fs::write(&file, "unknown_key = 1\n").unwrap();
-    let out = Command::new(BIN)
-        .args(["serve", "--config", file.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = run_relay(&["serve", "--config", file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--config"));
     let out = Command::new(BIN)
@@ -100,17 +100,9 @@ fn config_file_and_environment_are_read_with_flags_winning() {
 #[test]
 fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
     // The embedded default store (SQLite under ./relay-data), in a scratch working directory.
-    let dir = std::env::temp_dir().join(format!("relay-serve-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let mut child = Command::new(BIN)
+    let dir = scratch("serve");
+    let mut child = serve_on_a_free_port()
         .current_dir(&dir)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream-url",
-            "http://127.0.0.1:9/v1",
-        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -118,14 +110,7 @@ fn serve_prints_its_address_and_exits_cleanly_on_sigterm() {
     let addr = listening_address(&mut child);
     let health = std::net::TcpStream::connect(&addr);
     assert!(health.is_ok());
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(child.id(), "-TERM");
     let status = child.wait().unwrap();
     assert!(status.success(), "exit status {status:?}");
     assert!(
@@ -181,8 +166,7 @@ fn loopback_mcp_request(args: &[&str], env: &[(&str, &str)]) -> (u16, String) {
 
 #[test]
 fn the_environment_and_flags_turn_off_a_switch_the_config_file_turns_on() {
-    let dir = std::env::temp_dir().join(format!("relay-switch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("switch");
     let file = dir.join("relay.toml");
     std::fs::write(&file, "mcp_allow_private_networks = true\n").unwrap();
     let file = file.to_str().unwrap();
@@ -243,8 +227,7 @@ fn the_environment_and_flags_turn_off_a_switch_the_config_file_turns_on() {
 
 #[test]
 fn bad_key_entries_exit_64_naming_them() {
-    let dir = std::env::temp_dir().join(format!("relay-keys-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("keys");
     let file = dir.join("relay.toml");
     for (toml, named) in [
         ("[[keys]]\ntenant = \"a\"\n", "keys[0]"),
@@ -289,8 +272,7 @@ fn bad_key_entries_exit_64_naming_them() {
 #[test]
 fn keys_from_the_config_file_admit_their_holders_only() {
     use std::io::{Read, Write};
-    let dir = std::env::temp_dir().join(format!("relay-keyed-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch("keyed");
     let file = dir.join("relay.toml");
     // The second key is in the file only as its SHA-256 (computed here by `sha256sum`).
     let real_hash = {
@@ -313,14 +295,7 @@ fn keys_from_the_config_file_admit_their_holders_only() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(BIN)
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--upstream-url",
-            "http://127.0.0.1:9/v1",
-        ])
+    let mut child = serve_on_a_free_port()
         .args(["--config", file.to_str().unwrap()])
         .env("RELAY_TEST_TEAM_KEY", "env-key-2")
         .env_remove("RELAY_API_KEYS")

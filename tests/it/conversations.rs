@@ -10,11 +10,11 @@ use crate::fake_upstream::FakeUpstream;
 use crate::support::*;
 use responses_relay::config::{KeyEntry, StoreKind};
 
-async fn relay_on(up: &FakeUpstream, store: &StoreKind) -> Relay {
-    let mut c = config(&up.base_url());
-    c.deterministic = false;
-    c.store = store.clone();
-    relay(c).await
+/// A fake upstream of its own and a relay over `store` in front of it.
+async fn own_upstream_and_relay(store: &StoreKind) -> (FakeUpstream, Relay) {
+    let up = upstream().await;
+    let relay = shared_store_relay(&up, store).await;
+    (up, relay)
 }
 
 async fn send(method: &str, url: &str, body: Option<Value>) -> (u16, Value) {
@@ -43,8 +43,7 @@ fn texts(list: &Value) -> Vec<String> {
 #[tokio::test]
 async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
     for (name, store) in stores() {
-        let up = upstream().await;
-        let relay = relay_on(&up, &store).await;
+        let (up, relay) = own_upstream_and_relay(&store).await;
         let base = relay.url("/v1/conversations");
         let (status, conv) = send(
             "POST",
@@ -116,7 +115,7 @@ async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
         );
         if let StoreKind::Sqlite(_) = store {
             relay.shutdown().await;
-            let relay = relay_on(&up, &store).await;
+            let relay = shared_store_relay(&up, &store).await;
             let (_, kept) = send(
                 "GET",
                 &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
@@ -145,8 +144,7 @@ async fn the_conversations_api_keeps_items_and_metadata_on_every_store() {
 #[tokio::test]
 async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
     for (name, store) in stores() {
-        let up = upstream().await;
-        let relay = relay_on(&up, &store).await;
+        let (up, relay) = own_upstream_and_relay(&store).await;
         let (_, conv) = send(
             "POST",
             &relay.url("/v1/conversations"),
@@ -173,15 +171,13 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
             assert_eq!(r["status"], "completed");
         }
         // The second turn's model saw everything before it.
-        let sent = up.requests().last().unwrap().body.to_string();
-        for seen in [
+        let turns = [
             "earlier",
             "first turn",
             "Hello! You said: first turn",
             "second turn",
-        ] {
-            assert!(sent.contains(seen), "{name}: {seen} in {sent}");
-        }
+        ];
+        assert_sent(&up, &turns, name);
         let (_, items) = send(
             "GET",
             &relay.url(&format!("/v1/conversations/{id}/items?order=asc")),
@@ -205,7 +201,7 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
         )
         .await;
         assert_eq!(
-            (status, err["error"]["param"].as_str()),
+            param_error(status, &err),
             (400, Some("conversation")),
             "{name}"
         );
@@ -215,7 +211,7 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
         )
         .await;
         assert_eq!(
-            (status, err["error"]["param"].as_str()),
+            param_error(status, &err),
             (404, Some("conversation")),
             "{name}: {err}"
         );
@@ -226,8 +222,10 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
 async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_ends() {
     let up = upstream().await;
     let redis = StoreKind::Redis(redis_db());
-    let a = relay_on(&up, &redis).await;
-    let b = relay_on(&up, &redis).await;
+    let (a, b) = (
+        shared_store_relay(&up, &redis).await,
+        shared_store_relay(&up, &redis).await,
+    );
     let (_, conv) = send("POST", &a.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let slow = {
@@ -240,20 +238,15 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Refused on the same relay and on the other one (the lock is in Redis).
     for relay in [&a, &b] {
-        let (status, err) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "fast", "conversation": id}),
-        )
-        .await;
+        let (status, err) = relay
+            .create(&json!({"model": "fake-model", "input": "fast", "conversation": id}))
+            .await;
         assert_eq!(status, 409, "{err}");
         assert_eq!(err["error"]["code"], "conversation_locked");
     }
     // Counting its tokens neither waits for the conversation nor holds it.
-    let (status, count) = post(
-        &b.url("/v1/responses/input_tokens"),
-        &json!({"model": "fake-model", "input": "fast", "conversation": id}),
-    )
-    .await;
+    let count_tokens = json!({"model": "fake-model", "input": "fast", "conversation": id});
+    let (status, count) = b.post("/v1/responses/input_tokens", &count_tokens).await;
     assert_eq!(status, 200, "{count}");
     let (status, first) = slow.await.unwrap();
     assert_eq!(
@@ -262,11 +255,9 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
         "{first}"
     );
     // Continued on the other relay, which sees every item.
-    let (status, second) = post(
-        &b.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "fast", "conversation": id}),
-    )
-    .await;
+    let (status, second) = b
+        .create(&json!({"model": "fake-model", "input": "fast", "conversation": id}))
+        .await;
     assert_eq!(status, 200, "{second}");
     let (_, items) = send(
         "GET",
@@ -281,12 +272,12 @@ async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_end
 #[tokio::test]
 async fn another_tenants_conversation_is_an_unknown_one() {
     for (name, store) in stores() {
-        let up = upstream().await;
-        let mut c = config(&up.base_url());
-        c.deterministic = false;
-        c.store = store.clone();
-        c.keys = vec![KeyEntry::bare("key-a"), KeyEntry::bare("key-b")];
-        let relay = relay(c).await;
+        let (_up, relay) = configured_relay(|c| {
+            c.deterministic = false;
+            c.store = store.clone();
+            c.keys = vec![KeyEntry::bare("key-a"), KeyEntry::bare("key-b")];
+        })
+        .await;
         let with = |key: &str, method: &str, path: &str, body: Option<Value>| {
             let (url, key, method) = (relay.url(path), key.to_string(), method.to_string());
             async move {
@@ -358,17 +349,18 @@ async fn another_tenants_conversation_is_an_unknown_one() {
 #[tokio::test]
 async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it() {
     let up = upstream().await;
-    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let relay = shared_store_relay(&up, &StoreKind::Memory).await;
     let history = json!([
         {"role": "user", "content": "the long plan: details of part A"},
         {"role": "assistant", "content": "noted"},
         {"role": "user", "content": "and part B"}
     ]);
-    let (status, compacted) = post(
-        &relay.url("/v1/responses/compact"),
-        &json!({"model": "fake-model", "input": history, "instructions": "You plan projects."}),
-    )
-    .await;
+    let (status, compacted) = relay
+        .post(
+            "/v1/responses/compact",
+            &json!({"model": "fake-model", "input": history, "instructions": "You plan projects."}),
+        )
+        .await;
     assert_eq!(status, 200, "{compacted}");
     assert_eq!(compacted["object"], "response.compaction");
     let out = compacted["output"].as_array().unwrap();
@@ -384,20 +376,17 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
         sealed.starts_with("rr1.") && !sealed.contains("part A"),
         "{sealed}"
     );
-    let asked = up.requests().last().unwrap().body.to_string();
+    let asked = last_request(&up).to_string();
     assert!(
         asked.contains("compacting a conversation") && asked.contains("You plan projects."),
         "{asked}"
     );
     assert!(compacted["usage"]["input_tokens"].as_u64().unwrap() > 0);
     // A later request with the compaction item: the model gets the summary, not what it replaced.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [out[2], {"role": "user", "content": "go on"}]}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "input": [out[2], {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.contains("A summary of the conversation so far"),
         "{sent}"
@@ -413,47 +402,37 @@ async fn compaction_summarizes_a_conversation_and_its_summary_stands_in_for_it()
     // A changed seal is refused, naming the item.
     let mut changed = out[2].clone();
     changed["encrypted_content"] = json!(format!("{}x", &sealed[..sealed.len() - 1]));
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [changed, {"role": "user", "content": "go on"}]}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": [changed, {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 400, "{err}");
     assert_eq!(err["error"]["param"], "input[0].encrypted_content");
     assert_eq!(err["error"]["code"], "invalid_encrypted_content");
     // From a stored chain, too.
-    let (_, first) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "remember the chain"}),
-    )
-    .await;
-    let (status, from_chain) = post(
-        &relay.url("/v1/responses/compact"),
-        &json!({"model": "fake-model", "previous_response_id": first["id"]}),
-    )
-    .await;
+    let (_, first) = relay
+        .create(&json!({"model": "fake-model", "input": "remember the chain"}))
+        .await;
+    let (status, from_chain) = relay
+        .post(
+            "/v1/responses/compact",
+            &json!({"model": "fake-model", "previous_response_id": first["id"]}),
+        )
+        .await;
     assert_eq!(status, 200, "{from_chain}");
-    assert_eq!(
-        from_chain["output"][0]["content"][0]["text"],
-        "remember the chain"
-    );
+    assert_eq!(first_text(&from_chain), "remember the chain");
 }
 
 #[tokio::test]
 async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.store = StoreKind::Memory;
-    let relay = relay(c).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "stream": true, "store": false, "input": [
-            {"role": "user", "content": "a long task"},
-            {"role": "assistant", "content": "working on it"},
-            {"type": "compaction_trigger"}
-        ]}),
-    )
-    .await;
+    let (up, relay) = configured_relay(|c| c.store = StoreKind::Memory).await;
+    let body = relay
+        .stream(
+            &json!({"model": "fake-model", "stream": true, "store": false, "input": [
+                {"role": "user", "content": "a long task"},
+                {"role": "assistant", "content": "working on it"},
+                {"type": "compaction_trigger"}
+            ]}),
+        )
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(
         kinds(&body.events),
@@ -477,7 +456,7 @@ async fn a_compaction_trigger_makes_the_response_the_compaction_with_its_events(
 #[tokio::test]
 async fn context_management_compacts_before_a_turn_whose_context_passes_the_threshold() {
     let up = upstream().await;
-    let relay = relay_on(&up, &StoreKind::Memory).await;
+    let relay = shared_store_relay(&up, &StoreKind::Memory).await;
     let input = json!([
         {"role": "user", "content": "alpha"},
         {"role": "assistant", "content": "beta-answer"},
@@ -485,18 +464,10 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     ]);
     // The fake model server counts 10 prompt tokens per message: 30 here.
     let before = up.requests().len();
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 25}]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 25}]}))
     .await;
     assert_eq!(status, 200, "{r}");
-    let kinds: Vec<&str> = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strs(&r["output"], "type");
     assert_eq!(kinds, ["compaction", "message"], "{r}");
     assert!(
         r["output"][0]["encrypted_content"]
@@ -509,21 +480,18 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
         3,
         "counted, summarized, then answered"
     );
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.contains("A summary of the conversation so far") && sent.contains("gamma"),
         "{sent}"
     );
     assert!(!sent.contains("beta-answer"), "compacted away: {sent}");
     // The next turn on the chain starts from the compaction, not from what it replaced.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "delta", "previous_response_id": r["id"],
-            "store": true, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "input": "delta", "previous_response_id": r["id"],
+            "store": true, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.contains("A summary of the conversation so far") && sent.contains("delta"),
         "{sent}"
@@ -531,17 +499,9 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
     assert!(!sent.contains("beta-answer"), "{sent}");
     // Under the threshold: counted, then answered as it is.
     let before = up.requests().len();
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": input, "context_management": [{"type": "compaction", "compact_threshold": 1000}]}))
     .await;
-    let kinds: Vec<&str> = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let kinds: Vec<&str> = strs(&r["output"], "type");
     assert_eq!(kinds, ["message"], "{r}");
     assert_eq!(up.requests().len() - before, 2);
     assert!(
@@ -552,10 +512,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
             .to_string()
             .contains("beta-answer")
     );
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "context_management": [{"type": "compaction"}]}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "context_management": [{"type": "compaction"}]}))
     .await;
     assert_eq!(status, 400);
     assert_eq!(
@@ -568,7 +525,7 @@ async fn context_management_compacts_before_a_turn_whose_context_passes_the_thre
 async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_does_not() {
     let up = upstream().await;
     let store = StoreKind::Sqlite(scratch("conv-background").join("relay.sqlite3"));
-    let relay = relay_on(&up, &store).await;
+    let relay = shared_store_relay(&up, &store).await;
     let (_, conv) = send("POST", &relay.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let create = relay.url("/v1/responses");
@@ -596,16 +553,12 @@ async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_d
         ["in the background", "Hello! You said: in the background"]
     );
     // Its log replays; a cancelled run adds nothing and lets the conversation go.
-    let (status, _) = get(&relay.url(&format!("/v1/responses/{rid}?stream=true"))).await;
+    let (status, _) = relay.get(&format!("/v1/responses/{rid}?stream=true")).await;
     assert_eq!(status, 200);
     let (_, slow) = post(&create, &json!({"model": "fake-model?deltas=40&delay_ms=50", "input": "to be cancelled", "background": true, "conversation": id})).await;
     let sid = slow["id"].as_str().unwrap().to_string();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, cancelled) = post(
-        &relay.url(&format!("/v1/responses/{sid}/cancel")),
-        &json!({}),
-    )
-    .await;
+    let (status, cancelled) = relay.cancel(&sid).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled")),
@@ -630,7 +583,7 @@ async fn a_background_run_on_a_conversation_adds_its_items_and_a_cancelled_one_d
 async fn a_conversation_lock_left_by_a_stopped_relay_is_free_once_its_run_has_ended() {
     let up = upstream().await;
     let url = redis_db();
-    let relay = relay_on(&up, &StoreKind::Redis(url.clone())).await;
+    let relay = shared_store_relay(&up, &StoreKind::Redis(url.clone())).await;
     let (_, conv) = send("POST", &relay.url("/v1/conversations"), Some(json!({}))).await;
     let id = conv["id"].as_str().unwrap().to_string();
     let create = relay.url("/v1/responses");

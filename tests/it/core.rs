@@ -1,24 +1,15 @@
 //! The relay core end to end: the event stream, the folded non-streaming answer, golden logs,
 //! function tools and continuation, against the fake upstream on loopback.
 
+use responses_relay::upstream::UpstreamApi;
 use serde_json::{Value, json};
 
 use crate::support::*;
 
-async fn setup() -> (fake_upstream::FakeUpstream, Relay) {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    (up, relay)
-}
-
 #[tokio::test]
 async fn text_stream_is_well_ordered_and_ends_with_done() {
-    let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi there", "stream": true}),
-    )
-    .await;
+    let (_up, relay) = plain_relay().await;
+    let body = relay.stream_input("fake-model", "hi there").await;
     assert!(body.done, "no [DONE]");
     let folded = check_events(&body.events);
     let k = kinds(&body.events);
@@ -38,14 +29,9 @@ async fn text_stream_is_well_ordered_and_ends_with_done() {
         terminal["output"], folded["output"],
         "terminal output differs from the folded stream"
     );
-    let text: String = body
-        .events
-        .iter()
-        .filter(|e| e["type"] == "response.output_text.delta")
-        .map(|e| e["delta"].as_str().unwrap())
-        .collect();
+    let text: String = streamed_text(&body.events);
     assert_eq!(text, "Hello! You said: hi there");
-    assert_eq!(terminal["output"][0]["content"][0]["text"], text);
+    assert_eq!(*first_text(terminal), text);
     assert!(
         body.events
             .iter()
@@ -65,12 +51,12 @@ async fn non_streaming_answer_is_the_terminal_response_of_the_stream() {
         let r = relay(config(&up.base_url())).await;
         let mut req = request.clone();
         req["stream"] = json!(true);
-        let body = stream(&r.url("/v1/responses"), &req).await;
+        let body = r.stream(&req).await;
         check_events(&body.events);
         body.events.last().unwrap()["response"].clone()
     };
     let r = relay(config(&up.base_url())).await;
-    let (status, plain) = post(&r.url("/v1/responses"), &request).await;
+    let (status, plain) = r.create(&request).await;
     assert_eq!(status, 200, "{plain}");
     assert_eq!(plain, streamed);
     assert_eq!(plain["output"][0]["type"], "reasoning");
@@ -79,12 +65,10 @@ async fn non_streaming_answer_is_the_terminal_response_of_the_stream() {
 
 #[tokio::test]
 async fn response_object_carries_every_field_clients_validate() {
-    let (_up, relay) = setup().await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}}),
-    )
-    .await;
+    let (_up, relay) = plain_relay().await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "x", "metadata": {"k": "v"}}))
+        .await;
     assert_eq!(status, 200);
     for key in [
         "id",
@@ -135,21 +119,17 @@ async fn response_object_carries_every_field_clients_validate() {
 
 #[tokio::test]
 async fn function_call_streams_arguments_and_round_trips_with_previous_response_id() {
-    let (up, relay) = setup().await;
+    let (up, relay) = plain_relay().await;
     let tools = json!([{"type": "function", "name": "get_weather", "description": "Weather for a place",
         "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": true}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "weather?", "tools": tools, "tool_choice": {"type": "function", "name": "get_weather"}, "stream": true}))
     .await;
     let folded = check_events(&body.events);
-    let k = kinds(&body.events);
     for needed in [
         "response.function_call_arguments.delta",
         "response.function_call_arguments.done",
     ] {
-        assert!(k.iter().any(|x| x == needed), "missing {needed}");
+        assert!(has_kind(&body.events, needed), "missing {needed}");
     }
     let call = &folded["output"][0];
     assert_eq!(call["type"], "function_call");
@@ -163,26 +143,18 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
 
     let first_id = folded["id"].as_str().unwrap().to_string();
     let call_id = call["call_id"].as_str().unwrap().to_string();
-    let (status, second) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "previous_response_id": first_id, "tools": tools,
-                "input": [{"type": "function_call_output", "call_id": call_id, "output": "64 degrees and clear"}]}),
-    )
+    let (status, second) = relay.create(&json!({"model": "fake-model", "previous_response_id": first_id, "tools": tools,
+                "input": [{"type": "function_call_output", "call_id": call_id, "output": "64 degrees and clear"}]}))
     .await;
     assert_eq!(status, 200, "{second}");
     assert_eq!(second["status"], "completed");
     assert_eq!(second["previous_response_id"], first_id);
     assert_eq!(second.get("output_text"), None);
-    let text = second["output"][0]["content"][0]["text"].as_str().unwrap();
+    let text = first_text(&second).as_str().unwrap();
     assert_eq!(text, "Tool results: 64 degrees and clear");
     // The upstream saw the whole chain in order: user, assistant tool call, tool result.
-    let last = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = last["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let last = last_request(&up);
+    let roles: Vec<&str> = strs(&last["messages"], "role");
     assert_eq!(roles, ["user", "assistant", "tool"]);
     assert_eq!(last["messages"][1]["tool_calls"][0]["id"], call_id);
     assert_eq!(last["messages"][2]["tool_call_id"], call_id);
@@ -190,12 +162,9 @@ async fn function_call_streams_arguments_and_round_trips_with_previous_response_
 
 #[tokio::test]
 async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
-    let (_up, relay) = setup().await;
+    let (_up, relay) = plain_relay().await;
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL a {\"x\":1}\nCALL b {\"y\":2}", "tools": tools, "stream": true}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL a {\"x\":1}\nCALL b {\"y\":2}", "tools": tools, "stream": true}))
     .await;
     let folded = check_events(&body.events);
     let out = folded["output"].as_array().unwrap();
@@ -211,47 +180,31 @@ async fn parallel_function_calls_each_get_their_own_item_and_call_id() {
 
 #[tokio::test]
 async fn reasoning_deltas_become_a_reasoning_item_before_the_message() {
-    let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?reasoning=3", "input": "think", "stream": true}),
-    )
-    .await;
+    let (_up, relay) = plain_relay().await;
+    let body = relay.stream_input("fake-model?reasoning=3", "think").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["output"][0]["type"], "reasoning");
     assert_eq!(folded["output"][0]["content"][0]["type"], "reasoning_text");
     assert_eq!(folded["output"][1]["type"], "message");
-    assert!(
-        kinds(&body.events)
-            .iter()
-            .any(|k| k == "response.reasoning_text.delta")
-    );
+    assert!(has_kind(&body.events, "response.reasoning_text.delta"));
     golden("reasoning", &body);
 }
 
 #[tokio::test]
 async fn refusal_is_a_refusal_content_part() {
-    let (_up, relay) = setup().await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?refusal=1", "input": "bad", "stream": true}),
-    )
-    .await;
+    let (_up, relay) = plain_relay().await;
+    let body = relay.stream_input("fake-model?refusal=1", "bad").await;
     let folded = check_events(&body.events);
     let part = &folded["output"][0]["content"][0];
     assert_eq!(part["type"], "refusal");
     assert_eq!(part["refusal"], "I'm sorry, I can't help with that.");
-    assert!(
-        kinds(&body.events)
-            .iter()
-            .any(|k| k == "response.refusal.done")
-    );
+    assert!(has_kind(&body.events, "response.refusal.done"));
 }
 
 #[tokio::test]
 async fn length_finish_ends_incomplete_with_max_output_tokens() {
-    let (_up, relay) = setup().await;
-    let body = stream(&relay.url("/v1/responses"), &json!({"model": "fake-model?finish=length", "input": "long", "stream": true, "max_output_tokens": 16})).await;
+    let (_up, relay) = plain_relay().await;
+    let body = relay.stream(&json!({"model": "fake-model?finish=length", "input": "long", "stream": true, "max_output_tokens": 16})).await;
     let folded = check_events(&body.events);
     let last = body.events.last().unwrap();
     assert_eq!(last["type"], "response.incomplete");
@@ -263,20 +216,17 @@ async fn length_finish_ends_incomplete_with_max_output_tokens() {
 
 #[tokio::test]
 async fn request_fields_reach_the_chat_upstream() {
-    let (up, relay) = setup().await;
-    let (status, _) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "instructions": "be brief", "temperature": 0.5, "top_p": 0.9,
+    let (up, relay) = plain_relay().await;
+    let (status, _) = relay.create(&json!({"model": "fake-model", "instructions": "be brief", "temperature": 0.5, "top_p": 0.9,
             "max_output_tokens": 100, "user": "u1", "reasoning": {"effort": "low"},
             "text": {"format": {"type": "json_schema", "name": "out", "schema": {"type": "object"}, "strict": true}},
             "input": [{"role": "developer", "content": "dev"},
                       {"role": "user", "content": [{"type": "input_text", "text": "look"},
                           {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
-                          {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,AAAA"}]}]}),
-    )
+                          {"type": "input_file", "filename": "a.pdf", "file_data": "data:application/pdf;base64,AAAA"}]}]}))
     .await;
     assert_eq!(status, 200);
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(sent["stream"], true);
     assert_eq!(sent["stream_options"]["include_usage"], true);
     assert_eq!(sent["temperature"], 0.5);
@@ -304,15 +254,10 @@ async fn request_fields_reach_the_chat_upstream() {
 async fn responses_upstream_gives_the_same_events_as_chat_upstream() {
     let up = upstream().await;
     let mut logs = Vec::new();
-    for api in [
-        responses_relay::upstream::UpstreamApi::Chat,
-        responses_relay::upstream::UpstreamApi::Responses,
-    ] {
-        let mut c = config(&up.base_url());
-        c.upstream_api = api;
-        let r = relay(c).await;
+    for api in [UpstreamApi::Chat, UpstreamApi::Responses] {
+        let r = relay_over_api(&up, api).await;
         let tools = json!([{"type": "function", "name": "get_weather", "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}}]);
-        let body = stream(&r.url("/v1/responses"), &json!({"model": "fake-model?reasoning=2", "input": "CALL get_weather {\"location\":\"Paris\"}", "tools": tools, "stream": true})).await;
+        let body = r.stream(&json!({"model": "fake-model?reasoning=2", "input": "CALL get_weather {\"location\":\"Paris\"}", "tools": tools, "stream": true})).await;
         check_events(&body.events);
         logs.push(kinds(&body.events));
     }
@@ -326,19 +271,15 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
     let mut c = config(&up.base_url());
     c.upstream_api = responses_relay::upstream::UpstreamApi::Responses;
     let r = relay(c).await;
-    let (status, a) = post(
-        &r.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello"}),
-    )
-    .await;
+    let (status, a) = r
+        .create(&json!({"model": "fake-model", "input": "hello"}))
+        .await;
     assert_eq!(status, 200, "{a}");
-    let (status, b) = post(
-        &r.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "again", "previous_response_id": a["id"]}),
-    )
-    .await;
+    let (status, b) = r
+        .create(&json!({"model": "fake-model", "input": "again", "previous_response_id": a["id"]}))
+        .await;
     assert_eq!(status, 200, "{b}");
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     let assistant = sent["input"]
         .as_array()
         .unwrap()
@@ -347,7 +288,7 @@ async fn assistant_text_goes_back_to_a_responses_upstream_with_annotations_and_n
         .expect("the earlier answer was sent");
     let part = &assistant["content"][0];
     assert_eq!(part["type"], "output_text");
-    assert_eq!(part["text"], a["output"][0]["content"][0]["text"]);
+    assert_eq!(part["text"], *first_text(&a));
     assert_eq!(part["annotations"], json!([]), "{assistant}");
     assert!(
         part.as_object().unwrap().values().all(|v| !v.is_null()),
@@ -360,17 +301,12 @@ async fn responses_only_fields_reach_a_responses_upstream_and_stay_off_chat() {
     let up = upstream().await;
     let body = json!({"model": "fake-model", "input": "hi", "reasoning": {"effort": "low", "summary": "auto"},
                       "text": {"verbosity": "low"}, "truncation": "auto", "prompt_cache_key": "cache-1", "prompt_cache_retention": "24h", "safety_identifier": "user-1"});
-    for api in [
-        responses_relay::upstream::UpstreamApi::Responses,
-        responses_relay::upstream::UpstreamApi::Chat,
-    ] {
-        let mut c = config(&up.base_url());
-        c.upstream_api = api;
-        let r = relay(c).await;
-        let (status, answer) = post(&r.url("/v1/responses"), &body).await;
+    for api in [UpstreamApi::Responses, UpstreamApi::Chat] {
+        let r = relay_over_api(&up, api).await;
+        let (status, answer) = r.create(&body).await;
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["reasoning"]["summary"], "auto");
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         if api == responses_relay::upstream::UpstreamApi::Responses {
             assert_eq!(
                 sent["reasoning"],

@@ -12,14 +12,43 @@ use serde_json::{Value, json};
 use crate::mcp_test_server::{self, McpTestServer, Options};
 use crate::support::*;
 
-async fn mcp_server(options: Options) -> McpTestServer {
-    mcp_test_server::start("127.0.0.1:0".parse().unwrap(), options)
-        .await
-        .expect("the MCP test server starts")
+/// The fake upstream, the MCP test server with `options`, and a relay with a SQLite store.
+async fn with_server(options: Options) -> (fake_upstream::FakeUpstream, McpTestServer, Relay) {
+    let up = upstream().await;
+    let server = mcp_server(options).await;
+    let relay = relay(sqlite_config(&up)).await;
+    (up, server, relay)
 }
 
-fn tool(label: &str, url: &str) -> Value {
-    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
+/// Continuing from `first`, `CALL echo {"text":"two"}` streams a completed call then a message,
+/// and the call's output is `two`.
+async fn echo_two_completes(relay: &Relay, first: &Value, tools: &Value) {
+    let run = following(first, "CALL echo {\"text\":\"two\"}", tools.clone());
+    let (body, second) = streamed_and_stored(relay, &run).await;
+    assert_completed_shape(&body, &[&call_events(true), MESSAGE]);
+    let call = items_of(&second, "mcp_call")[0];
+    assert_completed(call, "two");
+}
+
+/// The fake upstream, a server hanging on `initialize`, and the test config (SQLite store)
+/// with discovery timing out after `timeout`.
+async fn hanging_discovery(
+    timeout: std::time::Duration,
+) -> (fake_upstream::FakeUpstream, BlackHole, Config) {
+    let up = upstream().await;
+    let hole = BlackHole::start().await;
+    let mut c = sqlite_config(&up);
+    c.mcp.discovery_timeout = timeout;
+    (up, hole, c)
+}
+
+/// Options for a server of the initialize-handshake era (sessions that expire, connections
+/// that drop).
+fn handshake_only() -> Options {
+    Options {
+        handshake_only: true,
+        ..Default::default()
+    }
 }
 
 /// The test config with a SQLite store of its own.
@@ -56,15 +85,16 @@ fn shape(events: &[Value]) -> Vec<String> {
 
 const START: &[&str] = &["response.created", "response.in_progress"];
 
+/// An `mcp_list_tools` item, listed (`ok`) or failed.
 fn list_events(ok: bool) -> Vec<&'static str> {
+    let end = [
+        "response.mcp_list_tools.failed",
+        "response.mcp_list_tools.completed",
+    ][usize::from(ok)];
     vec![
         "response.output_item.added",
         "response.mcp_list_tools.in_progress",
-        if ok {
-            "response.mcp_list_tools.completed"
-        } else {
-            "response.mcp_list_tools.failed"
-        },
+        end,
         "response.output_item.done",
     ]
 }
@@ -103,22 +133,35 @@ fn expected(parts: &[&[&str]], terminal: &str) -> Vec<String> {
     all
 }
 
-fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == kind)
-        .collect()
+/// A streamed run of `input` with `tools` on the fake model.
+fn streaming(input: &str, tools: Value) -> Value {
+    json!({"model": "fake-model", "input": input, "stream": true, "tools": tools})
 }
 
-fn item_types(response: &Value) -> Vec<String> {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap().to_string())
-        .collect()
+/// A streamed run of `input` with the tools of `server`, labelled `s`.
+fn call_on(server: &McpTestServer, input: &str) -> Value {
+    streaming(input, json!([mcp_tool("s", &server.url())]))
+}
+
+/// As [`streaming`], continuing from the Response `previous`.
+fn following(previous: &Value, input: &str, tools: Value) -> Value {
+    let mut request = streaming(input, tools);
+    request["previous_response_id"] = previous["id"].clone();
+    request
+}
+
+/// The stream is of a completed run whose output streams as `parts`.
+fn assert_completed_shape(body: &SseBody, parts: &[&[&str]]) {
+    assert_eq!(shape(&body.events), expected(parts, "response.completed"));
+}
+
+/// An `mcp_call` item that completed with `output`.
+fn assert_completed(call: &Value, output: &str) {
+    assert_eq!(
+        (call["status"].as_str(), call["output"].as_str()),
+        (Some("completed"), Some(output)),
+        "{call}"
+    );
 }
 
 fn message_text(response: &Value) -> String {
@@ -128,17 +171,10 @@ fn message_text(response: &Value) -> String {
         .to_string()
 }
 
-fn id_of(body: &SseBody) -> String {
-    body.events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 /// Streams a request; checks the events (framing, order, one terminal event last, `[DONE]`) and
 /// that the stored log replays exactly the same events. Returns the body and the folded Response.
 async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value) {
-    let body = stream(&relay.url("/v1/responses"), request).await;
+    let body = relay.stream(request).await;
     assert!(body.done, "the stream did not end with [DONE]");
     let folded = check_events(&body.events);
     assert_stored(relay, &id_of(&body), &body.raw).await;
@@ -149,14 +185,7 @@ async fn streamed_and_stored(relay: &Relay, request: &Value) -> (SseBody, Value)
 /// `[DONE]`, and starting with exactly the events `live` (what a client saw, maybe cut short).
 /// Returns the folded stored Response.
 async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
-    let text = client()
-        .get(relay.url(&format!("/v1/responses/{id}?stream=true")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = relay.replay_text(id).await;
     let stored = parse_sse(&text);
     assert!(
         stored.done,
@@ -172,7 +201,7 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
         live,
         "the stored log of {id} differs from what was streamed"
     );
-    let (status, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, got) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(
         got,
@@ -184,21 +213,14 @@ async fn assert_stored(relay: &Relay, id: &str, live: &[String]) -> Value {
 
 /// The stored log of `id` as events.
 async fn stored_events(relay: &Relay, id: &str) -> Vec<Value> {
-    let text = client()
-        .get(relay.url(&format!("/v1/responses/{id}?stream=true")))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = relay.replay_text(id).await;
     parse_sse(&text).events
 }
 
 /// Polls `GET /v1/responses/{id}` until the run has ended; returns it.
 async fn ended(relay: &Relay, id: &str) -> Value {
     for _ in 0..1000 {
-        let (status, r) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+        let (status, r) = relay.get(&format!("/v1/responses/{id}")).await;
         if status == 200 && !matches!(r["status"].as_str(), Some("queued" | "in_progress")) {
             return r;
         }
@@ -232,12 +254,7 @@ async fn read_until(
 }
 
 async fn open_stream(relay: &Relay, request: &Value) -> reqwest::Response {
-    let resp = client()
-        .post(relay.url("/v1/responses"))
-        .json(request)
-        .send()
-        .await
-        .unwrap();
+    let resp = relay.send(request).await;
     assert_eq!(resp.status(), 200);
     resp
 }
@@ -249,14 +266,11 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
     let up = upstream().await;
     let dead = format!("http://{}/mcp", closed_port());
     let relay = relay(sqlite_config(&up)).await;
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("gone", &dead)]});
+    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]});
     let (body, folded) = streamed_and_stored(&relay, &request).await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&list_events(false), MESSAGE], "response.completed")
-    );
+    assert_completed_shape(&body, &[&list_events(false), MESSAGE]);
     assert_eq!(folded["status"], "completed");
-    assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
+    assert_eq!(output_types(&folded), ["mcp_list_tools", "message"]);
     let list = &folded["output"][0];
     assert_eq!(list["tools"], json!([]));
     let error = list["error"].as_str().unwrap();
@@ -269,7 +283,7 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
     c.mcp.discovery_failure = DiscoveryFailure::Fail;
     let strict = crate::support::relay(c).await;
     let before = up.requests().len();
-    let (status, err) = post(&strict.url("/v1/responses"), &request).await;
+    let (status, err) = strict.create(&request).await;
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["type"], "external_connector_error");
     assert_eq!(err["error"]["message"], error);
@@ -282,18 +296,12 @@ async fn a_refused_connection_at_discovery_fails_the_list_and_the_run_still_answ
 
 #[tokio::test]
 async fn a_server_hanging_on_initialize_times_discovery_out() {
-    let up = upstream().await;
-    let hole = BlackHole::start().await;
-    let mut c = sqlite_config(&up);
-    c.mcp.discovery_timeout = std::time::Duration::from_millis(300);
+    let (_up, hole, mut c) = hanging_discovery(std::time::Duration::from_millis(300)).await;
     let relay = relay(c.clone()).await;
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
+    let request = streaming("hello", json!([mcp_tool("hang", &hole.url())]));
     let (body, folded) = streamed_and_stored(&relay, &request).await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&list_events(false), MESSAGE], "response.completed")
-    );
-    assert_eq!(item_types(&folded), ["mcp_list_tools", "message"]);
+    assert_completed_shape(&body, &[&list_events(false), MESSAGE]);
+    assert_eq!(output_types(&folded), ["mcp_list_tools", "message"]);
     let expected_error =
         "Error retrieving tool list from MCP server: 'hang'. Timed out after 300ms.";
     assert_eq!(folded["output"][0]["error"], expected_error);
@@ -304,7 +312,7 @@ async fn a_server_hanging_on_initialize_times_discovery_out() {
 
     c.mcp.discovery_failure = DiscoveryFailure::Fail;
     let strict = crate::support::relay(c).await;
-    let (status, err) = post(&strict.url("/v1/responses"), &request).await;
+    let (status, err) = strict.create(&request).await;
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["message"], expected_error);
     assert_eq!(err["error"]["param"], "tools");
@@ -312,19 +320,14 @@ async fn a_server_hanging_on_initialize_times_discovery_out() {
 
 #[tokio::test]
 async fn a_server_answering_500_fails_the_list_naming_the_status() {
-    let up = upstream().await;
-    let server = mcp_server(Options {
+    let (_up, server, relay) = with_server(Options {
         fail_http: Some(500),
         ..Options::default()
     })
     .await;
-    let relay = relay(sqlite_config(&up)).await;
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("broken", &server.url())]});
+    let request = streaming("hello", json!([mcp_tool("broken", &server.url())]));
     let (body, folded) = streamed_and_stored(&relay, &request).await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&list_events(false), MESSAGE], "response.completed")
-    );
+    assert_completed_shape(&body, &[&list_events(false), MESSAGE]);
     assert_eq!(
         folded["output"][0]["error"],
         "Error retrieving tool list from MCP server: 'broken'. Http status code: 500 (Internal Server Error)"
@@ -334,23 +337,18 @@ async fn a_server_answering_500_fails_the_list_naming_the_status() {
 
 #[tokio::test]
 async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_completes() {
-    let up = upstream().await;
     // At discovery.
-    let garbage = mcp_server(Options {
+    let (_up, garbage, relay) = with_server(Options {
         bad_json: true,
         ..Options::default()
     })
     .await;
-    let relay = relay(sqlite_config(&up)).await;
     let (body, folded) = streamed_and_stored(
         &relay,
-        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("junk", &garbage.url())]}),
+        &streaming("hello", json!([mcp_tool("junk", &garbage.url())])),
     )
     .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&list_events(false), MESSAGE], "response.completed")
-    );
+    assert_completed_shape(&body, &[&list_events(false), MESSAGE]);
     let error = folded["output"][0]["error"].as_str().unwrap();
     assert!(
         error.starts_with("Error retrieving tool list from MCP server: 'junk'. "),
@@ -363,23 +361,13 @@ async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_com
 
     // At call time: listed fine in turn 1, garbage for the call in turn 2.
     let server = mcp_server(Options::default()).await;
-    let tools = json!([tool("s", &server.url())]);
-    let (_, first) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools}),
-    )
-    .await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let run = streaming("hi", tools.clone());
+    let (_, first) = streamed_and_stored(&relay, &run).await;
     server.set_bad_json(true);
-    let (body, second) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "stream": true, "tools": tools,
-                "previous_response_id": first["id"]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&call_events(false), MESSAGE], "response.completed")
-    );
+    let run = following(&first, "CALL echo {\"text\":\"x\"}", tools.clone());
+    let (body, second) = streamed_and_stored(&relay, &run).await;
+    assert_completed_shape(&body, &[&call_events(false), MESSAGE]);
     let call = items_of(&second, "mcp_call")[0];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["output"], Value::Null);
@@ -401,57 +389,31 @@ async fn invalid_json_from_the_server_fails_the_list_or_the_call_and_the_run_com
 
     // The server recovers: the next call on it works.
     server.set_bad_json(false);
-    let (_, third) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"back\"}", "stream": true, "tools": tools,
-                "previous_response_id": second["id"]}),
-    )
-    .await;
+    let run = following(&second, "CALL echo {\"text\":\"back\"}", tools.clone());
+    let (_, third) = streamed_and_stored(&relay, &run).await;
     let call = items_of(&third, "mcp_call")[0];
-    assert_eq!(
-        (call["status"].as_str(), call["output"].as_str()),
-        (Some("completed"), Some("back")),
-        "{call}"
-    );
+    assert_completed(call, "back");
 }
 
 // ------------------------------------------------------------------ call faults
 
 #[tokio::test]
 async fn a_refused_connection_at_call_time_is_an_http_error_with_code_0() {
-    let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
-    let relay = relay(sqlite_config(&up)).await;
-    let tools = json!([tool("s", &server.url())]);
-    let (_, first) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "hi", "stream": true, "tools": tools}),
-    )
-    .await;
-    assert_eq!(item_types(&first), ["mcp_list_tools", "message"]);
+    let (_up, server, relay) = with_server(Options::default()).await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let run = streaming("hi", tools.clone());
+    let (_, first) = streamed_and_stored(&relay, &run).await;
+    assert_eq!(output_types(&first), ["mcp_list_tools", "message"]);
     server.shutdown().await;
-    let (body, second) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "stream": true, "tools": tools,
-                "previous_response_id": first["id"]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&call_events(false), MESSAGE], "response.completed")
-    );
-    assert_eq!(item_types(&second), ["mcp_call", "message"]);
+    let run = following(&first, "CALL echo {\"text\":\"x\"}", tools.clone());
+    let (body, second) = streamed_and_stored(&relay, &run).await;
+    assert_completed_shape(&body, &[&call_events(false), MESSAGE]);
+    assert_eq!(output_types(&second), ["mcp_call", "message"]);
     let call = &second["output"][0];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "http_error", "{call}");
     assert_eq!(call["error"]["code"], 0, "{call}");
-    assert!(
-        call["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("connect"),
-        "{call}"
-    );
+    assert!(error_message(call).contains("connect"), "{call}");
     assert!(
         message_text(&second).starts_with("Tool results: Error"),
         "{second}"
@@ -465,18 +427,9 @@ async fn a_hanging_call_times_out_and_the_server_sees_it_cancelled() {
     let mut c = sqlite_config(&up);
     c.mcp.call_timeout = std::time::Duration::from_millis(500);
     let relay = relay(c).await;
-    let (body, folded) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(
-            &[&list_events(true), &call_events(false), MESSAGE],
-            "response.completed"
-        )
-    );
+    let (body, folded) =
+        streamed_and_stored(&relay, &call_on(&server, "CALL slow {\"ms\":60000}")).await;
+    assert_completed_shape(&body, &[&list_events(true), &call_events(false), MESSAGE]);
     let call = items_of(&folded, "mcp_call")[0];
     assert_eq!(
         call["error"],
@@ -484,29 +437,15 @@ async fn a_hanging_call_times_out_and_the_server_sees_it_cancelled() {
     );
     assert_eq!(folded["status"], "completed");
     assert_eq!(server.slow_started(), 1);
-    eventually("the server sees the timed-out call cancelled", || {
-        server.cancelled_calls() == 1
-    })
-    .await;
+    let cancelled = || server.cancelled_calls() == 1;
+    eventually("the server sees the timed-out call cancelled", cancelled).await;
 }
 
 #[tokio::test]
 async fn a_json_rpc_error_is_an_mcp_protocol_error() {
-    let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
-    let relay = relay(sqlite_config(&up)).await;
-    let (body, folded) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL boom {}", "stream": true, "tools": [tool("s", &server.url())]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(
-            &[&list_events(true), &call_events(false), MESSAGE],
-            "response.completed"
-        )
-    );
+    let (_up, server, relay) = with_server(Options::default()).await;
+    let (body, folded) = streamed_and_stored(&relay, &call_on(&server, "CALL boom {}")).await;
+    assert_completed_shape(&body, &[&list_events(true), &call_events(false), MESSAGE]);
     let call = items_of(&folded, "mcp_call")[0];
     assert_eq!(
         call["error"],
@@ -521,21 +460,10 @@ async fn a_json_rpc_error_is_an_mcp_protocol_error() {
 
 #[tokio::test]
 async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model() {
-    let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
-    let relay = relay(sqlite_config(&up)).await;
-    let (body, folded) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL big {\"bytes\":10000000}", "stream": true, "tools": [tool("s", &server.url())]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(
-            &[&list_events(true), &call_events(true), MESSAGE],
-            "response.completed"
-        )
-    );
+    let (up, server, relay) = with_server(Options::default()).await;
+    let (body, folded) =
+        streamed_and_stored(&relay, &call_on(&server, "CALL big {\"bytes\":10000000}")).await;
+    assert_completed_shape(&body, &[&list_events(true), &call_events(true), MESSAGE]);
     let cap = 64 * 1024;
     let call = items_of(&folded, "mcp_call")[0];
     let output = call["output"].as_str().unwrap();
@@ -549,7 +477,7 @@ async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model()
     );
     let streamed: usize = body.raw.iter().map(String::len).sum();
     assert!(streamed < 1_000_000, "the client got {streamed} bytes");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.len() < 2 * cap,
         "the model's request has {} bytes",
@@ -560,16 +488,12 @@ async fn a_ten_megabyte_result_is_truncated_with_a_marker_for_client_and_model()
 #[tokio::test]
 async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
     let up = upstream().await;
-    let server = mcp_server(Options {
-        // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
-        handshake_only: true,
-        ..Default::default()
-    })
-    .await;
+    // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
+    let server = mcp_server(handshake_only()).await;
     let mut c = sqlite_config(&up);
     c.mcp.call_timeout = std::time::Duration::from_secs(10);
     let relay = relay(c).await;
-    let request = json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]});
+    let request = call_on(&server, "CALL slow {\"ms\":60000}");
     let url = relay.url("/v1/responses");
     let reading = tokio::spawn(async move { stream(&url, &request).await });
     eventually("the slow call is running", || server.slow_started() == 1).await;
@@ -578,13 +502,7 @@ async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_stored(&relay, &id_of(&body), &body.raw).await;
-    assert_eq!(
-        shape(&body.events),
-        expected(
-            &[&list_events(true), &call_events(false), MESSAGE],
-            "response.completed"
-        )
-    );
+    assert_completed_shape(&body, &[&list_events(true), &call_events(false), MESSAGE]);
     let call = items_of(&folded, "mcp_call")[0];
     let error = &call["error"];
     match error["type"].as_str() {
@@ -604,40 +522,16 @@ async fn a_server_dying_mid_call_fails_the_call_and_the_run_completes() {
 
 #[tokio::test]
 async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
-    let up = upstream().await;
-    let server = mcp_server(Options {
-        // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
-        handshake_only: true,
-        ..Default::default()
-    })
-    .await;
-    let relay = relay(sqlite_config(&up)).await;
-    let tools = json!([tool("s", &server.url())]);
-    let (_, first) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"one\"}", "stream": true, "tools": tools}),
-    )
-    .await;
+    // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
+    let (_up, server, relay) = with_server(handshake_only()).await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let run = streaming("CALL echo {\"text\":\"one\"}", tools.clone());
+    let (_, first) = streamed_and_stored(&relay, &run).await;
     assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
     assert_eq!(server.sessions_begun(), 1);
     server.expire_sessions().await;
     assert_eq!(server.session_count().await, 0);
-    let (body, second) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"two\"}", "stream": true, "tools": tools,
-                "previous_response_id": first["id"]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&call_events(true), MESSAGE], "response.completed")
-    );
-    let call = items_of(&second, "mcp_call")[0];
-    assert_eq!(
-        (call["status"].as_str(), call["output"].as_str()),
-        (Some("completed"), Some("two")),
-        "{call}"
-    );
+    echo_two_completes(&relay, &first, &tools).await;
     assert_eq!(
         server.sessions_begun(),
         2,
@@ -653,47 +547,19 @@ async fn an_expired_session_is_reinitialised_and_the_call_succeeds() {
 #[tokio::test]
 async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
     let up = upstream().await;
-    let server = mcp_server(Options {
-        // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
-        handshake_only: true,
-        ..Default::default()
-    })
-    .await;
+    // Sessions, their expiry and a dropped connection are of the initialize-handshake era.
+    let server = mcp_server(handshake_only()).await;
     let addr = server.addr;
     let relay = relay(sqlite_config(&up)).await;
-    let tools = json!([tool("s", &server.url())]);
-    let (_, first) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"one\"}", "stream": true, "tools": tools}),
-    )
-    .await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let run = streaming("CALL echo {\"text\":\"one\"}", tools.clone());
+    let (_, first) = streamed_and_stored(&relay, &run).await;
     assert_eq!(items_of(&first, "mcp_call")[0]["output"], "one");
     server.shutdown().await;
-    let server = mcp_test_server::start(
-        addr,
-        Options {
-            handshake_only: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("restart on the same port");
-    let (body, second) = streamed_and_stored(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"two\"}", "stream": true, "tools": tools,
-                "previous_response_id": first["id"]}),
-    )
-    .await;
-    assert_eq!(
-        shape(&body.events),
-        expected(&[&call_events(true), MESSAGE], "response.completed")
-    );
-    let call = items_of(&second, "mcp_call")[0];
-    assert_eq!(
-        (call["status"].as_str(), call["output"].as_str()),
-        (Some("completed"), Some("two")),
-        "{call}"
-    );
+    let server = mcp_test_server::start(addr, handshake_only())
+        .await
+        .expect("restart on the same port");
+    echo_two_completes(&relay, &first, &tools).await;
     assert_eq!(
         server.sessions_begun(),
         1,
@@ -705,14 +571,11 @@ async fn a_restarted_server_gets_a_new_session_and_the_call_succeeds() {
 
 #[tokio::test]
 async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_connection() {
-    let up = upstream().await;
-    let hole = BlackHole::start().await;
-    let mut c = sqlite_config(&up);
-    c.mcp.discovery_timeout = std::time::Duration::from_secs(120);
+    let (up, hole, mut c) = hanging_discovery(std::time::Duration::from_secs(120)).await;
     c.limits.max_concurrent_runs = 1;
     let relay = relay(c).await;
     let url = relay.url("/v1/responses");
-    let request = json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [tool("hang", &hole.url())]});
+    let request = streaming("hello", json!([mcp_tool("hang", &hole.url())]));
     let leaving = tokio::spawn(async move { client().post(url).json(&request).send().await });
     eventually("the relay connects to the MCP server", || {
         hole.accepted.load(Ordering::SeqCst) == 1
@@ -725,19 +588,11 @@ async fn a_client_leaving_during_discovery_abandons_the_request_and_its_mcp_conn
     let next = json!({"model": "fake-model", "input": "next", "stream": true});
     let mut admitted = false;
     for _ in 0..1000 {
-        let r = client()
-            .post(relay.url("/v1/responses"))
-            .json(&next)
-            .send()
-            .await
-            .unwrap();
+        let r = relay.send(&next).await;
         if r.status() != 503 {
             assert_eq!(r.status(), 200);
             let body = parse_sse(&r.text().await.unwrap());
-            assert_eq!(
-                shape(&body.events),
-                expected(&[MESSAGE], "response.completed")
-            );
+            assert_completed_shape(&body, &[MESSAGE]);
             check_events(&body.events);
             assert_stored(&relay, &id_of(&body), &body.raw).await;
             admitted = true;
@@ -772,11 +627,11 @@ async fn a_timed_out_discovery_keeps_no_connection_to_the_server() {
     let mut c = config(&up.base_url());
     c.mcp.discovery_timeout = std::time::Duration::from_millis(300);
     let relay = relay(c).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello", "tools": [tool("hang", &hole.url())]}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(
+            &json!({"model": "fake-model", "input": "hello", "tools": [mcp_tool("hang", &hole.url())]}),
+        )
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(
         r["output"][0]["error"],
@@ -792,14 +647,8 @@ async fn a_timed_out_discovery_keeps_no_connection_to_the_server() {
 
 #[tokio::test]
 async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
-    let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
-    let relay = relay(sqlite_config(&up)).await;
-    let mut resp = open_stream(
-        &relay,
-        &json!({"model": "fake-model", "input": "CALL slow {\"ms\":60000}", "stream": true, "tools": [tool("s", &server.url())]}),
-    )
-    .await;
+    let (up, server, relay) = with_server(Options::default()).await;
+    let mut resp = open_stream(&relay, &call_on(&server, "CALL slow {\"ms\":60000}")).await;
     let mut seen = Vec::new();
     let live = read_until(&mut resp, &mut seen, |events| {
         events
@@ -825,7 +674,7 @@ async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
             "response.failed"
         )
     );
-    assert_eq!(item_types(&stored), ["mcp_list_tools", "mcp_call"]);
+    assert_eq!(output_types(&stored), ["mcp_list_tools", "mcp_call"]);
     let call = &stored["output"][1];
     assert_eq!(call["status"], "failed");
     assert_eq!(call["error"]["type"], "mcp_tool_execution_error");
@@ -842,14 +691,12 @@ async fn a_client_leaving_during_a_call_cancels_the_run_and_the_call() {
 
 #[tokio::test]
 async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
-    let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
-    let relay = relay(sqlite_config(&up)).await;
+    let (up, server, relay) = with_server(Options::default()).await;
     // A slow model: the answer after the call streams for seconds.
     let mut resp = open_stream(
         &relay,
         &json!({"model": "fake-model?deltas=200&delay_ms=50", "input": "CALL echo {\"text\":\"done\"}", "stream": true,
-                "tools": [tool("s", &server.url())]}),
+                "tools": [mcp_tool("s", &server.url())]}),
     )
     .await;
     let mut seen = Vec::new();
@@ -873,18 +720,14 @@ async fn a_client_leaving_right_after_a_call_completed_cancels_the_run() {
         "{events:?}"
     );
     assert_eq!(events.last().unwrap(), "response.failed");
-    let types = item_types(&stored);
+    let types = output_types(&stored);
     assert!(
         types == ["mcp_list_tools", "mcp_call"]
             || types == ["mcp_list_tools", "mcp_call", "message"],
         "{types:?}"
     );
     let call = &stored["output"][1];
-    assert_eq!(
-        (call["status"].as_str(), call["output"].as_str()),
-        (Some("completed"), Some("done")),
-        "{call}"
-    );
+    assert_completed(call, "done");
     if let Some(message) = stored["output"].get(2) {
         assert_eq!(message["status"], "incomplete", "{message}");
     }
@@ -900,13 +743,11 @@ async fn the_model_failing_after_the_mcp_calls_ran_ends_the_stream_with_response
     // The turn after the tools ran is the model's: its upstream answering 500 (retried, then
     // given up) or cutting its stream midway fails the run in the stream, after the call's items,
     // never as a cut connection; the stored log says the same.
-    let up = upstream().await;
-    let server = mcp_server(Options::default()).await;
-    let relay = relay(sqlite_config(&up)).await;
+    let (_up, server, relay) = with_server(Options::default()).await;
     for (fault, text_started) in [("status500", false), ("cut", true)] {
         let model = format!("fake-model?fault={fault}&fault_after_tools=1");
         let request = json!({"model": model, "input": "CALL echo {\"text\":\"ran\"}", "stream": true,
-                             "tools": [tool("s", &server.url())]});
+                             "tools": [mcp_tool("s", &server.url())]});
         let (body, folded) = streamed_and_stored(&relay, &request).await;
         let (list, call) = (list_events(true), call_events(true));
         let mut parts: Vec<&[&str]> = vec![&list, &call];

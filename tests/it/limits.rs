@@ -10,14 +10,11 @@ use crate::support::*;
 
 #[tokio::test]
 async fn an_upstream_429_before_the_first_byte_is_retried_then_succeeds() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, relay) = plain_relay().await;
     let model = "fake-model?fault=status429_once&deltas=3";
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": model, "input": "x", "stream": true}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": model, "input": "x", "stream": true}))
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
     let tries = up
@@ -30,15 +27,10 @@ async fn an_upstream_429_before_the_first_byte_is_retried_then_succeeds() {
 
 #[tokio::test]
 async fn retries_are_bounded_and_never_happen_after_output_started() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.upstream_timeouts.retries = 2;
-    let relay = relay(c).await;
-    let (status, _) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=status500", "input": "x"}),
-    )
-    .await;
+    let (up, relay) = configured_relay(|c| c.upstream_timeouts.retries = 2).await;
+    let (status, _) = relay
+        .create(&json!({"model": "fake-model?fault=status500", "input": "x"}))
+        .await;
     assert_eq!(status, 502);
     assert_eq!(
         up.requests()
@@ -47,11 +39,7 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
             .count(),
         3
     );
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=cut", "input": "x", "stream": true}),
-    )
-    .await;
+    let body = relay.stream_input("fake-model?fault=cut", "x").await;
     assert_eq!(check_events(&body.events)["status"], "failed");
     assert_eq!(
         up.requests()
@@ -65,23 +53,14 @@ async fn retries_are_bounded_and_never_happen_after_output_started() {
 
 #[tokio::test]
 async fn a_full_relay_answers_503_with_retry_after() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.max_concurrent_runs = 1;
-    let relay = relay(c).await;
-    let busy = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let (up, relay) = configured_relay(|c| c.limits.max_concurrent_runs = 1).await;
+    let busy = relay
+        .send(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}))
+        .await;
     eventually("the first run is streaming", || up.open_streams() == 1).await;
-    let r = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model", "input": "y"}))
-        .send()
-        .await
-        .unwrap();
+    let r = relay
+        .send(&json!({"model": "fake-model", "input": "y"}))
+        .await;
     assert_eq!(r.status(), 503);
     assert_eq!(r.headers()["retry-after"], "1");
     let body: serde_json::Value = r.json().await.unwrap();
@@ -89,11 +68,9 @@ async fn a_full_relay_answers_503_with_retry_after() {
     drop(busy);
     eventually("the first run ended", || up.open_streams() == 0).await;
     for _ in 0..100 {
-        let (status, _) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "y"}),
-        )
-        .await;
+        let (status, _) = relay
+            .create(&json!({"model": "fake-model", "input": "y"}))
+            .await;
         if status == 200 {
             return;
         }
@@ -105,63 +82,37 @@ async fn a_full_relay_answers_503_with_retry_after() {
 
 #[tokio::test]
 async fn a_run_past_its_time_limit_ends_failed() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.max_run_time = Duration::from_millis(300);
-    let relay = relay(c).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "stream": true}),
-    )
-    .await;
+    let (_up, relay) =
+        configured_relay(|c| c.limits.max_run_time = Duration::from_millis(300)).await;
+    let body = relay.stream_input("fake-model?fault=stall", "x").await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("limit"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("limit"), "{folded}");
 }
 
 #[tokio::test]
 async fn too_many_input_items_or_tools_are_rejected() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.max_input_items = 2;
-    c.limits.max_tools = 1;
-    let relay = relay(c).await;
+    let (_up, relay) = configured_relay(|c| {
+        c.limits.max_input_items = 2;
+        c.limits.max_tools = 1;
+    })
+    .await;
     let input: Vec<_> = (0..3)
         .map(|i| json!({"role": "user", "content": format!("{i}")}))
         .collect();
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "m", "input": input}),
-    )
-    .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("input"))
-    );
+    let (status, err) = relay.create(&json!({"model": "m", "input": input})).await;
+    assert_eq!(param_error(status, &err), (400, Some("input")));
     let tools = json!([{"type": "function", "name": "a"}, {"type": "function", "name": "b"}]);
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "m", "input": "x", "tools": tools}),
-    )
-    .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("tools"))
-    );
+    let (status, err) = relay
+        .create(&json!({"model": "m", "input": "x", "tools": tools}))
+        .await;
+    assert_eq!(param_error(status, &err), (400, Some("tools")));
 }
 
 #[tokio::test]
 async fn a_client_that_stops_reading_has_its_run_cancelled() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.client_stall = Duration::from_millis(300);
-    let relay = relay(c).await;
+    let (up, relay) =
+        configured_relay(|c| c.limits.client_stall = Duration::from_millis(300)).await;
     // A run that would stream for a minute (60,000 deltas 1 ms apart) to an HTTP/2 client that
     // never reads its body: it grants no flow-control window, the relay's writes stop after 64 KiB,
     // and the watchdog cancels the run long before the upstream would finish.
@@ -178,11 +129,6 @@ async fn a_client_that_stops_reading_has_its_run_cancelled() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
-    eventually("the upstream stream is open", || up.open_streams() == 1).await;
-    eventually(
-        "the stalled client's run was cancelled long before the upstream finished",
-        || up.open_streams() == 0,
-    )
-    .await;
+    stalled_run_is_cancelled(&up).await;
     drop(resp);
 }

@@ -17,23 +17,19 @@ struct Proc {
 
 fn spawn(upstream: &str, format: &str) -> Proc {
     let log = scratch("observability").join("relay.err");
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
-        upstream,
-        "--store",
-        "memory",
-        "--log-format",
-        format,
-    ];
+    let args = serve_args(upstream, "memory", &["--log-format", format]);
     let stderr = std::fs::File::create(&log).unwrap();
     let relay = spawn_relay(&args, &[("RELAY_LOG", "info")], stderr.into());
     Proc {
         base: relay.base.clone(),
         _relay: relay,
         log,
+    }
+}
+
+impl RelayApi for Proc {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
     }
 }
 
@@ -55,6 +51,12 @@ impl Proc {
     }
 }
 
+/// `GET /healthz` sending `id` as its `x-request-id`.
+async fn healthz_with_id(relay: &Proc, id: &str) -> reqwest::Response {
+    let request = client().get(relay.url("/healthz"));
+    request.header("x-request-id", id).send().await.unwrap()
+}
+
 fn request_id(r: &reqwest::Response) -> String {
     r.headers()
         .get("x-request-id")
@@ -64,54 +66,87 @@ fn request_id(r: &reqwest::Response) -> String {
         .to_string()
 }
 
+/// In the JSON log `lines`: the bad request's rejection logged once with its fields, the missing
+/// run's 404, nothing rejected for the good request, and the socket's opening, error frame and
+/// closing, each under its request id.
+fn logged_by_request_id(
+    lines: &[Value],
+    bad_id: &str,
+    missing_id: &str,
+    good_id: &str,
+    ws_id: &str,
+) {
+    let of = |id: &str| -> Vec<&Value> {
+        lines
+            .iter()
+            .filter(|l| l["span"]["request_id"] == id)
+            .collect()
+    };
+    let rejected: Vec<&Value> = of(bad_id)
+        .into_iter()
+        .filter(|l| l["message"] == "request rejected")
+        .collect();
+    assert_eq!(rejected.len(), 1, "logged once: {lines:?}");
+    let r = rejected[0];
+    assert_eq!(r["level"], "INFO");
+    assert_eq!(r["route"], "POST /v1/responses");
+    assert_eq!(r["status"], 400);
+    assert_eq!(r["code"], "unknown_parameter");
+    assert_eq!(r["param"], "temperatur");
+    assert!(r["timestamp"].is_string());
+    let nf = of(missing_id);
+    assert_eq!(nf.len(), 1, "{lines:?}");
+    assert_eq!(nf[0]["route"], "GET /v1/responses/{id}");
+    assert_eq!(nf[0]["status"], 404);
+    assert!(
+        of(good_id)
+            .iter()
+            .all(|l| l["message"] != "request rejected"),
+        "a good request is not logged as rejected"
+    );
+    let socket: Vec<&str> = of(ws_id)
+        .iter()
+        .map(|l| l["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        socket,
+        [
+            "websocket connection opened",
+            "websocket error frame",
+            "websocket connection closed"
+        ],
+        "{lines:?}"
+    );
+}
+
 #[tokio::test]
 async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_it() {
     let up = upstream().await;
     let relay = spawn(&up.base_url(), "json");
     let c = client();
-    let ok = c
-        .get(format!("{}/healthz", relay.base))
-        .send()
-        .await
-        .unwrap();
+    let ok = c.get(relay.url("/healthz")).send().await.unwrap();
     assert!(request_id(&ok).starts_with("req_"));
     // A sane id of the client's is kept; anything else is replaced.
-    let given = c
-        .get(format!("{}/healthz", relay.base))
-        .header("x-request-id", "trace-42.a")
-        .send()
-        .await
-        .unwrap();
+    let given = healthz_with_id(&relay, "trace-42.a").await;
     assert_eq!(request_id(&given), "trace-42.a");
-    let bogus = c
-        .get(format!("{}/healthz", relay.base))
-        .header("x-request-id", "no spaces allowed")
-        .send()
-        .await
-        .unwrap();
+    let bogus = healthz_with_id(&relay, "no spaces allowed").await;
     assert!(request_id(&bogus).starts_with("req_"));
 
-    let bad = c
-        .post(format!("{}/v1/responses", relay.base))
-        .json(&json!({"model": "fake-model", "input": "x", "temperatur": 1}))
-        .send()
-        .await
-        .unwrap();
+    let bad = relay
+        .send(&json!({"model": "fake-model", "input": "x", "temperatur": 1}))
+        .await;
     assert_eq!(bad.status(), 400);
     let bad_id = request_id(&bad);
     let missing = c
-        .get(format!("{}/v1/responses/resp_nope", relay.base))
+        .get(relay.url("/v1/responses/resp_nope"))
         .send()
         .await
         .unwrap();
     assert_eq!(missing.status(), 404);
     let missing_id = request_id(&missing);
-    let good = c
-        .post(format!("{}/v1/responses", relay.base))
-        .json(&json!({"model": "fake-model", "input": "fine"}))
-        .send()
-        .await
-        .unwrap();
+    let good = relay
+        .send(&json!({"model": "fake-model", "input": "fine"}))
+        .await;
     assert_eq!(good.status(), 200);
     let good_id = request_id(&good);
 
@@ -145,59 +180,14 @@ async fn every_answer_has_a_request_id_and_every_rejection_is_logged_once_with_i
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let of = |id: &str| -> Vec<&Value> {
-        lines
-            .iter()
-            .filter(|l| l["span"]["request_id"] == id)
-            .collect()
-    };
-    let rejected: Vec<&Value> = of(&bad_id)
-        .into_iter()
-        .filter(|l| l["message"] == "request rejected")
-        .collect();
-    assert_eq!(rejected.len(), 1, "logged once: {lines:?}");
-    let r = rejected[0];
-    assert_eq!(r["level"], "INFO");
-    assert_eq!(r["route"], "POST /v1/responses");
-    assert_eq!(r["status"], 400);
-    assert_eq!(r["code"], "unknown_parameter");
-    assert_eq!(r["param"], "temperatur");
-    assert!(r["timestamp"].is_string());
-    let nf = of(&missing_id);
-    assert_eq!(nf.len(), 1, "{lines:?}");
-    assert_eq!(nf[0]["route"], "GET /v1/responses/{id}");
-    assert_eq!(nf[0]["status"], 404);
-    assert!(
-        of(&good_id)
-            .iter()
-            .all(|l| l["message"] != "request rejected"),
-        "a good request is not logged as rejected"
-    );
-    let socket: Vec<&str> = of(&ws_id)
-        .iter()
-        .map(|l| l["message"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        socket,
-        [
-            "websocket connection opened",
-            "websocket error frame",
-            "websocket connection closed"
-        ],
-        "{lines:?}"
-    );
+    logged_by_request_id(&lines, &bad_id, &missing_id, &good_id, &ws_id);
 }
 
 #[tokio::test]
 async fn text_logs_name_the_request_id_too() {
     let up = upstream().await;
     let relay = spawn(&up.base_url(), "text");
-    let bad = client()
-        .post(format!("{}/v1/responses", relay.base))
-        .json(&json!({"model": "fake-model"}))
-        .send()
-        .await
-        .unwrap();
+    let bad = relay.send(&json!({"model": "fake-model"})).await;
     let id = request_id(&bad);
     let mut found = None;
     for _ in 0..200 {
@@ -246,12 +236,7 @@ fn delta(
 #[tokio::test]
 async fn metrics_count_requests_runs_tokens_and_mcp_calls_with_bounded_labels() {
     let up = upstream().await;
-    let server = crate::mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        crate::mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(crate::mcp_test_server::Options::default()).await;
     let relay = relay(config(&up.base_url())).await;
     let before = scrape(&relay, None).await;
     let url = relay.url("/v1/responses");
@@ -344,10 +329,9 @@ async fn metrics_count_requests_runs_tokens_and_mcp_calls_with_bounded_labels() 
 
 #[tokio::test]
 async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.keys = vec![responses_relay::config::KeyEntry::bare("relay-key")];
-    let relay = relay(c).await;
+    let (up, relay) =
+        configured_relay(|c| c.keys = vec![responses_relay::config::KeyEntry::bare("relay-key")])
+            .await;
     // Relay keys do not close it.
     scrape(&relay, None).await;
     let mut c = config(&up.base_url());
@@ -355,27 +339,19 @@ async fn metrics_are_open_like_healthz_or_behind_the_metrics_key() {
     let locked = crate::support::relay(c).await;
     let r = client().get(locked.url("/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 401);
-    let r = client()
-        .get(locked.url("/metrics"))
-        .bearer_auth("wrong")
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&locked.url("/metrics"), "wrong").await;
     assert_eq!(r.status(), 401);
     scrape(&locked, Some("scrape-key")).await;
 }
 
 #[tokio::test]
 async fn a_model_an_upstream_listed_is_its_own_label() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (status, _) = get(&relay.url("/v1/models")).await;
+    let (_up, relay) = plain_relay().await;
+    let (status, _) = relay.get("/v1/models").await;
     assert_eq!(status, 200);
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi"}),
-    )
-    .await;
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "hi"}))
+        .await;
     assert_eq!(status, 200);
     // Read back from the store once the run has ended: a timed store read.
     let url = relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()));

@@ -7,8 +7,6 @@ use serde_json::json;
 
 use crate::support::*;
 
-const BIN: &str = RELAY_BIN;
-
 type Proc = RelayProcess;
 
 fn spawn(args: &[&str]) -> Proc {
@@ -17,15 +15,7 @@ fn spawn(args: &[&str]) -> Proc {
 
 fn relay_process(upstream: &str, db: &std::path::Path) -> Proc {
     let store = format!("sqlite:{}", db.display());
-    spawn(&[
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
-        upstream,
-        "--store",
-        &store,
-    ])
+    spawn(&serve_args(upstream, &store, &[]))
 }
 
 #[tokio::test]
@@ -33,59 +23,25 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     let up = upstream().await;
     let db = scratch("kill9").join("relay.sqlite3");
     let first = relay_process(&up.base_url(), &db);
-    let (_, done) = post(
-        &format!("{}/v1/responses", first.base),
-        &json!({"model": "fake-model", "input": "keep me", "stream": false}),
-    )
-    .await;
+    let (_, done) = first
+        .create(&json!({"model": "fake-model", "input": "keep me", "stream": false}))
+        .await;
     let done_id = done["id"].as_str().unwrap().to_string();
-    let before = client()
-        .get(format!("{}/v1/responses/{done_id}?stream=true", first.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let (_, running) = post(
-        &format!("{}/v1/responses", first.base),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
-    let id = running["id"].as_str().unwrap().to_string();
+    let before = first.replay_text(&done_id).await;
+    let id = first.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
     // Let the first deltas reach the store, then kill without any chance to clean up.
-    for _ in 0..200 {
-        let (_, r) = get(&format!("{}/v1/responses/{id}", first.base)).await;
-        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    first.until_output(&id, 200).await;
     let mut first = first;
-    let pid = first.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(first.child.id(), "-9");
     let _ = first.child.wait();
 
     let second = relay_process(&up.base_url(), &db);
-    let (status, r) = get(&format!("{}/v1/responses/{id}", second.base)).await;
+    let (status, r) = second.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(r["status"], "failed", "{r}");
-    assert!(r["error"]["message"].as_str().unwrap().contains("stopped"));
-    let log = client()
-        .get(format!("{}/v1/responses/{id}?stream=true", second.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    assert!(error_message(&r).contains("stopped"));
+    let log = second.replay_text(&id).await;
     let body = parse_sse(&log);
     assert!(body.done);
     let folded = check_events(&body.events);
@@ -94,17 +50,7 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
         folded["output"][0]["status"], "incomplete",
         "the open message was closed"
     );
-    let after = client()
-        .get(format!(
-            "{}/v1/responses/{done_id}?stream=true",
-            second.base
-        ))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let after = second.replay_text(&done_id).await;
     assert_eq!(after, before, "a finished run changed across the crash");
 }
 
@@ -114,18 +60,12 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     let dir = scratch("export");
     let db = dir.join("relay.sqlite3");
     let relay = relay_process(&up.base_url(), &db);
-    let live = post_text(&format!("{}/v1/responses", relay.base), &json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true})).await;
+    let live = post_text(&relay.url("/v1/responses"), &json!({"model": "fake-model?reasoning=2&delay_ms=5", "input": "record me", "stream": true})).await;
     let original = parse_sse(&live);
-    let id = original.events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = id_of(&original);
     drop(relay); // the tools read the store of a stopped relay
     let store = format!("sqlite:{}", db.display());
-    let out = Command::new(BIN)
-        .args(["logs", "export", &id, "--store", &store])
-        .output()
-        .unwrap();
+    let out = run_relay(&["logs", "export", &id, "--store", &store]);
     assert!(
         out.status.success(),
         "{}",
@@ -133,10 +73,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     );
     // An operator sees every tenant's runs; `--tenant` narrows to one.
     for (tenant, found) in [("default", true), ("someone-else", false)] {
-        let only = Command::new(BIN)
-            .args(["logs", "export", &id, "--store", &store, "--tenant", tenant])
-            .output()
-            .unwrap();
+        let only = run_relay(&["logs", "export", &id, "--store", &store, "--tenant", tenant]);
         assert_eq!(only.status.success(), found, "--tenant {tenant}");
         if found {
             assert_eq!(only.stdout, out.stdout);
@@ -161,10 +98,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
     );
 
     for target in [id.as_str(), file.to_str().unwrap()] {
-        let show = Command::new(BIN)
-            .args(["logs", "show", target, "--store", &store])
-            .output()
-            .unwrap();
+        let show = run_relay(&["logs", "show", target, "--store", &store]);
         assert!(show.status.success());
         let text = String::from_utf8(show.stdout).unwrap();
         assert!(
@@ -188,7 +122,7 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
         "50",
     ]);
     let replayed = post_text(
-        &format!("{}/v1/responses", replay.base),
+        &replay.url("/v1/responses"),
         &json!({"model": "anything", "input": "ignored", "stream": true}),
     )
     .await;
@@ -196,29 +130,21 @@ async fn an_exported_log_replays_exactly_the_original_stream() {
         replayed, live,
         "the replay differs from the original stream"
     );
-    let (status, final_response) = post(
-        &format!("{}/v1/responses", replay.base),
-        &json!({"model": "anything", "input": "x"}),
-    )
-    .await;
+    let (status, final_response) = replay
+        .create(&json!({"model": "anything", "input": "x"}))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(final_response, original.events.last().unwrap()["response"]);
-    let bad = Command::new(BIN)
-        .args(["replay", "/nonexistent.jsonl"])
-        .output()
-        .unwrap();
+    let bad = run_relay(&["replay", "/nonexistent.jsonl"]);
     assert_eq!(bad.status.code(), Some(64));
     for command in ["export", "show"] {
-        let bad = Command::new(BIN)
-            .args([
-                "logs",
-                command,
-                "resp_x",
-                "--store",
-                "sqlite:/nonexistent/relay.sqlite3",
-            ])
-            .output()
-            .unwrap();
+        let bad = run_relay(&[
+            "logs",
+            command,
+            "resp_x",
+            "--store",
+            "sqlite:/nonexistent/relay.sqlite3",
+        ]);
         assert_eq!(bad.status.code(), Some(64), "logs {command}");
         assert!(
             String::from_utf8_lossy(&bad.stderr).contains("--store"),
@@ -233,7 +159,7 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     let db = scratch("journal").join("relay.sqlite3");
     let relay = relay_process(&up.base_url(), &db);
     let short = json!({"model": "fake-model?deltas=40", "input": "short", "stream": false});
-    let url = format!("{}/v1/responses", relay.base);
+    let url = relay.url("/v1/responses");
     let mut finished = Vec::new();
     for _ in 0..200 {
         let (status, r) = post(&url, &short).await;
@@ -255,43 +181,18 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
         "the journal kept {kept} rows after 200 finished runs"
     );
     // A run that stays live while thousands of rows go by and are trimmed keeps all of its own.
-    let (_, running) = post(
-        &url,
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
-    let id = running["id"].as_str().unwrap().to_string();
-    for _ in 0..200 {
-        let (_, r) = get(&format!("{url}/{id}")).await;
-        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    let id = relay.start_stalled().await;
+    relay.until_output(&id, 200).await;
     for _ in 0..150 {
         let (status, r) = post(&url, &short).await;
         assert_eq!(status, 200, "{r}");
         finished.push(r["id"].as_str().unwrap().to_string());
     }
     let mut relay = relay;
-    let pid = relay.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(relay.child.id(), "-9");
     let _ = relay.child.wait();
     let again = relay_process(&up.base_url(), &db);
-    let log = client()
-        .get(format!("{}/v1/responses/{id}?stream=true", again.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let log = again.replay_text(&id).await;
     let body = parse_sse(&log);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
@@ -301,14 +202,7 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     );
     // Every finished run replays whole: its events were moved out of the journal when it ended.
     for done in [&finished[0], &finished[199], &finished[349]] {
-        let log = client()
-            .get(format!("{}/v1/responses/{done}?stream=true", again.base))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let log = again.replay_text(done).await;
         let body = parse_sse(&log);
         assert_eq!(check_events(&body.events)["status"], "completed");
         assert_eq!(

@@ -17,10 +17,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 /// An in-process relay over the Redis store at `url`, with random ids (so that two relays never
 /// mint the same id).
 async fn relay_over(up: &fake_upstream::FakeUpstream, url: &str) -> Relay {
-    let mut c = config(&up.base_url());
-    c.deterministic = false;
-    c.store = StoreKind::Redis(url.to_string());
-    relay(c).await
+    shared_store_relay(up, &StoreKind::Redis(url.to_string())).await
 }
 
 /// A fake upstream, a fresh Redis database's URL, and two in-process relays sharing it.
@@ -60,12 +57,7 @@ async fn rest_of(live: reqwest::Response, seen: String) -> SseBody {
 #[tokio::test]
 async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     let (_up, _url, a, b) = two_relays().await;
-    let mut live = client()
-        .post(a.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = a.send(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true})).await;
     let first = parse_sse(&read_events(&mut live, 6).await);
     let id = first.events[0]["response"]["id"]
         .as_str()
@@ -75,7 +67,7 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
         .as_u64()
         .unwrap();
     // While A still runs it, B streams the rest: the kept events, then the live ones.
-    let (_, mid) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    let (_, mid) = b.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(mid["status"], "in_progress", "{mid}");
     let (status, rest) = get_text(&b.url(&format!(
         "/v1/responses/{id}?stream=true&starting_after={last_seq}"
@@ -89,15 +81,15 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
     let folded = check_events(&all);
     assert_eq!(folded["status"], "completed");
     // Every relay replays the same log, byte for byte, and answers the same Response.
-    let (_, on_a) = get_text(&a.url(&format!("/v1/responses/{id}?stream=true"))).await;
-    let (_, on_b) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, on_a) = a.replay(&id).await;
+    let (_, on_b) = b.replay(&id).await;
     assert_eq!(on_a, on_b);
     assert_eq!(parse_sse(&on_b).events, all);
-    let (_, ra) = get(&a.url(&format!("/v1/responses/{id}"))).await;
-    let (_, rb) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    let (_, ra) = a.get(&format!("/v1/responses/{id}")).await;
+    let (_, rb) = b.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(ra, rb);
     assert_eq!(rb, folded);
-    let (status, items) = get(&b.url(&format!("/v1/responses/{id}/input_items"))).await;
+    let (status, items) = b.get(&format!("/v1/responses/{id}/input_items")).await;
     assert_eq!(status, 200);
     assert_eq!(
         items["data"][0]["content"],
@@ -109,87 +101,66 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
 #[tokio::test]
 async fn previous_response_id_and_item_references_work_across_relays() {
     let (up, _url, a, b) = two_relays().await;
-    let (status, first) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "turn 0"}),
-    )
-    .await;
+    let (status, first) = a
+        .create(&json!({"model": "fake-model", "input": "turn 0"}))
+        .await;
     assert_eq!(status, 200, "{first}");
-    let (status, second) = post(
-        &b.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]}),
-    )
-    .await;
+    let (status, second) = b
+        .create(
+            &json!({"model": "fake-model", "input": "turn 1", "previous_response_id": first["id"]}),
+        )
+        .await;
     assert_eq!(status, 200, "{second}");
-    let sent = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = sent["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let sent = last_request(&up);
+    let roles: Vec<&str> = strs(&sent["messages"], "role");
     assert_eq!(roles, ["user", "assistant", "user"]);
     assert_eq!(sent["messages"][0]["content"], "turn 0");
     // An output item kept by B, referenced through A.
     let msg_id = second["output"][0]["id"].as_str().unwrap();
     let (status, _) =
-        post(&a.url("/v1/responses"), &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]}))
+        a.create(&json!({"model": "fake-model", "input": [{"type": "item_reference", "id": msg_id}, {"role": "user", "content": "and?"}]}))
             .await;
     assert_eq!(status, 200);
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(sent["messages"][0]["content"], "Hello! You said: turn 1");
     // Deleted through B: gone for A too.
-    let r = client()
-        .delete(b.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap())))
-        .send()
-        .await
-        .unwrap();
+    let r = b
+        .delete(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
     assert_eq!(r.status(), 200);
-    let (status, _) =
-        get(&a.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
+    let (status, _) = a
+        .get(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
     let (up, _url, a, b) = two_relays().await;
-    let (_, created) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
-    let id = created["id"].as_str().unwrap().to_string();
+    let id = a.start_stalled().await;
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
     let started = Instant::now();
-    let (status, cancelled) = post(&b.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+    let (status, cancelled) = b.cancel(&id).await;
     let took = started.elapsed();
     assert_eq!(status, 200, "{cancelled}");
     assert_eq!(cancelled["status"], "cancelled");
     assert!(took < Duration::from_millis(1500), "cancel took {took:?}");
-    let (_, on_a) = get(&a.url(&format!("/v1/responses/{id}"))).await;
+    let (_, on_a) = a.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(on_a, cancelled);
-    let (status, again) = post(&a.url(&format!("/v1/responses/{id}/cancel")), &json!({})).await;
+    let (status, again) = a.cancel(&id).await;
     assert_eq!((status, &again), (200, &cancelled));
-    let (_, log) = get_text(&b.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, log) = b.replay(&id).await;
     let body = parse_sse(&log);
     check_events(&body.events);
-    assert_eq!(
-        body.events.last().unwrap()["response"]["status"],
-        "cancelled"
-    );
+    assert_eq!(terminal_status(&body), "cancelled");
 }
 
 fn relay_process(upstream: &str, store: &str) -> RelayProcess {
-    let args = [
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
-        upstream,
-        "--store",
-        store,
-    ];
-    spawn_relay(&args, &[], std::process::Stdio::null())
+    spawn_relay(
+        &serve_args(upstream, store, &[]),
+        &[],
+        std::process::Stdio::null(),
+    )
 }
 
 #[tokio::test]
@@ -198,20 +169,9 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     let url = redis_db();
     let a = relay_process(&up.base_url(), &url);
     let b = relay_over(&up, &url).await;
-    let (_, running) = post(
-        &format!("{}/v1/responses", a.base),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
-    let id = running["id"].as_str().unwrap().to_string();
+    let id = a.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
-    for _ in 0..500 {
-        let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
-        if r["output"].as_array().is_some_and(|o| !o.is_empty()) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    b.until_output(&id, 500).await;
     // A reader on B tails the run live when A dies.
     let mut tail = client()
         .get(b.url(&format!("/v1/responses/{id}?stream=true")))
@@ -220,14 +180,7 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
         .unwrap();
     let seen = read_events(&mut tail, 3).await;
     let mut a = a;
-    let pid = a.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-9", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    signal(a.child.id(), "-9");
     let _ = a.child.wait();
     let killed = Instant::now();
     let rest = tokio::time::timeout(Duration::from_secs(20), tail.text())
@@ -243,18 +196,12 @@ async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
     assert!(body.done);
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("stopped"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("stopped"), "{folded}");
     assert_eq!(
         folded["output"][0]["status"], "incomplete",
         "the open message was closed"
     );
-    let (_, r) = get(&b.url(&format!("/v1/responses/{id}"))).await;
+    let (_, r) = b.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(r, folded);
 }
 
@@ -264,37 +211,23 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let mut server = RedisServer::start();
     let port = server.port;
     let relay = relay_over(&up, &server.url(0)).await;
-    let mut live = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=400&delay_ms=10", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = relay
+        .send(&json!({"model": "fake-model?deltas=400&delay_ms=10", "input": "x", "stream": true}))
+        .await;
     let seen = read_events(&mut live, 6).await;
     server.stop();
     let body = rest_of(live, seen).await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("store"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("store"), "{folded}");
     // While Redis is away, a new stored run is refused clearly; an unstored one still runs.
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x"}),
-    )
-    .await;
+    let (status, err) = relay
+        .create(&json!({"model": "fake-model", "input": "x"}))
+        .await;
     assert_eq!(status, 503, "{err}");
     assert_eq!(err["error"]["code"], "store_unavailable");
-    let (status, unstored) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "store": false}),
-    )
-    .await;
+    let unstored_run = json!({"model": "fake-model", "input": "x", "store": false});
+    let (status, unstored) = relay.create(&unstored_run).await;
     assert_eq!(
         (status, unstored["status"].as_str()),
         (200, Some("completed"))
@@ -303,11 +236,9 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     let _server = RedisServer::start_on(port);
     let mut ok: Option<Value> = None;
     for _ in 0..100 {
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "again"}),
-        )
-        .await;
+        let (status, r) = relay
+            .create(&json!({"model": "fake-model", "input": "again"}))
+            .await;
         if status == 200 {
             ok = Some(r);
             break;
@@ -316,8 +247,9 @@ async fn redis_going_away_mid_run_fails_the_run_and_the_relay_recovers_with_it()
     }
     let r = ok.expect("the relay recovered with Redis");
     assert_eq!(r["status"], "completed");
-    let (status, kept) =
-        get(&relay.url(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))).await;
+    let (status, kept) = relay
+        .get(&format!("/v1/responses/{}", r["id"].as_str().unwrap()))
+        .await;
     assert_eq!((status, &kept), (200, &r));
 }
 
@@ -328,12 +260,9 @@ async fn a_run_whose_end_redis_cannot_keep_is_not_reported_completed() {
     let relay = relay_over(&up, &server.url(0)).await;
     // The model's frames come 400 ms apart: the run ends (items done, terminal event) when its
     // last frames come, well after its text deltas were kept.
-    let mut live = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=2&delay_ms=400", "input": "x", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = relay
+        .send(&json!({"model": "fake-model?deltas=2&delay_ms=400", "input": "x", "stream": true}))
+        .await;
     let mut seen = String::new();
     while seen.matches("event: response.output_text.delta\n").count() < 2 {
         let chunk = live.chunk().await.unwrap().expect("the stream went on");
@@ -346,13 +275,7 @@ async fn a_run_whose_end_redis_cannot_keep_is_not_reported_completed() {
     // The model finished, but the run was not kept: its client is told it failed.
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("was not kept"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("was not kept"), "{folded}");
     assert_eq!(folded["output"][0]["status"], "completed", "{folded}");
 }
 
@@ -363,14 +286,11 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
     let relay = relay_over(&up, &url).await;
     let mut streams = Vec::new();
     for _ in 0..3 {
-        let mut live = client()
-            .post(relay.url("/v1/responses"))
-            .json(
+        let mut live = relay
+            .send(
                 &json!({"model": "fake-model?deltas=150&delay_ms=5", "input": "x", "stream": true}),
             )
-            .send()
-            .await
-            .unwrap();
+            .await;
         let seen = read_events(&mut live, 4).await;
         streams.push((live, seen));
     }
@@ -406,21 +326,12 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
     let deleted = check_events(&bodies[0].events);
     assert_ne!(deleted["status"], "completed", "{deleted}");
     if deleted["status"] == "failed" {
-        assert!(
-            deleted["error"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("deleted"),
-            "{deleted}"
-        );
+        assert!(error_message(&deleted).contains("deleted"), "{deleted}");
     }
     let taken = check_events(&bodies[1].events);
     assert_eq!(taken["status"], "failed", "{taken}");
     assert!(
-        taken["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("took this response over"),
+        error_message(&taken).contains("took this response over"),
         "{taken}"
     );
     let kept = check_events(&bodies[2].events);
@@ -433,7 +344,7 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
         bodies[2].events,
         "the run beside them was not kept whole"
     );
-    let (status, _) = get(&relay.url(&format!("/v1/responses/{}", ids[0]))).await;
+    let (status, _) = relay.get(&format!("/v1/responses/{}", ids[0])).await;
     assert_eq!(status, 404);
 }
 
@@ -465,12 +376,7 @@ fn a_redis_url_is_never_shown_with_its_password() {
 #[tokio::test]
 async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_terminal_event() {
     let (_up, url, a, b) = two_relays().await;
-    let (_, created) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true}),
-    )
-    .await;
-    let id = created["id"].as_str().unwrap().to_string();
+    let id = a.start(&json!({"model": "fake-model?deltas=400&delay_ms=20", "input": "long", "background": true})).await;
     let mut tailed = client()
         .get(b.url(&format!("/v1/responses/{id}?stream=true")))
         .send()
@@ -494,13 +400,7 @@ async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_t
     assert!(body.done, "the stream was cut");
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "failed", "{folded}");
-    assert!(
-        folded["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("deleted"),
-        "{folded}"
-    );
+    assert!(error_message(&folded).contains("deleted"), "{folded}");
 }
 
 /// A plain connection to the Redis at `url` (to look at and rewrite what the relays keep).
@@ -565,21 +465,13 @@ fn frames(text: &str) -> String {
         .collect()
 }
 
-/// The first event's Response id.
-fn id_of(body: &SseBody) -> String {
-    body.events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string()
-}
-
 /// Checks what relay `r` serves of finished run `id` against its live stream (`live`, the text
 /// its client read): the replay whole and after a few of its events, byte for byte; its Response; its
 /// input items (`input`); the viewer's summary. Returns the viewer's log of the run (`logs
 /// export`'s lines).
 async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Value, String) {
     let body = parse_sse(live);
-    let (status, whole) = get_text(&r.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (status, whole) = r.replay(id).await;
     assert_eq!(status, 200);
     assert_eq!(
         frames(&whole),
@@ -600,17 +492,17 @@ async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Va
             "starting_after={after}"
         );
     }
-    let (status, response) = get(&r.url(&format!("/v1/responses/{id}"))).await;
+    let (status, response) = r.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(response, check_events(&body.events));
-    let (status, items) = get(&r.url(&format!("/v1/responses/{id}/input_items"))).await;
+    let (status, items) = r.get(&format!("/v1/responses/{id}/input_items")).await;
     assert_eq!(status, 200);
     assert_eq!(
         items["data"][0]["content"],
         json!([{"type": "input_text", "text": input}]),
         "{items}"
     );
-    let (status, listed) = get(&r.url("/ui/api/runs")).await;
+    let (status, listed) = r.get("/ui/api/runs").await;
     assert_eq!(status, 200);
     assert!(
         listed["data"]
@@ -620,7 +512,7 @@ async fn serves_as_streamed(r: &Relay, id: &str, live: &str, input: &str) -> (Va
             .any(|s| s["id"] == id && s["status"] == "completed"),
         "{listed}"
     );
-    let (status, summary) = get(&r.url(&format!("/ui/api/runs/{id}"))).await;
+    let (status, summary) = r.get(&format!("/ui/api/runs/{id}")).await;
     assert_eq!(status, 200);
     assert_eq!(summary["events"], body.events.len(), "{summary}");
     let (status, log) = get_text(&r.url(&format!("/ui/api/runs/{id}/log"))).await;
@@ -700,22 +592,16 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
         );
     }
     // Deleting a packed run removes it and the output items it kept (found in its packed log).
-    let (status, other) = post(
-        &a.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "delete me"}),
-    )
-    .await;
+    let (status, other) = a
+        .create(&json!({"model": "fake-model", "input": "delete me"}))
+        .await;
     assert_eq!(status, 200, "{other}");
     let other_id = other["id"].as_str().unwrap();
     let msg = format!("relay:item:{}", other["output"][0]["id"].as_str().unwrap());
     until_packed(&mut redis, other_id, 10).await;
     let kept: i64 = ::redis::cmd("EXISTS").arg(&msg).query(&mut redis).unwrap();
     assert_eq!(kept, 1, "the output item is kept");
-    let r = client()
-        .delete(b.url(&format!("/v1/responses/{other_id}")))
-        .send()
-        .await
-        .unwrap();
+    let r = b.delete(&format!("/v1/responses/{other_id}")).await;
     assert_eq!(r.status(), 200);
     let left: i64 = ::redis::cmd("EXISTS")
         .arg(format!("relay:resp:{other_id}"))
@@ -723,7 +609,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
         .query(&mut redis)
         .unwrap();
     assert_eq!(left, 0, "the run's hash or its output item stayed");
-    let (status, _) = get(&a.url(&format!("/v1/responses/{other_id}"))).await;
+    let (status, _) = a.get(&format!("/v1/responses/{other_id}")).await;
     assert_eq!(status, 404);
 }
 
@@ -731,12 +617,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
 async fn a_run_tailed_on_another_relay_reaches_it_whole_at_once_and_is_packed_after() {
     let (_up, url, a, b) = two_relays().await;
     let mut redis = plain(&url);
-    let mut live = client()
-        .post(a.url("/v1/responses"))
-        .json(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "tail me", "stream": true}))
-        .send()
-        .await
-        .unwrap();
+    let mut live = a.send(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "tail me", "stream": true})).await;
     let seen = read_events(&mut live, 4).await;
     let id = id_of(&parse_sse(&seen));
     let tailed = client()

@@ -4,7 +4,6 @@
 
 use serde_json::json;
 
-use crate::mcp_test_server;
 use crate::support::*;
 use responses_relay::config::Config;
 
@@ -17,13 +16,7 @@ fn from_file(upstream: &str, toml: &str) -> Config {
 #[tokio::test]
 async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_stay_on_the_relay() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("REGISTERED-TOKEN-9".into()),
-        ..Default::default()
-    };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(requiring_bearer("REGISTERED-TOKEN-9")).await;
     let toml = format!(
         "[mcp_servers.team]\nurl = \"{}\"\nauthorization = \"REGISTERED-TOKEN-9\"\ndescription = \"The team's tools\"\nrequire_approval = \"never\"\nallowed_tools = [\"whoami\", \"add\"]\n",
         server.url()
@@ -47,17 +40,9 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
         .await;
         assert_eq!(status, 200, "{r}");
         let text = r.to_string();
-        let mcp_call = r["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|i| i["type"] == "mcp_call")
-            .unwrap();
+        let mcp_call = find_item(&r["output"], "mcp_call").unwrap();
         assert!(
-            mcp_call["output"]
-                .as_str()
-                .unwrap()
-                .starts_with("authorized"),
+            str_at(mcp_call, "output").starts_with("authorized"),
             "{mcp_call}"
         );
         assert!(
@@ -65,12 +50,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
             "no secret or URL echoed: {text}"
         );
         let listed = &r["output"][0];
-        let names: Vec<&str> = listed["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
+        let names: Vec<&str> = strs(&listed["tools"], "name");
         assert_eq!(names, ["add", "whoami"], "the operator's allowed_tools");
         let (_, items) = call(
             &relay.url(&format!(
@@ -87,12 +67,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
     let (_, r) = call(&url, None, Some(&json!({"model": "fake-model", "input": "CALL whoami {}", "tools": [
         {"type": "mcp", "server_label": "team", "allowed_tools": ["whoami", "explode"], "require_approval": "always"}
     ]}))).await;
-    let names: Vec<&str> = r["output"][0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = strs(&r["output"][0]["tools"], "name");
     assert_eq!(names, ["whoami"], "{r}");
     assert_eq!(
         r["output"][1]["type"], "mcp_approval_request",
@@ -101,13 +76,13 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
     // An unknown connector is named; an unknown label still needs its server_url.
     let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "a", "connector_id": "nope"}]}))).await;
     assert_eq!(
-        (status, err["error"]["param"].as_str()),
+        param_error(status, &err),
         (400, Some("tools[0].connector_id")),
         "{err}"
     );
     let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "mcp", "server_label": "other"}]}))).await;
     assert_eq!(
-        (status, err["error"]["param"].as_str()),
+        param_error(status, &err),
         (400, Some("tools[0].server_url")),
         "{err}"
     );
@@ -127,9 +102,7 @@ async fn a_registered_server_is_used_by_label_or_connector_id_and_its_secrets_st
 #[tokio::test]
 async fn a_registered_servers_private_host_is_not_opened_to_urls_a_request_names() {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
-        .await
-        .unwrap();
+    let server = mcp_server(Default::default()).await;
     let toml = format!(
         "[mcp_servers.team]\nurl = \"{}\"\nrequire_approval = \"never\"\n",
         server.url()
@@ -155,7 +128,7 @@ async fn a_registered_servers_private_host_is_not_opened_to_urls_a_request_names
         let (status, err) = call(&url, None, Some(&json!({"model": "fake-model", "input": "x",
             "tools": [{"type": "mcp", "server_label": "mine", "server_url": declared, "require_approval": "never"}]}))).await;
         assert_eq!(
-            (status, err["error"]["param"].as_str()),
+            param_error(status, &err),
             (400, Some("tools[0].server_url")),
             "{declared}: {err}"
         );
@@ -174,35 +147,21 @@ async fn a_registered_legacy_sse_server_runs_tools_through_the_relay() {
     let (status, r) = call(&relay.url("/v1/responses"), None, Some(&json!({"model": "fake-model",
         "input": "CALL shout {\"text\": \"old but gold\"}", "tools": [{"type": "mcp", "server_label": "legacy"}]}))).await;
     assert_eq!(status, 200, "{r}");
-    let mcp_call = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["type"] == "mcp_call")
-        .unwrap_or_else(|| panic!("{r}"));
+    let mcp_call = find_item(&r["output"], "mcp_call").unwrap_or_else(|| panic!("{r}"));
     assert_eq!(mcp_call["output"], "OLD BUT GOLD", "{mcp_call}");
     let (_, listed) = call(&relay.url("/v1/mcp/servers"), None, None).await;
     assert_eq!(listed["data"][0]["transport"], "sse", "{listed}");
 }
 
 #[tokio::test]
-async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_and_defer_loading_narrows()
- {
+async fn a_registered_servers_env_token_and_headers_reach_it_and_defer_loading_narrows() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("ENV-TOKEN-8".into()),
-        ..Default::default()
-    };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
-    // SAFETY of the variable: its name is this test's own.
+    let server = mcp_server(requiring_bearer("ENV-TOKEN-8")).await;
+    // SAFETY: the variable is this test's own (no other test reads or writes it).
     unsafe { std::env::set_var("RELAY_TEST_REGISTERED_TOKEN_8", "ENV-TOKEN-8") };
-    let toml = format!(
-        "[mcp_servers.team]\nurl = \"{}\"\nauthorization_env = \"RELAY_TEST_REGISTERED_TOKEN_8\"\n\
-         headers = {{ \"X-Team\" = \"blue\" }}\nrequire_approval = \"never\"\n",
-        server.url()
-    );
+    let team = "[mcp_servers.team]\nauthorization_env = \"RELAY_TEST_REGISTERED_TOKEN_8\"\n";
+    let headers = "headers = { \"X-Team\" = \"blue\" }\nrequire_approval = \"never\"\n";
+    let toml = format!("{team}{headers}url = \"{}\"\n", server.url());
     let relay = relay(from_file(&up.base_url(), &toml)).await;
     let url = relay.url("/v1/responses");
     let (status, r) = call(
@@ -247,9 +206,7 @@ async fn a_registered_servers_token_from_the_environment_and_headers_reach_it_an
 #[tokio::test]
 async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
     let up = upstream().await;
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), Default::default())
-        .await
-        .unwrap();
+    let server = mcp_server(Default::default()).await;
     let toml = format!(
         "[mcp_servers.open]\nurl = \"{url}\"\nrequire_approval = \"never\"\n[mcp_servers.closed]\nurl = \"{url}\"\nrequire_approval = \"never\"\n[[keys]]\nkey = \"limited-key-1\"\ntenant = \"t\"\nmcp_servers = [\"open\"]\n",
         url = server.url()
@@ -281,35 +238,21 @@ async fn a_keys_mcp_servers_list_bounds_the_registered_servers_it_may_use() {
         unknown.1.to_string().replace("nonesuch", "X")
     );
     let (_, listed) = call(&relay.url("/v1/mcp/servers"), Some("limited-key-1"), None).await;
-    let labels: Vec<&str> = listed["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["label"].as_str().unwrap())
-        .collect();
+    let labels: Vec<&str> = strs(&listed["data"], "label");
     assert_eq!(labels, ["open"]);
 }
 
 #[tokio::test]
 async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_items() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("SEARCH-TOKEN-3".into()),
-        ..Default::default()
-    };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(requiring_bearer("SEARCH-TOKEN-3")).await;
     let toml = format!(
         "[mcp_servers.search]\nurl = \"{}\"\nauthorization = \"SEARCH-TOKEN-3\"\n[hosted_tools]\nweb_search = \"search:whoami\"\n",
         server.url()
     );
     let relay = relay(from_file(&up.base_url(), &toml)).await;
     let web = json!({"type": "web_search", "external_web_access": false});
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "stream": true, "input": "CALL web_search {\"query\":\"rust relays\"}", "tools": [web]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "stream": true, "input": "CALL web_search {\"query\":\"rust relays\"}", "tools": [web]}))
     .await;
     let folded = check_events(&body.events);
     let kinds = kinds(&body.events);
@@ -329,27 +272,21 @@ async fn web_search_runs_through_a_registered_servers_tool_as_web_search_call_it
     );
     // The tool's text reached the model, and the model answered.
     assert_eq!(folded["output"][1]["type"], "message");
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(sent.contains("authorized"), "{sent}");
     assert_eq!(folded["tools"][0], web, "echoed as sent");
     assert!(!body.raw.join("\n").contains("SEARCH-TOKEN-3"));
     // Without the binding, web_search is left out, as the hosted-tools policy says.
-    let plain = relay_on_plain(&up).await;
-    let (status, r) = post(
-        &plain.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [web]}),
-    )
-    .await;
+    let plain = crate::support::relay(config(&up.base_url())).await;
+    let (status, r) = plain
+        .create(&json!({"model": "fake-model", "input": "hi", "tools": [web]}))
+        .await;
     assert_eq!(status, 200, "{r}");
-    let offered = up.requests().last().unwrap().body.clone();
+    let offered = last_request(&up);
     assert!(
         offered
             .get("tools")
             .is_none_or(|t| t.as_array().is_some_and(|a| a.is_empty())),
         "{offered}"
     );
-}
-
-async fn relay_on_plain(up: &crate::fake_upstream::FakeUpstream) -> Relay {
-    relay(config(&up.base_url())).await
 }

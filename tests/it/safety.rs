@@ -12,8 +12,6 @@ use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::support::*;
 
-use crate::mcp_test_server;
-
 /// A request with an optional `Authorization` header value; status and body text.
 async fn send(method: &str, url: &str, auth: Option<&str>, body: Option<&Value>) -> (u16, String) {
     let mut rb = client().request(method.parse().unwrap(), url);
@@ -108,13 +106,9 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
 {
     let up = upstream().await;
     let open = relay(config(&up.base_url())).await;
-    let (status, text) = send(
-        "POST",
-        &open.url("/v1/responses"),
-        Some("Bearer client-own-key"),
-        Some(&hello()),
-    )
-    .await;
+    let (status, text) = Caller::new(&open.url(""), "client-own-key")
+        .post(&hello())
+        .await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         up.requests().last().unwrap().header("authorization"),
@@ -144,13 +138,7 @@ async fn without_relay_keys_the_clients_bearer_goes_upstream_unless_the_relay_ha
         ..config(&up.base_url())
     })
     .await;
-    let (status, text) = send(
-        "POST",
-        &both.url("/v1/responses"),
-        Some("Bearer rk"),
-        Some(&hello()),
-    )
-    .await;
+    let (status, text) = Caller::new(&both.url(""), "rk").post(&hello()).await;
     assert_eq!(status, 200, "{text}");
     assert_eq!(
         up.requests().last().unwrap().header("authorization"),
@@ -223,6 +211,35 @@ fn mcp_tool(url: &str) -> Value {
            "authorization": "SECRET-AUTH-1", "headers": {"x-key": "SECRET-HDR-2"}})
 }
 
+/// A client of the relay at `base` with one key, the answers as text.
+struct Caller<'a> {
+    base: &'a str,
+    auth: String,
+}
+
+impl<'a> Caller<'a> {
+    fn new(base: &'a str, key: &str) -> Self {
+        let auth = format!("Bearer {key}");
+        Caller { base, auth }
+    }
+
+    fn with_key(&self, key: &str) -> Self {
+        Caller::new(self.base, key)
+    }
+
+    /// `POST /v1/responses` of `body`.
+    async fn post(&self, body: &Value) -> (u16, String) {
+        let url = format!("{}/v1/responses", self.base);
+        send("POST", &url, Some(&self.auth), Some(body)).await
+    }
+
+    /// `GET PATH`.
+    async fn get(&self, path: &str) -> (u16, String) {
+        let url = format!("{}{path}", self.base);
+        send("GET", &url, Some(&self.auth), None).await
+    }
+}
+
 /// What the client saw in one scenario, every text concatenated by place.
 #[derive(Default)]
 struct Seen {
@@ -236,104 +253,53 @@ impl Seen {
 }
 
 async fn full_run(relay_base: String, mcp_url: String, seen: &mut Seen) -> Value {
+    let client = Caller::new(&relay_base, "SECRET-RELAY-5");
+    let (wrong_key, tenant) = (
+        client.with_key("SECRET-RELAY-5x"),
+        client.with_key("SECRET-TENANT-6"),
+    );
     let url = format!("{mcp_url}?token=SECRET-QS-3");
     let body = json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [mcp_tool(&url)]});
-    let (status, text) = send(
-        "POST",
-        &format!("{relay_base}/v1/responses"),
-        Some("Bearer SECRET-RELAY-5"),
-        Some(&body),
-    )
-    .await;
+    let (status, text) = client.post(&body).await;
     assert_eq!(status, 200, "{text}");
     let sse = parse_sse(&text);
     let folded = check_events(&sse.events);
     seen.add("the SSE body", text);
     let id = folded["id"].as_str().unwrap().to_string();
-    for path in [
-        format!("/v1/responses/{id}"),
-        format!("/v1/responses/{id}?stream=true"),
-        format!("/v1/responses/{id}/input_items"),
-    ] {
-        let (status, text) = send(
-            "GET",
-            &format!("{relay_base}{path}"),
-            Some("Bearer SECRET-RELAY-5"),
-            None,
-        )
-        .await;
+    for path in run_paths(&id) {
+        let (status, text) = client.get(&path).await;
         assert_eq!(status, 200, "{path}: {text}");
         seen.add(format!("GET {path}"), text);
     }
     // Non-streaming, too.
     let body = json!({"model": "fake-model", "input": "CALL whoami {}", "tools": [mcp_tool(&url)]});
-    let (status, text) = send(
-        "POST",
-        &format!("{relay_base}/v1/responses"),
-        Some("Bearer SECRET-RELAY-5"),
-        Some(&body),
-    )
-    .await;
+    let (status, text) = client.post(&body).await;
     assert_eq!(status, 200, "{text}");
     seen.add("the non-streaming answer", text);
     // The registered server, by label: its token reaches the server only.
     let body = json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true,
         "tools": [{"type": "mcp", "server_label": "reg"}]});
-    let (status, text) = send(
-        "POST",
-        &format!("{relay_base}/v1/responses"),
-        Some("Bearer SECRET-RELAY-5"),
-        Some(&body),
-    )
-    .await;
+    let (status, text) = client.post(&body).await;
     assert_eq!(status, 200, "{text}");
     assert!(
         text.contains("authorized; headers"),
         "the registered server got its token: {text}"
     );
     seen.add("the registered server's run", text);
-    let (_, text) = send(
-        "GET",
-        &format!("{relay_base}/v1/mcp/servers"),
-        Some("Bearer SECRET-RELAY-5"),
-        None,
-    )
-    .await;
+    let (_, text) = client.get("/v1/mcp/servers").await;
     seen.add("GET /v1/mcp/servers", text);
     // A failing request whose error echoes the request.
-    let (_, text) = send(
-        "POST",
-        &format!("{relay_base}/v1/responses"),
-        Some("Bearer SECRET-RELAY-5"),
-        Some(&json!({"model": 1})),
-    )
-    .await;
+    let (_, text) = client.post(&json!({"model": 1})).await;
     seen.add("a 400 answer", text);
-    let (_, text) = send(
-        "POST",
-        &format!("{relay_base}/v1/responses"),
-        Some("Bearer SECRET-RELAY-5x"),
-        Some(&json!({})),
-    )
-    .await;
+    let (_, text) = wrong_key.post(&json!({})).await;
     seen.add("a 401 answer", text);
     // A key of another tenant (a `[[keys]]` entry): its own runs, and the first key's run unknown.
-    let (status, text) = send(
-        "POST",
-        &format!("{relay_base}/v1/responses"),
-        Some("Bearer SECRET-TENANT-6"),
-        Some(&json!({"model": "fake-model", "input": "hi"})),
-    )
-    .await;
+    let (status, text) = tenant
+        .post(&json!({"model": "fake-model", "input": "hi"}))
+        .await;
     assert_eq!(status, 200, "{text}");
     seen.add("another tenant's answer", text);
-    let (status, text) = send(
-        "GET",
-        &format!("{relay_base}/v1/responses/{id}"),
-        Some("Bearer SECRET-TENANT-6"),
-        None,
-    )
-    .await;
+    let (status, text) = tenant.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(status, 404, "{text}");
     seen.add("another tenant's 404", text);
     folded
@@ -346,16 +312,12 @@ async fn failing_runs(
     unauthorized_url: String,
     seen: &mut Seen,
 ) {
+    let client = Caller::new(&relay_base, "SECRET-RELAY-5");
+    let failing = Caller::new(&fail_base, "SECRET-RELAY-5");
     for (label, url) in [("dead", &dead_url), ("401", &unauthorized_url)] {
         let url = format!("{url}?token=SECRET-QS-3");
         let body = json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [mcp_tool(&url)]});
-        let (status, text) = send(
-            "POST",
-            &format!("{relay_base}/v1/responses"),
-            Some("Bearer SECRET-RELAY-5"),
-            Some(&body),
-        )
-        .await;
+        let (status, text) = client.post(&body).await;
         assert_eq!(status, 200, "{label}: {text}");
         let folded = check_events(&parse_sse(&text).events);
         let error = folded["output"][0]["error"]
@@ -364,16 +326,35 @@ async fn failing_runs(
             .to_string();
         assert!(error.contains("vault"), "{error}");
         seen.add(format!("the SSE body ({label} server)"), text);
-        let (status, text) = send(
-            "POST",
-            &format!("{fail_base}/v1/responses"),
-            Some("Bearer SECRET-RELAY-5"),
-            Some(&body),
-        )
-        .await;
+        let (status, text) = failing.post(&body).await;
         assert_eq!(status, 424, "{label}: {text}");
         seen.add(format!("the 424 answer ({label} server)"), text);
     }
+}
+
+/// `c` with the relay's keys (one a tenant's), an upstream key, and a registered server `reg` at
+/// `registered_url` holding the MCP token: every secret the scenario must not leak.
+fn keyed(c: Config, registered_url: &str) -> Config {
+    let mut c = Config {
+        keys: vec![
+            KeyEntry::bare("SECRET-RELAY-5"),
+            KeyEntry::of_tenant("SECRET-TENANT-6", "team"),
+        ],
+        upstream_api_key: Some(responses_relay::config::Secret("SECRET-UP-4".into())),
+        ..c
+    };
+    // A registered server holding the MCP token: clients name it, never see it.
+    c.mcp.registered.0.insert(
+        "reg".into(),
+        responses_relay::mcp::RegisteredServer {
+            tool: serde_json::from_value(json!({"server_label": "reg",
+                "server_url": registered_url, "authorization": "SECRET-AUTH-1",
+                "require_approval": "never"}))
+            .unwrap(),
+            transport: Default::default(),
+        },
+    );
+    c
 }
 
 #[test]
@@ -387,20 +368,8 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         .build()
         .unwrap();
     let (up, server, unauthorized, dead) = aux.block_on(async {
-        let opts = mcp_test_server::Options {
-            require_bearer: Some("SECRET-AUTH-1".into()),
-            ..Default::default()
-        };
-        let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-            .await
-            .unwrap();
-        let opts = mcp_test_server::Options {
-            require_bearer: Some("another-token".into()),
-            ..Default::default()
-        };
-        let unauthorized = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-            .await
-            .unwrap();
+        let server = mcp_server(requiring_bearer("SECRET-AUTH-1")).await;
+        let unauthorized = mcp_server(requiring_bearer("another-token")).await;
         let dead = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -427,34 +396,12 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
         .build()
         .unwrap();
     let registered_url = server.url();
-    let keyed = |c: Config| {
-        let mut c = Config {
-            keys: vec![
-                KeyEntry::bare("SECRET-RELAY-5"),
-                KeyEntry::of_tenant("SECRET-TENANT-6", "team"),
-            ],
-            upstream_api_key: Some(responses_relay::config::Secret("SECRET-UP-4".into())),
-            ..c
-        };
-        // A registered server holding the MCP token: clients name it, never see it.
-        c.mcp.registered.0.insert(
-            "reg".into(),
-            responses_relay::mcp::RegisteredServer {
-                tool: serde_json::from_value(json!({"server_label": "reg",
-                    "server_url": registered_url, "authorization": "SECRET-AUTH-1",
-                    "require_approval": "never"}))
-                .unwrap(),
-                transport: Default::default(),
-            },
-        );
-        c
-    };
     let mut seen = Seen::default();
     let folded = rt.block_on(async {
-        let relay_ok = relay(keyed(config(&up.base_url()))).await;
+        let relay_ok = relay(keyed(config(&up.base_url()), &registered_url)).await;
         let mut fail = config(&up.base_url());
         fail.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
-        let relay_fail = relay(keyed(fail)).await;
+        let relay_fail = relay(keyed(fail, &registered_url)).await;
         let (base, fail_base, mcp_url, unauth_url) = (
             relay_ok.url(""),
             relay_fail.url(""),
@@ -477,12 +424,7 @@ fn secrets_never_leak_into_logs_streams_stored_logs_or_errors() {
     drop(rt);
 
     // The secrets did reach where they were meant to go.
-    let call = folded["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["type"] == "mcp_call")
-        .unwrap();
+    let call = find_item(&folded["output"], "mcp_call").unwrap();
     assert_eq!(call["status"], "completed", "{call}");
     assert!(server.requests_seen().iter().any(|r| {
         r.headers

@@ -10,15 +10,9 @@ use responses_relay::upstream::UpstreamApi;
 
 const APIS: [UpstreamApi; 2] = [UpstreamApi::Chat, UpstreamApi::Responses];
 
-async fn relay_on(up: &crate::fake_upstream::FakeUpstream, api: UpstreamApi) -> Relay {
-    let mut c = config(&up.base_url());
-    c.upstream_api = api;
-    relay(c).await
-}
-
 /// The function names the upstream was offered in its last request (both wire formats).
 fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
-    let body = up.requests().last().unwrap().body.clone();
+    let body = last_request(up);
     body["tools"]
         .as_array()
         .cloned()
@@ -34,7 +28,7 @@ fn offered(up: &crate::fake_upstream::FakeUpstream) -> Vec<(String, Value)> {
 #[tokio::test]
 async fn fields_openai_accepts_are_taken_or_refused_by_name() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Responses).await;
+    let relay = relay_over_api(&up, UpstreamApi::Responses).await;
     let url = relay.url("/v1/responses");
     for extra in [
         json!({"client_metadata": {"x-codex-turn": "1"}}),
@@ -85,32 +79,23 @@ async fn fields_openai_accepts_are_taken_or_refused_by_name() {
         assert_eq!(status, 400, "{body} → {r}");
         assert_eq!(r["error"]["param"], param, "{body} → {r}");
         assert_eq!(r["error"]["code"], "unsupported_parameter", "{body} → {r}");
-        assert!(
-            r["error"]["message"].as_str().unwrap().len() > 40,
-            "says why: {r}"
-        );
+        assert!(error_message(&r).len() > 40, "says why: {r}");
     }
     let (status, r) = post(
         &url,
         &json!({"model": "fake-model", "input": "hi", "no_such_field": 1}),
     )
     .await;
-    assert_eq!(
-        (status, r["error"]["code"].as_str()),
-        (400, Some("unknown_parameter"))
-    );
+    assert_eq!(code_error(status, &r), (400, Some("unknown_parameter")));
 }
 
 #[tokio::test]
 async fn hosted_tools_are_echoed_and_left_out_of_the_model_tools_by_default() {
     let up = upstream().await;
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let web = json!({"type": "web_search", "external_web_access": false});
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "hi", "tools": [web, {"type": "function", "name": "f"}, {"type": "code_interpreter", "container": {"type": "auto"}}]}),
-        )
+        let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [web, {"type": "function", "name": "f"}, {"type": "code_interpreter", "container": {"type": "auto"}}]}))
         .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["tools"][0], web);
@@ -122,14 +107,8 @@ async fn hosted_tools_are_echoed_and_left_out_of_the_model_tools_by_default() {
 
 #[tokio::test]
 async fn hosted_tools_are_refused_naming_the_tool_under_reject() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.hosted_tools = HostedTools::Reject;
-    let relay = relay(c).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]}),
-    )
+    let (up, relay) = configured_relay(|c| c.hosted_tools = HostedTools::Reject).await;
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [{"type": "function", "name": "f"}, {"type": "file_search", "vector_store_ids": ["vs_1"]}]}))
     .await;
     assert_eq!(status, 400, "{r}");
     assert_eq!(r["error"]["param"], "tools[1]");
@@ -144,7 +123,7 @@ async fn a_namespaced_function_call_carries_its_namespace_and_goes_back_under_it
         {"type": "function", "name": "read_file", "description": "Read a file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}
     ]});
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let (status, r) = post(
             &url,
@@ -178,12 +157,10 @@ async fn a_namespaced_function_call_carries_its_namespace_and_goes_back_under_it
         .await;
         assert_eq!(status, 200, "{next}");
         assert_eq!(
-            next["output_text"]
-                .as_str()
-                .or(next["output"][0]["content"][0]["text"].as_str()),
+            next["output_text"].as_str().or(first_text(&next).as_str()),
             Some("Tool results: contents of a")
         );
-        let sent = up.requests().last().unwrap().body.to_string();
+        let sent = last_request(&up).to_string();
         assert!(sent.contains("mcp__files__read_file"), "{sent}");
     }
 }
@@ -196,7 +173,7 @@ async fn a_custom_tool_call_streams_its_input_and_its_history_goes_back_as_a_fun
     let patch = "*** Begin Patch\n*** Add File: hello.txt\n+hello\n*** End Patch";
     let say = format!("CALL apply_patch {}", json!({ "input": patch }));
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let body = stream(
             &url,
@@ -244,10 +221,7 @@ async fn a_custom_tool_call_streams_its_input_and_its_history_goes_back_as_a_fun
         )
         .await;
         assert_eq!(status, 200, "{next}");
-        assert_eq!(
-            next["output"][0]["content"][0]["text"],
-            "Tool results: Done: A hello.txt"
-        );
+        assert_eq!(first_text(&next), "Tool results: Done: A hello.txt");
         if api == UpstreamApi::Responses {
             let sent = up.requests().last().unwrap().body["input"].clone();
             assert_eq!(sent[1]["type"], "custom_tool_call", "{sent}");
@@ -275,7 +249,7 @@ async fn built_in_client_tools_are_handed_back_as_their_call_items_and_their_out
     ]
     .join("\n");
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let (status, r) = post(
             &url,
@@ -329,7 +303,7 @@ async fn built_in_client_tools_are_handed_back_as_their_call_items_and_their_out
         )
         .await;
         assert_eq!(status, 200, "{next}");
-        let sent = up.requests().last().unwrap().body.to_string();
+        let sent = last_request(&up).to_string();
         for seen in [
             "total 0",
             "hi\\\\n",
@@ -348,7 +322,7 @@ async fn a_client_tool_search_is_handed_back_and_the_tools_it_found_are_offered(
     let search =
         json!({"type": "tool_search", "execution": "client", "description": "Find tools."});
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let url = relay.url("/v1/responses");
         let (status, r) = post(
             &url,
@@ -382,13 +356,10 @@ async fn a_client_tool_search_is_handed_back_and_the_tools_it_found_are_offered(
 #[tokio::test]
 async fn allowed_tools_narrows_what_the_model_is_offered() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Chat).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [
+    let relay = relay_over_api(&up, UpstreamApi::Chat).await;
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "hi", "tools": [
             {"type": "function", "name": "a"}, {"type": "function", "name": "b"}, {"type": "custom", "name": "c"}
-        ], "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}, {"type": "custom", "name": "c"}]}}),
-    )
+        ], "tool_choice": {"type": "allowed_tools", "mode": "required", "tools": [{"type": "function", "name": "b"}, {"type": "custom", "name": "c"}]}}))
     .await;
     assert_eq!(status, 200, "{r}");
     let names: Vec<String> = offered(&up).into_iter().map(|(n, _)| n).collect();
@@ -411,10 +382,7 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
         relay_app(responses_relay::App::new(c))
     };
     let relay = start(None).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?reasoning=3", "input": "think", "store": false, "include": ["reasoning.encrypted_content"]}),
-    )
+    let (status, r) = relay.create(&json!({"model": "fake-model?reasoning=3", "input": "think", "store": false, "include": ["reasoning.encrypted_content"]}))
     .await;
     assert_eq!(status, 200, "{r}");
     let reasoning = r["output"][0].clone();
@@ -429,17 +397,15 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
     relay.shutdown().await;
     let relay = start(None).await;
     let back = json!({"type": "reasoning", "id": reasoning["id"], "summary": [], "encrypted_content": sealed});
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [{"role": "user", "content": "think"}, back, {"role": "user", "content": "go on"}]}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "input": [{"role": "user", "content": "think"}, back, {"role": "user", "content": "go on"}]}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let (_, items) = get(&relay.url(&format!(
-        "/v1/responses/{}/input_items?order=asc",
-        next["id"].as_str().unwrap()
-    )))
-    .await;
+    let (_, items) = relay
+        .get(&format!(
+            "/v1/responses/{}/input_items?order=asc",
+            next["id"].as_str().unwrap()
+        ))
+        .await;
     assert_eq!(items["data"][1]["type"], "reasoning", "{items}");
     assert_eq!(
         items["data"][1]["content"], reasoning["content"],
@@ -457,20 +423,15 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
             sealed.as_str(),
         ),
     ] {
-        let (status, err) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "store": false, "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal}]}),
-        )
+        let (status, err) = relay.create(&json!({"model": "fake-model", "store": false, "input": [{"role": "user", "content": "x"}, {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": seal}]}))
         .await;
         assert_eq!(status, 400, "{err}");
         assert_eq!(err["error"]["param"], "input[1].encrypted_content");
     }
     // Without the include, no seal.
-    let (_, plain) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?reasoning=2", "input": "think", "store": false}),
-    )
-    .await;
+    let (_, plain) = relay
+        .create(&json!({"model": "fake-model?reasoning=2", "input": "think", "store": false}))
+        .await;
     assert!(
         plain["output"][0].get("encrypted_content").is_none(),
         "{plain}"
@@ -480,18 +441,15 @@ async fn reasoning_sealed_for_a_stateless_client_opens_only_with_the_relays_key(
 #[tokio::test]
 async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Responses).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "reasoning": {"effort": "low"}, "input": [
+    let relay = relay_over_api(&up, UpstreamApi::Responses).await;
+    let (status, r) = relay.create(&json!({"model": "fake-model", "reasoning": {"effort": "low"}, "input": [
             {"role": "user", "content": "first"},
             {"type": "configuration_update", "reasoning": {"effort": "high"}, "text": {"format": {"type": "json_object"}}},
             {"role": "user", "content": "then"}
-        ]}),
-    )
+        ]}))
     .await;
     assert_eq!(status, 200, "{r}");
-    let sent = up.requests().last().unwrap().body.clone();
+    let sent = last_request(&up);
     assert_eq!(sent["reasoning"]["effort"], "high", "{sent}");
     assert_eq!(sent["text"]["format"]["type"], "json_object", "{sent}");
     assert_eq!(
@@ -504,21 +462,21 @@ async fn a_configuration_update_item_changes_reasoning_and_text_from_there_on() 
 async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
     let up = upstream().await;
     for api in APIS {
-        let relay = relay_on(&up, api).await;
+        let relay = relay_over_api(&up, api).await;
         let body = json!({"model": "fake-model", "instructions": "be brief",
             "tools": [{"type": "function", "name": "lookup", "parameters": {"type": "object", "properties": {}}}],
             "input": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}, {"role": "user", "content": "c"}]});
-        let (status, count) = post(&relay.url("/v1/responses/input_tokens"), &body).await;
+        let (status, count) = relay.post("/v1/responses/input_tokens", &body).await;
         assert_eq!(status, 200, "{count}");
         assert_eq!(count["object"], "response.input_tokens");
         // The model server was asked for one token of that very request, its tools included.
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         match api {
             UpstreamApi::Chat => assert_eq!(sent["max_tokens"], 1, "{sent}"),
             UpstreamApi::Responses => assert_eq!(sent["max_output_tokens"], 16, "{sent}"),
         }
         assert_eq!(offered(&up)[0].0, "lookup");
-        let (_, run) = post(&relay.url("/v1/responses"), &body).await;
+        let (_, run) = relay.create(&body).await;
         assert_eq!(
             count["input_tokens"], run["usage"]["input_tokens"],
             "{api:?}: the count is the run's own prompt tokens"
@@ -530,29 +488,21 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
 #[tokio::test]
 async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Chat).await;
+    let relay = relay_over_api(&up, UpstreamApi::Chat).await;
     let shot =
         json!({"type": "computer_screenshot", "image_url": "data:image/png;base64,iVBORw0KGgo="});
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "tools": [{"type": "computer_use_preview", "display_width": 800, "display_height": 600, "environment": "linux"}],
+    let (status, r) = relay.create(&json!({"model": "fake-model", "tools": [{"type": "computer_use_preview", "display_width": 800, "display_height": 600, "environment": "linux"}],
             "input": [
                 {"role": "user", "content": "look"},
                 {"type": "computer_call", "call_id": "a", "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"},
                 {"type": "computer_call", "call_id": "b", "action": {"type": "screenshot"}, "pending_safety_checks": [], "status": "completed"},
                 {"type": "computer_call_output", "call_id": "a", "output": shot},
                 {"type": "computer_call_output", "call_id": "b", "output": shot}
-            ]}),
-    )
+            ]}))
     .await;
     assert_eq!(status, 200, "{r}");
-    let sent = up.requests().last().unwrap().body.clone();
-    let roles: Vec<&str> = sent["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["role"].as_str().unwrap())
-        .collect();
+    let sent = last_request(&up);
+    let roles: Vec<&str> = strs(&sent["messages"], "role");
     assert_eq!(
         roles,
         ["user", "assistant", "tool", "tool", "user", "user"],
@@ -563,20 +513,18 @@ async fn screenshots_of_parallel_computer_calls_follow_all_their_tool_results() 
 #[tokio::test]
 async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     let up = upstream().await;
-    let relay = relay_on(&up, UpstreamApi::Chat).await;
-    let (status, r) = post(
-        &relay.url("/v1/agent"),
-        &json!({"model": "fake-model", "input": "hi agent"}),
-    )
-    .await;
+    let relay = relay_over_api(&up, UpstreamApi::Chat).await;
+    let (status, r) = relay
+        .post(
+            "/v1/agent",
+            &json!({"model": "fake-model", "input": "hi agent"}),
+        )
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["object"], "response");
-    assert_eq!(
-        r["output"][0]["content"][0]["text"],
-        "Hello! You said: hi agent"
-    );
+    assert_eq!(first_text(&r), "Hello! You said: hi agent");
     let id = r["id"].as_str().unwrap();
-    let (status, again) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+    let (status, again) = relay.get(&format!("/v1/responses/{id}")).await;
     assert_eq!(
         (status, again["id"].as_str()),
         (200, Some(id)),
@@ -590,24 +538,21 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     assert_eq!(check_events(&sse.events)["status"], "completed");
 
     // A background run made there is resumed and cancelled through /v1/responses.
-    let (status, created) = post(
-        &relay.url("/v1/agent"),
-        &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
-    )
-    .await;
+    let (status, created) = relay
+        .post(
+            "/v1/agent",
+            &json!({"model": "fake-model?fault=stall", "input": "x", "background": true}),
+        )
+        .await;
     assert_eq!(status, 200, "{created}");
     let id = created["id"].as_str().unwrap().to_string();
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
-    let (status, cancelled) = post(
-        &relay.url(&format!("/v1/responses/{id}/cancel")),
-        &json!({}),
-    )
-    .await;
+    let (status, cancelled) = relay.cancel(&id).await;
     assert_eq!(
         (status, cancelled["status"].as_str()),
         (200, Some("cancelled"))
     );
-    let (_, log) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
+    let (_, log) = relay.replay(&id).await;
     let body = parse_sse(&log);
     assert_eq!(
         check_events(&body.events)["status"],
@@ -616,8 +561,8 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     );
     // Errors are the create endpoint's own.
     let bad = json!({"model": "fake-model", "input": "x", "temperature": "hot"});
-    let via_agent = post(&relay.url("/v1/agent"), &bad).await;
-    let via_responses = post(&relay.url("/v1/responses"), &bad).await;
+    let via_agent = relay.post("/v1/agent", &bad).await;
+    let via_responses = relay.create(&bad).await;
     assert_eq!(via_agent.0, 400);
     assert_eq!(via_agent.1["error"], via_responses.1["error"]);
 }

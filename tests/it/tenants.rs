@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::fake_upstream::FakeUpstream;
 use crate::support::*;
+use responses_relay::Config;
 use responses_relay::config::{KeyEntry, StoreKind};
 
 /// Team A has two keys; `kb` is a bare key (a tenant of its own); team B has one.
@@ -21,11 +22,14 @@ fn keys() -> Vec<KeyEntry> {
 }
 
 async fn relay_with(up: &FakeUpstream, store: &StoreKind) -> Relay {
-    let mut c = config(&up.base_url());
-    c.deterministic = false;
-    c.store = store.clone();
-    c.keys = keys();
-    relay(c).await
+    let store = store.clone();
+    relay(Config {
+        store,
+        deterministic: false,
+        keys: keys(),
+        ..config(&up.base_url())
+    })
+    .await
 }
 
 /// A request with `key` as the bearer: its status and body (JSON, or the text as a string).
@@ -275,13 +279,13 @@ async fn data_kept_before_tenants_is_the_default_tenants() {
     let mut c = config(&up.base_url());
     c.store = StoreKind::Sqlite(path.clone());
     let old = relay(c).await;
-    let (status, r) = get(&old.url("/v1/responses/resp_old")).await;
+    let (status, r) = old.get("/v1/responses/resp_old").await;
     assert_eq!((status, r["id"].as_str()), (200, Some("resp_old")), "{r}");
-    let (status, r) = post(
-        &old.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": "msg_old"}]}),
-    )
-    .await;
+    let (status, r) = old
+        .create(
+            &json!({"model": "fake-model", "input": [{"type": "item_reference", "id": "msg_old"}]}),
+        )
+        .await;
     assert_eq!(status, 200, "{r}");
     old.shutdown().await;
     // With keys, the old run is the default tenant's: a key of tenant `default` reaches it, a
@@ -304,12 +308,9 @@ async fn data_kept_before_tenants_is_the_default_tenants() {
     c.deterministic = false;
     c.store = store.clone();
     let on_redis = relay(c).await;
-    let (_, r) = post(
-        &on_redis.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "kept before"}),
-    )
-    .await;
-    let id = r["id"].as_str().unwrap().to_string();
+    let id = on_redis
+        .start(&json!({"model": "fake-model", "input": "kept before"}))
+        .await;
     let StoreKind::Redis(url) = &store else {
         unreachable!()
     };
@@ -322,7 +323,9 @@ async fn data_kept_before_tenants_is_the_default_tenants() {
         .await
         .unwrap();
     assert_eq!(removed, 1, "runs keep their tenant in their hash");
-    let (status, r) = get(&on_redis.url(&format!("/v1/responses/{id}/input_items"))).await;
+    let (status, r) = on_redis
+        .get(&format!("/v1/responses/{id}/input_items"))
+        .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["data"][0]["content"][0]["text"], "kept before");
 }
@@ -362,10 +365,7 @@ async fn a_default_tenant_item_id_cannot_name_another_tenants_item_on_redis() {
     )
     .await;
     assert_eq!(status, 200, "{r}");
-    assert_eq!(
-        r["output"][0]["content"][0]["text"],
-        "Hello! You said: a's real"
-    );
+    assert_eq!(first_text(&r), "Hello! You said: a's real");
 }
 
 #[tokio::test]

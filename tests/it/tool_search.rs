@@ -8,16 +8,12 @@ use crate::mcp_test_server::{self, Options, catalog_topic};
 use crate::support::*;
 
 async fn catalog(n: usize, seed: usize) -> mcp_test_server::McpTestServer {
-    mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        Options {
-            catalog: n,
-            catalog_seed: seed,
-            ..Options::default()
-        },
-    )
+    mcp_server(Options {
+        catalog: n,
+        catalog_seed: seed,
+        ..Options::default()
+    })
     .await
-    .unwrap()
 }
 
 fn deferred(label: &str, url: &str) -> Value {
@@ -36,6 +32,37 @@ fn function_names(request: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// What the model saw over the last four turns: turn 1 only the plain server's tools and the
+/// search tool; the found tool (`b__TARGET`) from turn 3 on.
+fn model_saw_the_found_tool_only_after_searching(
+    up: &crate::fake_upstream::FakeUpstream,
+    target: &str,
+) {
+    let reqs = up.requests();
+    let turns: Vec<Vec<String>> = reqs[reqs.len() - 4..]
+        .iter()
+        .map(|r| function_names(&r.body))
+        .collect();
+    assert!(turns[0].contains(&"tool_search".to_string()));
+    assert!(
+        turns[0]
+            .iter()
+            .all(|n| !n.starts_with("a__") && !n.starts_with("b__")),
+        "{:?}",
+        turns[0]
+    );
+    assert_eq!(
+        turns[0].len(),
+        50 + 9 + 1,
+        "plain's catalog + its 9 tools + tool_search"
+    );
+    assert!(
+        !turns[1].iter().any(|n| n.starts_with("b__")),
+        "nothing was found yet"
+    );
+    assert!(turns[2].contains(&format!("b__{target}")));
+}
+
 #[tokio::test]
 async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     let up = upstream().await;
@@ -50,19 +77,12 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
     );
     let tools = json!([deferred("a", &a.url()), deferred("b", &b.url()),
         {"type": "mcp", "server_label": "plain", "server_url": plain.url(), "require_approval": "never"}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": script, "stream": true, "tools": tools}),
-    )
-    .await;
+    let body = relay
+        .stream(&json!({"model": "fake-model", "input": script, "stream": true, "tools": tools}))
+        .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
-    let types: Vec<&str> = folded["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let types: Vec<&str> = strs(&folded["output"], "type");
     assert_eq!(
         types,
         [
@@ -115,31 +135,7 @@ async fn a_large_deferred_catalog_costs_the_model_only_what_it_searches_for() {
         (Some("b"), Some(target), Some("completed"))
     );
     assert_eq!(call["output"], format!("called {target}"));
-    // What the model saw: turn 1 only the plain server's tools and the search tool; the found
-    // tool from turn 3 on.
-    let reqs = up.requests();
-    let turns: Vec<Vec<String>> = reqs[reqs.len() - 4..]
-        .iter()
-        .map(|r| function_names(&r.body))
-        .collect();
-    assert!(turns[0].contains(&"tool_search".to_string()));
-    assert!(
-        turns[0]
-            .iter()
-            .all(|n| !n.starts_with("a__") && !n.starts_with("b__")),
-        "{:?}",
-        turns[0]
-    );
-    assert_eq!(
-        turns[0].len(),
-        50 + 9 + 1,
-        "plain's catalog + its 9 tools + tool_search"
-    );
-    assert!(
-        !turns[1].iter().any(|n| n.starts_with("b__")),
-        "nothing was found yet"
-    );
-    assert!(turns[2].contains(&format!("b__{target}")));
+    model_saw_the_found_tool_only_after_searching(&up, target);
     assert_eq!(b.count("tools/call"), 1);
     assert_eq!(a.count("tools/call"), 0);
     golden_at(
@@ -160,10 +156,7 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
     let relay = relay(config(&up.base_url())).await;
     let topic = catalog_topic(5, 3);
     let tools = json!([deferred("cat", &a.url()), {"type": "tool_search"}]);
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "stream": true, "tools": tools, "input": format!("CALL tool_search {{\"query\":\"{topic}\"}}")}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "stream": true, "tools": tools, "input": format!("CALL tool_search {{\"query\":\"{topic}\"}}")}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(
@@ -177,27 +170,13 @@ async fn an_explicit_tool_search_tool_works_and_found_tools_carry_over_a_continu
         &[(&a.url(), "http://mcp-test-server/mcp")],
     );
     // Next response in the chain: the found tool is callable without searching again.
-    let (status, next) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "tools": tools, "previous_response_id": folded["id"], "input": "CALL cat__tool_005 {}"}),
-    )
+    let (status, next) = relay.create(&json!({"model": "fake-model", "tools": tools, "previous_response_id": folded["id"], "input": "CALL cat__tool_005 {}"}))
     .await;
     assert_eq!(status, 200, "{next}");
-    let types: Vec<&str> = next["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let types: Vec<&str> = strs(&next["output"], "type");
     assert_eq!(types, ["mcp_call", "message"]);
     assert_eq!(next["output"][0]["output"], "called tool_005");
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}),
-    )
+    let (status, err) = relay.create(&json!({"model": "fake-model", "input": "x", "tools": [{"type": "tool_search", "execution": "elsewhere"}]}))
     .await;
-    assert_eq!(
-        (status, err["error"]["param"].as_str()),
-        (400, Some("tools[0].execution"))
-    );
+    assert_eq!(param_error(status, &err), (400, Some("tools[0].execution")));
 }

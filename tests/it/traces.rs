@@ -15,6 +15,7 @@ use prost::Message;
 use serde_json::{Value, json};
 
 use crate::mcp_test_server;
+use crate::mcp_test_server::McpTestServer;
 use crate::support::*;
 
 /// One exported span, flattened.
@@ -197,31 +198,15 @@ const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
 /// The relay exporting to `collector` (batches every 50 ms), with `extra` flags.
 fn traced_relay(up: &str, collector: &str, extra: &[&str], env: &[(&str, &str)]) -> RelayProcess {
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream-url",
+    let mut args = serve_args(
         up,
-        "--store",
         "memory",
-        "--mcp-allow-private-networks",
-        "--otlp-endpoint",
-        collector,
-    ];
+        &["--mcp-allow-private-networks", "--otlp-endpoint", collector],
+    );
     args.extend_from_slice(extra);
     let mut env = env.to_vec();
     env.push(("OTEL_BSP_SCHEDULE_DELAY", "50"));
     spawn_relay(&args, &env, std::process::Stdio::null())
-}
-
-async fn mcp_server() -> mcp_test_server::McpTestServer {
-    mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap()
 }
 
 const PROMPT: &str = "CALL add {\"a\":20,\"b\":22}";
@@ -233,7 +218,7 @@ async fn run_with_a_tool_call(relay: &RelayProcess, mcp_url: &str) -> String {
         "tools": [{"type": "mcp", "server_label": "math", "server_url": mcp_url,
                    "require_approval": "never"}]});
     let text = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01"))
         .json(&body)
         .send()
@@ -252,11 +237,65 @@ async fn run_with_a_tool_call(relay: &RelayProcess, mcp_url: &str) -> String {
     folded["id"].as_str().unwrap().to_string()
 }
 
+/// The MCP server got the trace on tools/list and tools/call, in the header and in `_meta`,
+/// each naming its span (`list`, `call`) as the parent; the server has no session.
+fn mcp_requests_carry_their_spans(mcp: &McpTestServer, list: &Span, call: &Span) {
+    for (method, span) in [("tools/list", list), ("tools/call", call)] {
+        let seen: Vec<_> = mcp
+            .requests_seen()
+            .into_iter()
+            .filter(|r| r.rpc_method == method)
+            .collect();
+        assert_eq!(seen.len(), 1, "{method}: {seen:?}");
+        let header = seen[0]
+            .header("traceparent")
+            .expect("traceparent header at the MCP server")
+            .to_string();
+        assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
+        assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
+        // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
+        assert!(seen[0].headers.iter().all(|(k, _)| k != "mcp-session-id"));
+        assert_eq!(span.attr("mcp.session.id"), &Value::Null, "{span:#?}");
+    }
+}
+
+/// Every span lies within its parent's time, and none carries content (the prompt, the tool's
+/// arguments) without --otel-capture-content.
+fn spans_nest_and_carry_no_content(spans: &[Span]) {
+    // Every span lies within its parent's time: a span ends when the last handle to it goes (a
+    // chat span's with its turn's stream, invoke_agent's with the run), not at its last exit.
+    for s in spans {
+        if let Some(parent) = spans.iter().find(|p| p.span_id == s.parent) {
+            assert!(
+                parent.start <= s.start && s.end <= parent.end,
+                "{} outside {}: {spans:#?}",
+                s.name,
+                parent.name
+            );
+        }
+        assert!(s.start <= s.end, "{s:#?}");
+    }
+
+    // No content without --otel-capture-content: neither the prompt nor the tool's arguments.
+    for s in spans {
+        for (k, v) in &s.attrs {
+            let text = v.to_string();
+            assert!(
+                !text.contains("CALL add") && !text.contains("\\\"a\\\":20"),
+                "{} has content in {k}: {text}",
+                s.name
+            );
+        }
+        assert!(s.attrs.keys().all(|k| !k.starts_with("gen_ai.input")
+            && !k.starts_with("gen_ai.output")
+            && !k.starts_with("gen_ai.tool.call.")));
+    }
+}
+
 #[tokio::test]
-async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_turn_and_mcp_spans()
-{
+async fn a_run_is_one_trace_under_the_clients_traceparent_with_agent_turn_and_mcp_spans() {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
     let relay = traced_relay(&up.base_url(), &collector.url(), &[], &[]);
     let id = run_with_a_tool_call(&relay, &mcp.url()).await;
@@ -337,69 +376,21 @@ async fn a_run_is_one_trace_under_the_clients_traceparent_with_its_agent_model_t
     chat_ids.sort();
     assert_eq!(parents, chat_ids);
 
-    // The MCP server got them on tools/list and tools/call, in the header and in _meta.
-    for (method, span) in [("tools/list", list), ("tools/call", call)] {
-        let seen: Vec<_> = mcp
-            .requests_seen()
-            .into_iter()
-            .filter(|r| r.rpc_method == method)
-            .collect();
-        assert_eq!(seen.len(), 1, "{method}: {seen:?}");
-        let header = seen[0]
-            .header("traceparent")
-            .expect("traceparent header at the MCP server")
-            .to_string();
-        assert_eq!(parts(&header), (TRACE.to_string(), span.span_id.clone()));
-        assert_eq!(seen[0].meta_traceparent.as_deref(), Some(header.as_str()));
-        // The server speaks the 2026-07-28 lifecycle, which has no session: no session id.
-        assert!(seen[0].headers.iter().all(|(k, _)| k != "mcp-session-id"));
-        assert_eq!(span.attr("mcp.session.id"), &Value::Null, "{span:#?}");
-    }
+    mcp_requests_carry_their_spans(&mcp, list, call);
     assert_eq!(collector.services.lock().unwrap()[0], "responses-relay");
 
-    // Every span lies within its parent's time: a span ends when the last handle to it goes (a
-    // chat span's with its turn's stream, invoke_agent's with the run), not at its last exit.
-    for s in &spans {
-        if let Some(parent) = spans.iter().find(|p| p.span_id == s.parent) {
-            assert!(
-                parent.start <= s.start && s.end <= parent.end,
-                "{} outside {}: {spans:#?}",
-                s.name,
-                parent.name
-            );
-        }
-        assert!(s.start <= s.end, "{s:#?}");
-    }
-
-    // No content without --otel-capture-content: neither the prompt nor the tool's arguments.
-    for s in &spans {
-        for (k, v) in &s.attrs {
-            let text = v.to_string();
-            assert!(
-                !text.contains("CALL add") && !text.contains("\\\"a\\\":20"),
-                "{} has content in {k}: {text}",
-                s.name
-            );
-        }
-        assert!(s.attrs.keys().all(|k| !k.starts_with("gen_ai.input")
-            && !k.starts_with("gen_ai.output")
-            && !k.starts_with("gen_ai.tool.call.")));
-    }
+    spans_nest_and_carry_no_content(&spans);
 }
 
 #[tokio::test]
 async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spans() {
     let up = upstream().await;
     // A server of an earlier revision: the `initialize` handshake, a session over Streamable HTTP.
-    let mcp = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options {
-            handshake_only: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let mcp = mcp_server(mcp_test_server::Options {
+        handshake_only: true,
+        ..Default::default()
+    })
+    .await;
     let collector = Collector::start().await;
     let relay = traced_relay(
         &up.base_url(),
@@ -459,7 +450,7 @@ async fn a_responses_upstreams_answer_ids_and_an_mcp_session_id_are_on_their_spa
 #[tokio::test]
 async fn with_otel_capture_content_spans_carry_the_prompt_the_answer_and_the_tool_call() {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
     let relay = traced_relay(
         &up.base_url(),
@@ -496,14 +487,14 @@ async fn with_otel_capture_content_spans_carry_the_prompt_the_answer_and_the_too
 #[tokio::test]
 async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span() {
     let up = upstream().await;
-    let mcp = mcp_server().await;
+    let mcp = mcp_server(Default::default()).await;
     let collector = Collector::start().await;
     let relay = traced_relay(&up.base_url(), &collector.url(), &[], &[]);
     let body = json!({"model": "fake-model", "input": "CALL fail {}", "stream": false,
         "tools": [{"type": "mcp", "server_label": "math", "server_url": mcp.url(),
                    "require_approval": "never"}]});
     let r = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01"))
         .json(&body)
         .send()
@@ -518,7 +509,7 @@ async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span
     // A request the relay turns down is still a server span, with its status.
     let other = "0af7651916cd43dd8448eb211c80319c";
     let r = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{other}-{CLIENT_SPAN}-01"))
         .json(&json!({"model": "fake-model"}))
         .send()
@@ -534,14 +525,7 @@ async fn a_tool_error_marks_the_call_span_and_a_rejected_request_its_server_span
 
 /// The relay's `/metrics` value of `name` (0 when absent).
 async fn metric(relay: &RelayProcess, name: &str) -> f64 {
-    let text = client()
-        .get(format!("{}/metrics", relay.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = fetch_text(&relay.url("/metrics")).await;
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
@@ -564,7 +548,7 @@ async fn a_collector_that_never_answers_costs_spans_counted_as_dropped_never_a_r
     );
     for i in 0..10 {
         let (status, r) = call(
-            &format!("{}/v1/responses", relay.base),
+            &relay.url("/v1/responses"),
             None,
             Some(&json!({"model": "fake-model", "input": format!("hello {i}")})),
         )
@@ -605,7 +589,7 @@ async fn without_an_endpoint_no_traceparent_goes_upstream() {
         std::process::Stdio::null(),
     );
     let r = client()
-        .post(format!("{}/v1/responses", relay.base))
+        .post(relay.url("/v1/responses"))
         .header("traceparent", format!("00-{TRACE}-{CLIENT_SPAN}-01"))
         .json(&json!({"model": "fake-model", "input": "hello"}))
         .send()
@@ -653,7 +637,7 @@ async fn an_unsampled_traceparent_is_followed_nothing_exported_and_passed_on_uns
     let unsampled = "5b8aa5a2d2c872e8321cf37308d69df2";
     for (trace, flags) in [(unsampled, "00"), (TRACE, "01")] {
         let r = client()
-            .post(format!("{}/v1/responses", relay.base))
+            .post(relay.url("/v1/responses"))
             .header("traceparent", format!("00-{trace}-{CLIENT_SPAN}-{flags}"))
             .json(&json!({"model": "fake-model", "input": "hello"}))
             .send()

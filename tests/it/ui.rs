@@ -34,9 +34,7 @@ fn ids(page: &Value) -> Vec<String> {
 async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_paged_on_every_store()
 {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    for (name, c) in store_configs(&up) {
         let relay = relay(c).await;
         let mut made = Vec::new();
         for model in [
@@ -45,14 +43,11 @@ async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_pa
             "fake-model?fault=cut",
             "fake-model",
         ] {
-            let (_, r) = post(
-                &relay.url("/v1/responses"),
-                &json!({"model": model, "input": "hi", "background": true}),
-            )
-            .await;
-            let id = r["id"].as_str().unwrap().to_string();
+            let id = relay
+                .start(&json!({"model": model, "input": "hi", "background": true}))
+                .await;
             for _ in 0..500 {
-                let (_, got) = get(&relay.url(&format!("/v1/responses/{id}"))).await;
+                let (_, got) = relay.get(&format!("/v1/responses/{id}")).await;
                 if !matches!(got["status"].as_str(), Some("queued" | "in_progress")) {
                     break;
                 }
@@ -61,12 +56,12 @@ async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_pa
             made.push(id);
         }
         made.reverse();
-        let (status, all) = get(&relay.url("/ui/api/runs")).await;
+        let (status, all) = relay.get("/ui/api/runs").await;
         assert_eq!(status, 200, "{name}: {all}");
         assert_eq!(ids(&all), made, "{name}: newest first");
         assert_eq!(all["has_more"], false, "{name}");
 
-        let (_, failed) = get(&relay.url("/ui/api/runs?status=failed")).await;
+        let (_, failed) = relay.get("/ui/api/runs?status=failed").await;
         assert_eq!(ids(&failed), [made[1].clone()], "{name}: {failed}");
         assert!(
             failed["data"][0]["error"]
@@ -74,19 +69,22 @@ async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_pa
                 .is_some_and(|e| !e.is_empty()),
             "{name}: a failed run names its error: {failed}"
         );
-        let (_, other) = get(&relay.url("/ui/api/runs?model=other-model")).await;
+        let (_, other) = relay.get("/ui/api/runs?model=other-model").await;
         assert_eq!(ids(&other), [made[2].clone()], "{name}");
 
-        let (_, first) = get(&relay.url("/ui/api/runs?limit=3")).await;
+        let (_, first) = relay.get("/ui/api/runs?limit=3").await;
         assert_eq!(ids(&first), made[..3], "{name}");
         assert_eq!(first["has_more"], true, "{name}");
         assert_eq!(first["last_id"], made[2].as_str(), "{name}");
-        let (_, second) = get(&relay.url(&format!("/ui/api/runs?limit=3&after={}", made[2]))).await;
+        let (_, second) = relay
+            .get(&format!("/ui/api/runs?limit=3&after={}", made[2]))
+            .await;
         assert_eq!(ids(&second), made[3..], "{name}");
         assert_eq!(second["has_more"], false, "{name}");
 
-        let (_, completed) =
-            get(&relay.url("/ui/api/runs?status=completed&model=fake-model")).await;
+        let (_, completed) = relay
+            .get("/ui/api/runs?status=completed&model=fake-model")
+            .await;
         assert_eq!(
             ids(&completed),
             [made[0].clone(), made[3].clone()],
@@ -104,54 +102,40 @@ async fn the_listing_shows_runs_newest_first_filtered_by_status_and_model_and_pa
 
 #[tokio::test]
 async fn a_bad_filter_is_a_400_naming_its_parameter() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     for (query, param) in [
         ("status=done", "status"),
         ("limit=0", "limit"),
         ("limit=1000", "limit"),
         ("limit=x", "limit"),
     ] {
-        let (status, body) = get(&relay.url(&format!("/ui/api/runs?{query}"))).await;
+        let (status, body) = relay.get(&format!("/ui/api/runs?{query}")).await;
         assert_eq!(status, 400, "{query}: {body}");
         assert_eq!(body["error"]["param"], param, "{query}: {body}");
     }
-    let (status, body) = get(&relay.url("/ui/api/runs/resp_nope")).await;
+    let (status, body) = relay.get("/ui/api/runs/resp_nope").await;
     assert_eq!(status, 404, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("resp_nope")
-    );
-    let (status, _) = get(&relay.url("/ui/api/nothing")).await;
+    assert!(error_message(&body).contains("resp_nope"));
+    let (status, _) = relay.get("/ui/api/nothing").await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn a_run_summary_counts_its_tool_calls_and_its_log_is_what_logs_export_writes() {
     let up = upstream().await;
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     let db = scratch("ui").join("relay.sqlite3");
     let mut c = config(&up.base_url());
     c.store = responses_relay::config::StoreKind::Sqlite(db.clone());
     let relay = relay(c).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}\nCALL fail {}", "stream": true,
-                "tools": [{"type": "mcp", "server_label": "math", "server_url": server.url(), "require_approval": "never"}]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}\nCALL fail {}", "stream": true,
+                "tools": [{"type": "mcp", "server_label": "math", "server_url": server.url(), "require_approval": "never"}]}))
     .await;
     let id = body.events[0]["response"]["id"]
         .as_str()
         .unwrap()
         .to_string();
-    let (status, summary) = get(&relay.url(&format!("/ui/api/runs/{id}"))).await;
+    let (status, summary) = relay.get(&format!("/ui/api/runs/{id}")).await;
     assert_eq!(status, 200, "{summary}");
     assert_eq!(summary["status"], "completed");
     assert_eq!(summary["tool_calls"], 2, "{summary}");
@@ -204,8 +188,7 @@ async fn a_run_summary_counts_its_tool_calls_and_its_log_is_what_logs_export_wri
 
 #[tokio::test]
 async fn pages_and_assets_are_compiled_in_and_may_load_from_this_origin_only() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, relay) = plain_relay().await;
     for (path, kind, needle) in [
         ("/ui/", "text/html", "/ui/assets/list.js"),
         ("/ui/runs/resp_123", "text/html", "/ui/assets/run.js"),
@@ -356,14 +339,10 @@ async fn the_demo_runs_an_agent_run_prints_its_events_and_serves_its_viewer() {
 
 #[tokio::test]
 async fn replay_serves_the_viewer_for_its_recording() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (_, run) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "record me"}),
-    )
-    .await;
-    let id = run["id"].as_str().unwrap().to_string();
+    let (_up, relay) = plain_relay().await;
+    let id = relay
+        .start(&json!({"model": "fake-model", "input": "record me"}))
+        .await;
     let (_, _, log) = text(&relay.url(&format!("/ui/api/runs/{id}/log")), None).await;
     let file = scratch("ui-replay").join("run.jsonl");
     std::fs::write(&file, &log).unwrap();
@@ -372,7 +351,7 @@ async fn replay_serves_the_viewer_for_its_recording() {
         &[],
         std::process::Stdio::null(),
     );
-    let (status, headers, page) = text(&format!("{}/ui/runs/{id}", replay.base), None).await;
+    let (status, headers, page) = text(&replay.url(&format!("/ui/runs/{id}")), None).await;
     assert_eq!(status, 200);
     assert!(
         headers["content-security-policy"]
@@ -381,7 +360,7 @@ async fn replay_serves_the_viewer_for_its_recording() {
             .contains("default-src 'none'")
     );
     assert!(page.contains("/ui/assets/run.js"));
-    let (_, list) = get(&format!("{}/ui/api/runs", replay.base)).await;
+    let (_, list) = replay.get("/ui/api/runs").await;
     assert_eq!(ids(&list), [id.to_string()]);
     assert_eq!(list["data"][0]["status"], "completed");
     assert_eq!(
@@ -389,29 +368,22 @@ async fn replay_serves_the_viewer_for_its_recording() {
         Value::Null,
         "a recording keeps no input"
     );
-    let (_, _, served) = text(&format!("{}/ui/api/runs/{id}/log", replay.base), None).await;
+    let (_, _, served) = text(&replay.url(&format!("/ui/api/runs/{id}/log")), None).await;
     assert_eq!(served, log, "the recording, as exported");
-    let (status, body) = get(&format!("{}/ui/api/runs/resp_other/log", replay.base)).await;
+    let (status, body) = replay.get("/ui/api/runs/resp_other/log").await;
     assert_eq!(status, 404, "{body}");
 }
 
 #[tokio::test]
 async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_ends() {
     let up = upstream().await;
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    for (name, c) in store_configs(&up) {
         let relay = relay(c).await;
-        let (_, run) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "slowly", "background": true}),
-        )
-        .await;
-        let id = run["id"].as_str().unwrap().to_string();
+        let id = relay.start(&json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "slowly", "background": true})).await;
         // Listed once the store kept its start (SQLite: the writer's next commit).
         let mut row = Value::Null;
         for _ in 0..200 {
-            let (_, page) = get(&relay.url("/ui/api/runs?status=in_progress")).await;
+            let (_, page) = relay.get("/ui/api/runs?status=in_progress").await;
             if let Some(r) = page["data"]
                 .as_array()
                 .unwrap()
@@ -427,7 +399,7 @@ async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_en
             row["status"], "in_progress",
             "{name}: the live run is listed: {row}"
         );
-        let (_, queued) = get(&relay.url("/ui/api/runs?status=queued")).await;
+        let (_, queued) = relay.get("/ui/api/runs?status=queued").await;
         assert_eq!(
             ids(&queued),
             Vec::<String>::new(),
@@ -436,13 +408,9 @@ async fn a_run_still_going_is_listed_as_in_progress_with_no_duration_until_it_en
         assert_eq!(row["duration_ms"], Value::Null, "{name}: {row}");
         let (_, log) = call(&relay.url(&format!("/ui/api/runs/{id}")), None, None).await;
         assert_eq!(log["status"], "in_progress", "{name}");
-        let (_, cancel) = post(
-            &relay.url(&format!("/v1/responses/{id}/cancel")),
-            &json!({}),
-        )
-        .await;
+        let (_, cancel) = relay.cancel(&id).await;
         assert_eq!(cancel["status"], "cancelled", "{name}: {cancel}");
-        let (_, after) = get(&relay.url("/ui/api/runs?status=cancelled")).await;
+        let (_, after) = relay.get("/ui/api/runs?status=cancelled").await;
         assert_eq!(ids(&after), [id.as_str()], "{name}: {after}");
         assert!(after["data"][0]["duration_ms"].is_u64(), "{name}: {after}");
     }
@@ -464,26 +432,16 @@ fn the_demo_on_an_address_in_use_exits_64_naming_listen() {
 #[tokio::test]
 async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
     let up = upstream().await;
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
-    for (name, store) in stores() {
-        let mut c = config(&up.base_url());
-        c.store = store;
+    let server = mcp_server(mcp_test_server::Options::default()).await;
+    for (name, c) in store_configs(&up) {
         let relay = relay(c).await;
-        let (_, run) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":2}",
-                    "tools": [{"type": "mcp", "server_label": "m", "server_url": server.url(), "require_approval": "never"}]}),
-        )
+        let (_, run) = relay.create(&json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":2}",
+                    "tools": [{"type": "mcp", "server_label": "m", "server_url": server.url(), "require_approval": "never"}]}))
         .await;
         let id = run["id"].as_str().unwrap();
         let mut turns = Value::Null;
         for _ in 0..200 {
-            let (_, summary) = get(&relay.url(&format!("/ui/api/runs/{id}"))).await;
+            let (_, summary) = relay.get(&format!("/ui/api/runs/{id}")).await;
             if !summary["turns"].is_null() {
                 turns = summary["turns"].clone();
                 break;
@@ -511,76 +469,51 @@ async fn each_model_turns_usage_is_kept_beside_the_run_on_every_store() {
             "{name}: the second turn also reads the tool's result: {turns:?}"
         );
         // Another tenant's or an unknown run has none to show.
-        let (status, _) = get(&relay.url("/ui/api/runs/resp_unknown")).await;
+        let (status, _) = relay.get("/ui/api/runs/resp_unknown").await;
         assert_eq!(status, 404, "{name}");
         // A deleted run's turns go with it.
         let (status, _) = call(&relay.url(&format!("/v1/responses/{id}")), None, None).await;
         assert_eq!(status, 200);
-        let deleted = client()
-            .delete(relay.url(&format!("/v1/responses/{id}")))
-            .send()
-            .await
-            .unwrap();
+        let deleted = relay.delete(&format!("/v1/responses/{id}")).await;
         assert_eq!(deleted.status().as_u16(), 200, "{name}");
-        let (status, _) = get(&relay.url(&format!("/ui/api/runs/{id}"))).await;
+        let (status, _) = relay.get(&format!("/ui/api/runs/{id}")).await;
         assert_eq!(status, 404, "{name}");
     }
 }
 
 #[tokio::test]
 async fn a_run_with_store_false_is_never_listed() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (_, kept) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "keep"}),
-    )
-    .await;
-    let (_, unkept) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "forget", "store": false}),
-    )
-    .await;
-    let (_, page) = get(&relay.url("/ui/api/runs")).await;
+    let (_up, relay) = plain_relay().await;
+    let (_, kept) = relay
+        .create(&json!({"model": "fake-model", "input": "keep"}))
+        .await;
+    let (_, unkept) = relay
+        .create(&json!({"model": "fake-model", "input": "forget", "store": false}))
+        .await;
+    let (_, page) = relay.get("/ui/api/runs").await;
     assert_eq!(ids(&page), [kept["id"].as_str().unwrap()]);
     let unkept = unkept["id"].as_str().unwrap();
-    let (status, _) = get(&relay.url(&format!("/ui/api/runs/{unkept}"))).await;
+    let (status, _) = relay.get(&format!("/ui/api/runs/{unkept}")).await;
     assert_eq!(status, 404);
 }
 
 #[tokio::test]
 async fn the_viewer_never_shows_an_mcp_servers_secrets() {
     let up = upstream().await;
-    let opts = mcp_test_server::Options {
-        require_bearer: Some("VIEWER-SECRET-TOKEN".into()),
-        ..Default::default()
-    };
-    let server = mcp_test_server::start("127.0.0.1:0".parse().unwrap(), opts)
-        .await
-        .unwrap();
+    let server = mcp_server(requiring_bearer("VIEWER-SECRET-TOKEN")).await;
     let relay = relay(config(&up.base_url())).await;
-    let (status, run) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL whoami {}",
+    let (status, run) = relay
+        .create(&json!({"model": "fake-model", "input": "CALL whoami {}",
                 "tools": [{"type": "mcp", "server_label": "s", "require_approval": "never",
                            "server_url": format!("{}?key=VIEWER-SECRET-QUERY", server.url()),
                            "authorization": "VIEWER-SECRET-TOKEN",
-                           "headers": {"x-team": "VIEWER-SECRET-HEADER"}}]}),
-    )
-    .await;
+                           "headers": {"x-team": "VIEWER-SECRET-HEADER"}}]}))
+        .await;
     assert_eq!(status, 200, "{run}");
     // The secrets were used: the server saw the token and the header.
-    let call = run["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|o| o["type"] == "mcp_call")
-        .unwrap();
+    let call = find_item(&run["output"], "mcp_call").unwrap();
     assert!(
-        call["output"]
-            .as_str()
-            .unwrap()
-            .starts_with("authorized; headers: x-team"),
+        str_at(call, "output").starts_with("authorized; headers: x-team"),
         "{call}"
     );
     let id = run["id"].as_str().unwrap();

@@ -2,7 +2,7 @@
 //! `NAME/REST` goes to upstream NAME as REST with that upstream's key, timeouts and retries; any
 //! other model to the default unchanged; `GET /v1/models` merges them all.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::mcp_test_server;
 use crate::support::*;
@@ -30,15 +30,24 @@ fn turns(up: &fake_upstream::FakeUpstream) -> Vec<(String, String, Option<String
         .collect()
 }
 
+/// A POST of `body` with no key: the status and the JSON answer (`null` if it is not JSON).
+async fn ask(url: &str, body: &Value) -> (u16, Value) {
+    call(url, None, Some(body)).await
+}
+
+/// A relay configured by `toml` (its `[[upstreams]]`), its default upstream refusing connections.
+async fn relay_in_front_of_upstreams(toml: &str) -> Relay {
+    let c = serve_config(
+        &["--store", "memory", "--upstream-url", &refused_url()],
+        toml,
+    );
+    relay(c.unwrap()).await
+}
+
 #[tokio::test]
 async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstreams_key() {
     let (a, b) = (upstream().await, upstream().await);
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     let toml = format!(
         "[[upstreams]]\nname = \"local\"\nurl = \"{}\"\ndefault = true\napi_key = \"KEY-OF-LOCAL\"\n\n\
          [[upstreams]]\nname = \"cloud\"\nurl = \"{}\"\napi = \"responses\"\napi_key_env = \"CARGO_MANIFEST_DIR\"\n",
@@ -61,7 +70,7 @@ async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstre
         ("meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B"),
         ("fake-model", "fake-model"),
     ] {
-        let (status, r) = call(&url, None, Some(&json!({"model": model, "input": "hi"}))).await;
+        let (status, r) = ask(&url, &json!({"model": model, "input": "hi"})).await;
         assert_eq!(status, 200, "{model}: {r}");
         assert_eq!(r["model"], model, "the Response echoes the client's model");
         let last = turns(&a).pop().unwrap();
@@ -81,11 +90,7 @@ async fn a_model_with_an_upstream_prefix_goes_there_as_the_rest_with_that_upstre
 
     // A Responses upstream with its key from the environment; every turn of an MCP run goes there.
     let mcp = json!({"type": "mcp", "server_label": "t", "server_url": server.url(), "require_approval": "never"});
-    let (status, r) = call(
-        &url,
-        None,
-        Some(&json!({"model": "cloud/fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "tools": [mcp]})),
-    )
+    let (status, r) = ask(&url, &json!({"model": "cloud/fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "tools": [mcp]}))
     .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["model"], "cloud/fake-model");
@@ -142,25 +147,18 @@ async fn each_upstream_times_out_as_its_own_entry_says() {
         a.base_url(),
         b.base_url()
     );
-    let c = serve_config(
-        &["--store", "memory", "--upstream-url", &refused_url()],
-        &toml,
-    )
-    .unwrap();
-    let relay = relay(c).await;
+    let relay = relay_in_front_of_upstreams(&toml).await;
     let url = relay.url("/v1/responses");
     let slow = "fake-model?fault=slow_headers&delay_ms=1000";
-    let (status, r) = call(
+    let (status, r) = ask(
         &url,
-        None,
-        Some(&json!({"model": format!("quick/{slow}"), "input": "hi"})),
+        &json!({"model": format!("quick/{slow}"), "input": "hi"}),
     )
     .await;
     assert_eq!(status, 504, "the quick upstream's 0.2 s: {r}");
-    let (status, r) = call(
+    let (status, r) = ask(
         &url,
-        None,
-        Some(&json!({"model": format!("patient/{slow}"), "input": "hi"})),
+        &json!({"model": format!("patient/{slow}"), "input": "hi"}),
     )
     .await;
     assert_eq!(status, 200, "the default first-byte timeout: {r}");
@@ -174,28 +172,13 @@ async fn each_upstream_retries_as_its_own_entry_says() {
         a.base_url(),
         b.base_url()
     );
-    let c = serve_config(
-        &["--store", "memory", "--upstream-url", &refused_url()],
-        &toml,
-    )
-    .unwrap();
-    let relay = relay(c).await;
+    let relay = relay_in_front_of_upstreams(&toml).await;
     let url = relay.url("/v1/responses");
     let body = |m: &str| json!({"model": m, "input": "hi"});
-    let (status, r) = call(
-        &url,
-        None,
-        Some(&body("once/fake-model?fault=status429_once")),
-    )
-    .await;
+    let (status, r) = ask(&url, &body("once/fake-model?fault=status429_once")).await;
     assert_eq!(status, 429, "no retry where retries = 0: {r}");
     assert_eq!(turns(&a).len(), 1);
-    let (status, r) = call(
-        &url,
-        None,
-        Some(&body("again/fake-model?fault=status429_once")),
-    )
-    .await;
+    let (status, r) = ask(&url, &body("again/fake-model?fault=status429_once")).await;
     assert_eq!(status, 200, "retried where retries = 2: {r}");
     assert_eq!(turns(&b).len(), 2);
 }
@@ -378,12 +361,7 @@ async fn v1_models_leaves_out_an_upstream_that_hangs_and_serves_the_merged_list_
     .expect("the hanging upstream was given up on");
     let (status, list) = listed;
     assert_eq!(status, 200, "{list}");
-    let ids: Vec<&str> = list["data"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["id"].as_str().unwrap())
-        .collect();
+    let ids: Vec<&str> = strs(&list["data"], "id");
     assert_eq!(ids, ["fake-model", "local/fake-model"]);
     let asked = |up: &fake_upstream::FakeUpstream| {
         up.requests()

@@ -14,6 +14,13 @@ use crate::support::*;
 
 type Socket = tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>;
 
+/// The fake upstream, a relay in front of it, and a socket on the relay.
+async fn connected() -> (crate::fake_upstream::FakeUpstream, Relay, Ws) {
+    let (up, relay) = plain_relay().await;
+    let ws = Ws::connect(&relay, None).await.unwrap();
+    (up, relay, ws)
+}
+
 /// A client socket on the relay's `/v1/responses`.
 struct Ws {
     socket: Socket,
@@ -41,6 +48,16 @@ impl Ws {
             Err(tokio_tungstenite::tungstenite::Error::Http(resp)) => Err(resp.status().as_u16()),
             Err(e) => panic!("upgrade failed: {e}"),
         }
+    }
+
+    /// Sends a `response.create` frame of `body`.
+    async fn create(&mut self, body: Value) {
+        self.send(create(body)).await;
+    }
+
+    /// Reads one response's events and checks them; returns the folded Response.
+    async fn folded(&mut self) -> Value {
+        check_events(&self.response().await.events)
     }
 
     async fn send(&mut self, v: Value) {
@@ -97,28 +114,20 @@ fn create(body: Value) -> Value {
 async fn websocket_frames_are_the_sse_events_of_the_same_run() {
     // The same request on fresh relays (deterministic ids and clock): over SSE it is the golden
     // `text`; over the socket, frame for frame the same.
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
-    ws.send(create(json!({"model": "fake-model", "input": "hi there"})))
+    let (up, _relay, mut ws) = connected().await;
+    ws.create(json!({"model": "fake-model", "input": "hi there"}))
         .await;
     let body = ws.response().await;
     check_events(&body.events);
     golden("text", &body);
 
     // An MCP run: listing, the call and its events, then the answer.
-    let server = mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap();
+    let server = mcp_server(mcp_test_server::Options::default()).await;
     let relay = crate::support::relay(config(&up.base_url())).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     let tool = json!({"type": "mcp", "server_label": "math", "server_url": server.url(), "require_approval": "never"});
     // `stream: true`, as the Agents SDK sends it, changes nothing.
-    ws.send(create(json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "tools": [tool], "stream": true})))
-        .await;
+    ws.create(json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "tools": [tool], "stream": true})).await;
     let body = ws.response().await;
     golden_at(
         "mcp_call",
@@ -130,9 +139,9 @@ async fn websocket_frames_are_the_sse_events_of_the_same_run() {
     let relay = crate::support::relay(config(&up.base_url())).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
-    ws.send(create(
+    ws.create(
         json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "tools": [tool]}),
-    ))
+    )
     .await;
     let body = ws.response().await;
     golden_at(
@@ -144,62 +153,51 @@ async fn websocket_frames_are_the_sse_events_of_the_same_run() {
 
 #[tokio::test]
 async fn a_connection_remembers_its_last_16_store_false_responses() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let (_up, _relay, mut ws) = connected().await;
     let mut ids = Vec::new();
     for i in 0..17 {
-        ws.send(create(
-            json!({"model": "fake-model", "input": format!("n{i}"), "store": false}),
-        ))
-        .await;
-        let done = check_events(&ws.response().await.events);
+        ws.create(json!({"model": "fake-model", "input": format!("n{i}"), "store": false}))
+            .await;
+        let done = ws.folded().await;
         ids.push(done["id"].clone());
     }
     // The oldest was forgotten; the 16 after it chain.
-    ws.send(create(
-        json!({"model": "fake-model", "input": "x", "store": false,
-        "previous_response_id": ids[0]}),
-    ))
-    .await;
+    ws.create(json!({"model": "fake-model", "input": "x", "store": false,
+        "previous_response_id": ids[0]}))
+        .await;
     let e = ws.response().await.events.pop().unwrap();
     assert_eq!(
         (e["type"].as_str(), e["error"]["code"].as_str()),
         (Some("error"), Some("previous_response_not_found")),
         "{e}"
     );
-    ws.send(create(
-        json!({"model": "fake-model", "input": "x", "store": false,
-        "previous_response_id": ids[1]}),
-    ))
-    .await;
-    let done = check_events(&ws.response().await.events);
+    ws.create(json!({"model": "fake-model", "input": "x", "store": false,
+        "previous_response_id": ids[1]}))
+        .await;
+    let done = ws.folded().await;
     assert_eq!(done["status"], "completed", "{done}");
 }
 
 #[tokio::test]
 async fn several_responses_share_a_connection_and_store_false_ones_chain() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
-    ws.send(create(
-        json!({"model": "fake-model", "input": "first words", "store": false}),
-    ))
-    .await;
+    let (up, relay, mut ws) = connected().await;
+    ws.create(json!({"model": "fake-model", "input": "first words", "store": false}))
+        .await;
     let first = ws.response().await;
     let first = check_events(&first.events);
     assert_eq!(first["store"], false);
     // Not stored: over HTTP it does not exist.
-    let (status, _) =
-        get(&relay.url(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))).await;
+    let (status, _) = relay
+        .get(&format!("/v1/responses/{}", first["id"].as_str().unwrap()))
+        .await;
     assert_eq!(status, 404);
 
-    ws.send(create(
+    ws.create(
         json!({"model": "fake-model", "input": "second words", "store": false,
         "previous_response_id": first["id"]}),
-    ))
+    )
     .await;
-    let second = check_events(&ws.response().await.events);
+    let second = ws.folded().await;
     assert_eq!(second["status"], "completed");
     assert_eq!(second["previous_response_id"], first["id"]);
     let sent = up.requests().last().unwrap().body["messages"].clone();
@@ -220,11 +218,12 @@ async fn several_responses_share_a_connection_and_store_false_ones_chain() {
     );
 
     // A stored response chains too, and is there over HTTP.
-    ws.send(create(json!({"model": "fake-model", "input": "kept"})))
+    ws.create(json!({"model": "fake-model", "input": "kept"}))
         .await;
-    let kept = check_events(&ws.response().await.events);
-    let (status, got) =
-        get(&relay.url(&format!("/v1/responses/{}", kept["id"].as_str().unwrap()))).await;
+    let kept = ws.folded().await;
+    let (status, got) = relay
+        .get(&format!("/v1/responses/{}", kept["id"].as_str().unwrap()))
+        .await;
     assert_eq!(status, 200);
     assert_eq!(got["output"], kept["output"]);
 
@@ -243,9 +242,7 @@ async fn several_responses_share_a_connection_and_store_false_ones_chain() {
 
 #[tokio::test]
 async fn errors_are_error_frames_and_the_connection_serves_the_next_create() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let (_up, _relay, mut ws) = connected().await;
     let cases = [
         (
             create(json!({"model": "fake-model", "input": "x", "temperatur": 1})),
@@ -320,31 +317,22 @@ async fn errors_are_error_frames_and_the_connection_serves_the_next_create() {
         .unwrap();
     assert_eq!(ws.response().await.events[0]["type"], "error");
     // And the next good create runs.
-    ws.send(create(
-        json!({"model": "fake-model", "input": "after errors"}),
-    ))
-    .await;
-    let ok = check_events(&ws.response().await.events);
-    assert_eq!(
-        ok["output"][0]["content"][0]["text"],
-        "Hello! You said: after errors"
-    );
+    ws.create(json!({"model": "fake-model", "input": "after errors"}))
+        .await;
+    let ok = ws.folded().await;
+    assert_eq!(first_text(&ok), "Hello! You said: after errors");
 }
 
 #[tokio::test]
 async fn lanes_run_side_by_side_and_every_frame_of_a_lane_names_it() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let (_up, _relay, mut ws) = connected().await;
     // A slow response in lane a, a quick one in lane b: b's finishes first.
-    ws.send(create(
+    ws.create(
         json!({"model": "fake-model?delay_ms=40&deltas=10", "input": "slow one", "stream_id": "a"}),
-    ))
+    )
     .await;
-    ws.send(create(
-        json!({"model": "fake-model", "input": "quick", "stream_id": "b"}),
-    ))
-    .await;
+    ws.create(json!({"model": "fake-model", "input": "quick", "stream_id": "b"}))
+        .await;
     let mut ends = Vec::new();
     let mut seen = std::collections::HashMap::<String, Vec<Value>>::new();
     while ends.len() < 2 {
@@ -366,45 +354,32 @@ async fn lanes_run_side_by_side_and_every_frame_of_a_lane_names_it() {
         }
     }
     // An error in a lane names it too; a bad lane name is refused.
-    ws.send(create(
-        json!({"model": "fake-model", "input": "x", "bogus": 1, "stream_id": "b"}),
-    ))
-    .await;
+    ws.create(json!({"model": "fake-model", "input": "x", "bogus": 1, "stream_id": "b"}))
+        .await;
     let e = ws.response().await.events.pop().unwrap();
     assert_eq!(
         (e["type"].as_str(), e["stream_id"].as_str()),
         (Some("error"), Some("b"))
     );
-    ws.send(create(
-        json!({"model": "fake-model", "input": "x", "stream_id": "no spaces"}),
-    ))
-    .await;
+    ws.create(json!({"model": "fake-model", "input": "x", "stream_id": "no spaces"}))
+        .await;
     let e = ws.response().await.events.pop().unwrap();
     assert_eq!(e["error"]["code"], "invalid_stream_id", "{e}");
 }
 
 #[tokio::test]
 async fn relay_keys_are_checked_on_the_upgrade() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.keys = vec![responses_relay::config::KeyEntry::bare("ws-key-1")];
-    let relay = relay(c).await;
+    let (_up, relay) =
+        configured_relay(|c| c.keys = vec![responses_relay::config::KeyEntry::bare("ws-key-1")])
+            .await;
     assert_eq!(Ws::connect(&relay, None).await.err(), Some(401));
     assert_eq!(Ws::connect(&relay, Some("wrong")).await.err(), Some(401));
     let mut ws = Ws::connect(&relay, Some("ws-key-1")).await.unwrap();
-    ws.send(create(json!({"model": "fake-model", "input": "hi"})))
+    ws.create(json!({"model": "fake-model", "input": "hi"}))
         .await;
-    assert_eq!(
-        check_events(&ws.response().await.events)["status"],
-        "completed"
-    );
+    assert_eq!(ws.folded().await["status"], "completed");
     // A plain GET is told it needs the upgrade.
-    let r = client()
-        .get(relay.url("/v1/responses"))
-        .bearer_auth("ws-key-1")
-        .send()
-        .await
-        .unwrap();
+    let r = get_as(&relay.url("/v1/responses"), "ws-key-1").await;
     assert_eq!(r.status(), 400);
     let e: Value = r.json().await.unwrap();
     assert_eq!(e["error"]["code"], "websocket_upgrade_required");
@@ -412,14 +387,12 @@ async fn relay_keys_are_checked_on_the_upgrade() {
 
 #[tokio::test]
 async fn generate_false_records_the_input_without_asking_the_model() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let (up, _relay, mut ws) = connected().await;
     // As Codex warms up: store:false, the base instructions as a developer message.
-    ws.send(create(
+    ws.create(
         json!({"model": "fake-model", "store": false, "generate": false,
         "input": [{"type": "message", "role": "developer", "content": "You are terse."}]}),
-    ))
+    )
     .await;
     let warm = ws.response().await;
     assert_eq!(
@@ -436,12 +409,10 @@ async fn generate_false_records_the_input_without_asking_the_model() {
         up.requests().iter().all(|r| r.method != "POST"),
         "the model was not asked"
     );
-    ws.send(create(
-        json!({"model": "fake-model", "store": false, "input": "go",
-        "previous_response_id": warm["id"]}),
-    ))
-    .await;
-    check_events(&ws.response().await.events);
+    ws.create(json!({"model": "fake-model", "store": false, "input": "go",
+        "previous_response_id": warm["id"]}))
+        .await;
+    ws.folded().await;
     let sent = up.requests().last().unwrap().body["messages"].clone();
     assert_eq!(sent[0]["content"], "You are terse.", "{sent}");
     assert_eq!(sent[1]["content"], "go");
@@ -449,13 +420,9 @@ async fn generate_false_records_the_input_without_asking_the_model() {
 
 #[tokio::test]
 async fn a_dropped_socket_cancels_its_runs_but_not_background_ones() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
-    ws.send(create(
-        json!({"model": "fake-model?delay_ms=200&deltas=50", "input": "long"}),
-    ))
-    .await;
+    let (_up, relay, mut ws) = connected().await;
+    ws.create(json!({"model": "fake-model?delay_ms=200&deltas=50", "input": "long"}))
+        .await;
     let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
     let id = created["response"]["id"].as_str().unwrap().to_string();
     drop(ws);
@@ -471,10 +438,7 @@ async fn a_dropped_socket_cancels_its_runs_but_not_background_ones() {
     assert_eq!(status, "cancelled");
 
     let mut ws = Ws::connect(&relay, None).await.unwrap();
-    ws.send(create(
-        json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "goes on", "background": true}),
-    ))
-    .await;
+    ws.create(json!({"model": "fake-model?delay_ms=100&deltas=20", "input": "goes on", "background": true})).await;
     let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
     assert_eq!(created["response"]["status"], "queued");
     let id = created["response"]["id"].as_str().unwrap().to_string();
@@ -493,10 +457,8 @@ async fn a_dropped_socket_cancels_its_runs_but_not_background_ones() {
 
 #[tokio::test]
 async fn a_connection_past_its_lifetime_is_told_so_and_closed() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.limits.websocket_lifetime = Duration::from_millis(300);
-    let relay = relay(c).await;
+    let (_up, relay) =
+        configured_relay(|c| c.limits.websocket_lifetime = Duration::from_millis(300)).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     ws.socket
         .send(Message::Ping(vec![7u8].into()))
@@ -546,12 +508,7 @@ async fn a_socket_client_that_stops_reading_has_its_run_cancelled() {
         .send(Message::Text(frame.to_string().into()))
         .await
         .unwrap();
-    eventually("the upstream stream is open", || up.open_streams() == 1).await;
-    eventually(
-        "the stalled client's run was cancelled long before the upstream finished",
-        || up.open_streams() == 0,
-    )
-    .await;
+    stalled_run_is_cancelled(&up).await;
     drop(socket);
 }
 
@@ -565,48 +522,33 @@ async fn another_tenants_response_is_not_found_over_the_socket() {
     ];
     let relay = relay(c).await;
     let mut a = Ws::connect(&relay, Some("key-of-a")).await.unwrap();
-    a.send(create(
-        json!({"model": "fake-model", "input": "a's secret"}),
-    ))
-    .await;
-    let mine = check_events(&a.response().await.events);
+    a.create(json!({"model": "fake-model", "input": "a's secret"}))
+        .await;
+    let mine = a.folded().await;
     let mut b = Ws::connect(&relay, Some("key-of-b")).await.unwrap();
-    b.send(create(
-        json!({"model": "fake-model", "input": "x", "previous_response_id": mine["id"]}),
-    ))
-    .await;
+    b.create(json!({"model": "fake-model", "input": "x", "previous_response_id": mine["id"]}))
+        .await;
     let e = b.response().await.events.pop().unwrap();
     assert_eq!(e["type"], "error");
     assert_eq!(e["error"]["code"], "previous_response_not_found", "{e}");
     // Its own key's other socket chains to it.
     let mut a2 = Ws::connect(&relay, Some("key-of-a")).await.unwrap();
-    a2.send(create(
-        json!({"model": "fake-model", "input": "y", "previous_response_id": mine["id"]}),
-    ))
-    .await;
-    assert_eq!(
-        check_events(&a2.response().await.events)["status"],
-        "completed"
-    );
+    a2.create(json!({"model": "fake-model", "input": "y", "previous_response_id": mine["id"]}))
+        .await;
+    assert_eq!(a2.folded().await["status"], "completed");
 }
 
 #[tokio::test]
 async fn creates_on_one_lane_run_one_after_another() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
+    let (_up, _relay, mut ws) = connected().await;
     // Sent back to back: the second starts only after the first has ended, and the error of a
     // bad third one comes after the second's events.
-    ws.send(create(
-        json!({"model": "fake-model?delay_ms=20&deltas=10", "input": "one"}),
-    ))
-    .await;
-    ws.send(create(json!({"model": "fake-model", "input": "two"})))
+    ws.create(json!({"model": "fake-model?delay_ms=20&deltas=10", "input": "one"}))
         .await;
-    ws.send(create(
-        json!({"model": "fake-model", "input": "x", "bogus": 1}),
-    ))
-    .await;
+    ws.create(json!({"model": "fake-model", "input": "two"}))
+        .await;
+    ws.create(json!({"model": "fake-model", "input": "x", "bogus": 1}))
+        .await;
     let mut seen: Vec<String> = Vec::new();
     while seen.iter().filter(|k| *k == "response.completed").count() < 2
         || !seen.iter().any(|k| k == "error")
@@ -631,13 +573,9 @@ async fn creates_on_one_lane_run_one_after_another() {
 
 #[tokio::test]
 async fn on_shutdown_a_socket_gets_its_runs_ends_then_a_going_away_close() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
-    ws.send(create(
-        json!({"model": "fake-model?delay_ms=200&deltas=100", "input": "long"}),
-    ))
-    .await;
+    let (_up, relay, mut ws) = connected().await;
+    ws.create(json!({"model": "fake-model?delay_ms=200&deltas=100", "input": "long"}))
+        .await;
     let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
     assert_eq!(created["type"], "response.created");
     let stopping = tokio::spawn(relay.shutdown());
@@ -666,21 +604,19 @@ async fn on_shutdown_a_socket_gets_its_runs_ends_then_a_going_away_close() {
 
 #[tokio::test]
 async fn a_create_on_another_lane_chains_to_a_response_still_running() {
-    let up = upstream().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut ws = Ws::connect(&relay, None).await.unwrap();
-    ws.send(create(
+    let (up, _relay, mut ws) = connected().await;
+    ws.create(
         json!({"model": "fake-model?delay_ms=30&deltas=10", "input": "first words",
         "store": false, "stream_id": "a"}),
-    ))
+    )
     .await;
     let created: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
     let id = created["response"]["id"].clone();
     // Named while it still runs: the fork waits for its end, then sees its output.
-    ws.send(create(
+    ws.create(
         json!({"model": "fake-model", "input": "and then", "store": false,
         "previous_response_id": id, "stream_id": "b"}),
-    ))
+    )
     .await;
     let mut ended = std::collections::HashMap::new();
     while ended.len() < 2 {
@@ -705,20 +641,14 @@ async fn a_create_on_another_lane_chains_to_a_response_still_running() {
 
 #[tokio::test]
 async fn a_frame_over_the_body_limit_is_refused_and_the_socket_closed_with_1009() {
-    let up = upstream().await;
-    let mut c = config(&up.base_url());
-    c.max_body_bytes = 4096;
-    let relay = relay(c).await;
+    let (_up, relay) = configured_relay(|c| c.max_body_bytes = 4096).await;
     let mut ws = Ws::connect(&relay, None).await.unwrap();
     let input = "x".repeat(10_000);
-    ws.send(create(json!({"model": "fake-model", "input": input})))
+    ws.create(json!({"model": "fake-model", "input": input}))
         .await;
     let e: Value = serde_json::from_str(&ws.next_text().await.expect("an error frame")).unwrap();
     assert_eq!(e["type"], "error");
-    assert!(
-        e["error"]["message"].as_str().unwrap().contains("4096"),
-        "{e}"
-    );
+    assert!(error_message(&e).contains("4096"), "{e}");
     let close = tokio::time::timeout(Duration::from_secs(10), ws.socket.next())
         .await
         .unwrap();

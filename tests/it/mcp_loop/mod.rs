@@ -1,56 +1,28 @@
 //! Hosted MCP tools end to end: discovery, the agent loop, `mcp_call` results and failures,
 //! approvals holding calls back, bounds, list reuse and secret redaction, with the relay in front
 //! of the fake upstream and a real rmcp server on loopback.
+//! How tool lists are reused (or listed again) across requests is in `tool_lists`.
+
+mod tool_lists;
 
 use serde_json::{Value, json};
 
 use crate::support::*;
 
-use crate::mcp_test_server;
-
-async fn mcp_server() -> mcp_test_server::McpTestServer {
-    mcp_test_server::start(
-        "127.0.0.1:0".parse().unwrap(),
-        mcp_test_server::Options::default(),
-    )
-    .await
-    .unwrap()
-}
-
-fn mcp_tool(label: &str, url: &str) -> Value {
-    json!({"type": "mcp", "server_label": label, "server_url": url, "require_approval": "never"})
-}
-
-fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
-    response["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|i| i["type"] == kind)
-        .collect()
-}
-
 #[tokio::test]
 async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "stream": true,
+    let (up, server, relay) = server_and_relay().await;
+    let body = relay
+        .stream(
+            &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}", "stream": true,
                 "tools": [mcp_tool("math", &server.url())]}),
-    )
-    .await;
+        )
+        .await;
     let folded = check_events(&body.events);
     let out = folded["output"].as_array().unwrap();
     let types: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap()).collect();
     assert_eq!(types, ["mcp_list_tools", "mcp_call", "message"]);
-    let listed: Vec<&str> = out[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
+    let listed: Vec<&str> = strs(&out[0]["tools"], "name");
     assert!(
         listed.contains(&"add") && listed.contains(&"echo"),
         "{listed:?}"
@@ -115,14 +87,9 @@ async fn mcp_tool_call_runs_and_the_model_answers_with_its_result() {
 
 #[tokio::test]
 async fn failing_tools_are_data_and_the_run_goes_on() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
-                "tools": [mcp_tool("t", &server.url())]}),
-    )
+    let (_up, server, relay) = server_and_relay().await;
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL fail {}\nCALL boom {}\nCALL nope {}", "stream": true,
+                "tools": [mcp_tool("t", &server.url())]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
@@ -154,13 +121,8 @@ async fn failing_tools_are_data_and_the_run_goes_on() {
 
 #[tokio::test]
 async fn failed_calls_are_told_to_the_model_which_answers() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}),
-    )
+    let (_up, server, relay) = server_and_relay().await;
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL fail {}", "tools": [mcp_tool("t", &server.url())]}))
     .await;
     assert_eq!(status, 200);
     let text = items_of(&r, "message")[0]["content"][0]["text"]
@@ -172,12 +134,7 @@ async fn failed_calls_are_told_to_the_model_which_answers() {
 }
 
 fn golden_response_kinds(r: &Value, expected: &[&str]) {
-    let got: Vec<&str> = r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["type"].as_str().unwrap())
-        .collect();
+    let got: Vec<&str> = strs(&r["output"], "type");
     assert_eq!(got, expected, "{r}");
 }
 
@@ -190,10 +147,7 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
         .unwrap();
     let dead = format!("http://{closed}/mcp");
     let relay_continue = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay_continue.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}),
-    )
+    let body = relay_continue.stream(&json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
@@ -201,37 +155,25 @@ async fn unreachable_server_is_reported_in_its_list_item_or_fails_with_424() {
     assert_eq!(list["type"], "mcp_list_tools");
     assert_eq!(list["tools"], json!([]));
     assert!(list["error"].as_str().unwrap().contains("gone"), "{list}");
-    assert!(
-        kinds(&body.events)
-            .iter()
-            .any(|k| k == "response.mcp_list_tools.failed")
-    );
+    assert!(has_kind(&body.events, "response.mcp_list_tools.failed"));
 
     let mut c = config(&up.base_url());
     c.mcp.discovery_failure = responses_relay::config::DiscoveryFailure::Fail;
     let relay_fail = relay(c).await;
-    let (status, err) = post(
-        &relay_fail.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}),
-    )
+    let (status, err) = relay_fail.create(&json!({"model": "fake-model", "input": "hello", "stream": true, "tools": [mcp_tool("gone", &dead)]}))
     .await;
     assert_eq!(status, 424, "{err}");
     assert_eq!(err["error"]["type"], "external_connector_error");
     assert_eq!(err["error"]["param"], "tools");
-    assert!(err["error"]["message"].as_str().unwrap().contains("'gone'"));
+    assert!(error_message(&err).contains("'gone'"));
 }
 
 #[tokio::test]
 async fn calls_needing_approval_are_requested_not_run() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     // No require_approval: the relay's default is OpenAI's `always`.
     let tool = json!({"type": "mcp", "server_label": "m", "server_url": server.url()});
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "stream": true, "tools": [tool]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}", "stream": true, "tools": [tool]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed");
@@ -257,15 +199,13 @@ async fn calls_needing_approval_are_requested_not_run() {
 
 #[tokio::test]
 async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_calls() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"hi\"}\nCALL local {}",
+    let (up, server, relay) = server_and_relay().await;
+    let (status, r) = relay
+        .create(
+            &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"hi\"}\nCALL local {}",
                 "tools": [mcp_tool("s", &server.url()), {"type": "function", "name": "local"}]}),
-    )
-    .await;
+        )
+        .await;
     assert_eq!(status, 200);
     golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "function_call"]);
     assert_eq!(r["output"][1]["status"], "completed");
@@ -280,14 +220,9 @@ async fn a_client_function_call_in_the_same_turn_ends_the_run_after_the_mcp_call
 
 #[tokio::test]
 async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
-                "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (_up, server, relay) = server_and_relay().await;
+    let body = relay.stream(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"1\"}\nCALL echo {\"text\":\"2\"}", "stream": true,
+                "max_tool_calls": 1, "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "incomplete");
@@ -301,235 +236,12 @@ async fn max_tool_calls_ends_the_run_incomplete_without_running_the_rest() {
 }
 
 #[tokio::test]
-async fn tool_lists_in_the_context_are_reused_not_fetched_again() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    // Without the pool's time-bound reuse, so only the context can spare the second listing.
-    let relay = relay(listing_every_request(&up.base_url())).await;
-    let tools = json!([mcp_tool("s", &server.url())]);
-    let (_, first) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": tools}),
-    )
-    .await;
-    assert_eq!(server.count("tools/list"), 1);
-    let (status, second) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"again\"}", "tools": tools, "previous_response_id": first["id"]}),
-    )
-    .await;
-    assert_eq!(status, 200, "{second}");
-    golden_response_kinds(&second, &["mcp_call", "message"]);
-    assert_eq!(server.count("tools/list"), 1, "the server was listed again");
-}
-
-fn listing_every_request(upstream_base: &str) -> responses_relay::config::Config {
-    let mut c = config(upstream_base);
-    c.mcp.tools_ttl = std::time::Duration::ZERO;
-    c
-}
-
-/// The names in a response's `mcp_list_tools` item.
-fn listed_names(response: &Value) -> Vec<String> {
-    let list = items_of(response, "mcp_list_tools");
-    list[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_string())
-        .collect()
-}
-
-async fn listing(relay: &Relay, tool: &Value) -> Vec<String> {
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "hi", "tools": [tool]}),
-    )
-    .await;
-    assert_eq!(status, 200, "{r}");
-    assert_eq!(
-        items_of(&r, "mcp_list_tools")[0]["error"],
-        Value::Null,
-        "{r}"
-    );
-    listed_names(&r)
-}
-
-#[tokio::test]
-async fn a_servers_tool_list_is_reused_by_later_requests_within_its_ttl() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let tool = mcp_tool("s", &server.url());
-    let first = listing(&relay, &tool).await;
-    assert!(first.contains(&"echo".to_string()), "{first:?}");
-    // The second request is told the same tools without asking the server.
-    assert_eq!(listing(&relay, &tool).await, first);
-    assert_eq!(
-        server.count("tools/list"),
-        1,
-        "the server was listed again within the ttl"
-    );
-    // A change the server does not announce is seen only once the ttl ends.
-    server.set_catalog(2, false).await;
-    assert_eq!(listing(&relay, &tool).await, first);
-    assert_eq!(server.count("tools/list"), 1);
-    // The reused list still drives a real call, and the model still sees every tool.
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"cached\"}", "tools": [tool]}),
-    )
-    .await;
-    assert_eq!(status, 200, "{r}");
-    golden_response_kinds(&r, &["mcp_list_tools", "mcp_call", "message"]);
-    assert_eq!(items_of(&r, "mcp_call")[0]["output"], "cached");
-    let reqs = up.requests();
-    let turn = &reqs[reqs.len() - 2].body;
-    assert_eq!(turn["tools"].as_array().unwrap().len(), first.len());
-}
-
-#[tokio::test]
-async fn a_tool_list_older_than_its_ttl_is_listed_again() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let mut c = config(&up.base_url());
-    c.mcp.tools_ttl = std::time::Duration::from_millis(200);
-    let relay = relay(c).await;
-    let tool = mcp_tool("s", &server.url());
-    let first = listing(&relay, &tool).await;
-    server.set_catalog(2, false).await;
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
-    let second = listing(&relay, &tool).await;
-    // One page before; two pages (of 10) for the 11 tools after.
-    assert_eq!(server.count("tools/list"), 3);
-    assert_eq!(second.len(), first.len() + 2, "{second:?}");
-    assert!(second.contains(&"tool_001".to_string()));
-}
-
-#[tokio::test]
-async fn with_a_zero_ttl_every_request_lists_the_server() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(listing_every_request(&up.base_url())).await;
-    let tool = mcp_tool("s", &server.url());
-    let first = listing(&relay, &tool).await;
-    server.set_catalog(1, false).await;
-    let second = listing(&relay, &tool).await;
-    assert_eq!(server.count("tools/list"), 2);
-    assert_eq!(second.len(), first.len() + 1, "{second:?}");
-}
-
-#[tokio::test]
-async fn a_server_announcing_new_tools_is_listed_again_at_once() {
-    // The notice arrives on a handshake session's event stream, or (2026-07-28) on the
-    // subscriptions/listen stream the relay opens for the session.
-    for handshake_only in [true, false] {
-        let up = upstream().await;
-        let server = mcp_test_server::start(
-            "127.0.0.1:0".parse().unwrap(),
-            mcp_test_server::Options {
-                handshake_only,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-        let relay = relay(config(&up.base_url())).await;
-        let tool = mcp_tool("s", &server.url());
-        let first = listing(&relay, &tool).await;
-        if !handshake_only {
-            eventually("the relay to listen for changes", || {
-                server.listening() == 1
-            })
-            .await;
-        }
-        assert_eq!(
-            server.set_catalog(3, true).await,
-            1,
-            "the relay's session was told"
-        );
-        // The notice travels on an event stream: poll (a liveness bound) until a request shows
-        // the new tools; requests before it may still get the old list.
-        let mut now = first.clone();
-        for _ in 0..500 {
-            now = listing(&relay, &tool).await;
-            if now != first {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-        assert_eq!(now.len(), first.len() + 3, "{now:?}");
-        assert!(now.contains(&"tool_002".to_string()));
-        // One page before the notice; two pages (of 10) for the 12 tools after it, once.
-        assert_eq!(
-            server.count("tools/list"),
-            3,
-            "listed once before and once after the notice"
-        );
-    }
-}
-
-#[tokio::test]
-async fn requests_with_other_credentials_do_not_share_a_tool_list() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let mut a = mcp_tool("s", &server.url());
-    a["headers"] = json!({"X-Tenant": "a"});
-    let mut b = a.clone();
-    b["headers"] = json!({"X-Tenant": "b"});
-    let mut bearer = a.clone();
-    bearer["authorization"] = json!("token-a");
-    listing(&relay, &a).await;
-    listing(&relay, &b).await;
-    listing(&relay, &bearer).await;
-    assert_eq!(
-        server.count("tools/list"),
-        3,
-        "a list was shared across headers or authorization"
-    );
-    listing(&relay, &b).await;
-    assert_eq!(server.count("tools/list"), 3);
-}
-
-#[tokio::test]
-async fn a_failed_call_makes_the_next_request_list_the_server_again() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let tool = mcp_tool("s", &server.url());
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL boom {}", "tools": [tool]}),
-    )
-    .await;
-    assert_eq!(status, 200, "{r}");
-    assert_eq!(items_of(&r, "mcp_call")[0]["status"], "failed");
-    assert_eq!(server.count("tools/list"), 1);
-    listing(&relay, &tool).await;
-    assert_eq!(
-        server.count("tools/list"),
-        2,
-        "a server that rejected a call was not listed again"
-    );
-    listing(&relay, &tool).await;
-    assert_eq!(server.count("tools/list"), 2);
-}
-
-#[tokio::test]
 async fn echoed_tools_and_the_event_log_carry_no_secrets() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (_up, server, relay) = server_and_relay().await;
     let url = format!("{}?token=SECRET-QUERY", server.url());
     let tool = json!({"type": "mcp", "server_label": "s", "server_url": url, "require_approval": "never",
                       "authorization": "SECRET-TOKEN", "headers": {"x-api-key": "SECRET-HEADER"}});
-    let r = client()
-        .post(relay.url("/v1/responses"))
-        .json(&json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [tool]}))
-        .send()
-        .await
-        .unwrap();
+    let r = relay.send(&json!({"model": "fake-model", "input": "CALL whoami {}", "stream": true, "tools": [tool]})).await;
     let text = r.text().await.unwrap();
     for secret in ["SECRET-QUERY", "SECRET-TOKEN", "SECRET-HEADER"] {
         assert!(!text.contains(secret), "{secret} leaked into the stream");
@@ -558,15 +270,12 @@ async fn echoed_tools_and_the_event_log_carry_no_secrets() {
 #[tokio::test]
 async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     for vision in [false, true] {
         let mut c = config(&up.base_url());
         c.upstream_vision = vision;
         let relay = relay(c).await;
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "CALL image {}", "tools": [mcp_tool("pics", &server.url())]}),
-        )
+        let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL image {}", "tools": [mcp_tool("pics", &server.url())]}))
         .await;
         assert_eq!(status, 200);
         let call = items_of(&r, "mcp_call")[0];
@@ -577,7 +286,7 @@ async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
                 .contains("[image: image/png"),
             "{call}"
         );
-        let sent = up.requests().last().unwrap().body.clone();
+        let sent = last_request(&up);
         let messages = sent["messages"].as_array().unwrap();
         let image_urls: Vec<&str> = messages
             .iter()
@@ -597,14 +306,11 @@ async fn tool_images_reach_vision_upstreams_and_others_get_a_placeholder() {
 #[tokio::test]
 async fn structured_and_oversized_results_become_bounded_text() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.mcp.max_output_bytes = 1000;
     let relay = relay(c).await;
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL structured {}\nCALL big {\"bytes\":100000}", "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": "CALL structured {}\nCALL big {\"bytes\":100000}", "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let calls = items_of(&r, "mcp_call");
     let structured: Value = serde_json::from_str(calls[0]["output"].as_str().unwrap()).unwrap();
@@ -615,14 +321,14 @@ async fn structured_and_oversized_results_become_bounded_text() {
         "{} bytes",
         big.len()
     );
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(sent.len() < 20_000, "the whole output reached the model");
 }
 
 #[tokio::test]
 async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.mcp.max_output_bytes = 1000;
     let relay = relay(c).await;
@@ -647,7 +353,7 @@ async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
             && error_text.len() < 1100,
         "{call}"
     );
-    let sent = up.requests().last().unwrap().body.to_string();
+    let sent = last_request(&up).to_string();
     assert!(
         sent.len() < 20_000,
         "the whole error reached the model: {} bytes",
@@ -657,14 +363,9 @@ async fn oversized_errors_of_failed_calls_are_bounded_like_results() {
 
 #[tokio::test]
 async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let script = "CALL echo {\"text\":\"1\"}\nTHEN\nCALL echo {\"text\":\"2\"}\nTHEN\nCALL echo {\"text\":\"3\"}";
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let body = relay.stream(&json!({"model": "fake-model", "input": script, "stream": true, "max_steps": 2, "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "incomplete");
@@ -685,14 +386,9 @@ async fn max_steps_ends_the_run_incomplete_after_that_many_model_turns() {
 
 #[tokio::test]
 async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_model_answer() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (status, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
-                "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}),
-    )
+    let (up, server, relay) = server_and_relay().await;
+    let (status, r) = relay.create(&json!({"model": "fake-model", "input": "say hi", "tools": [mcp_tool("s", &server.url())],
+                "tool_choice": {"type": "mcp", "server_label": "s", "name": "echo"}}))
     .await;
     assert_eq!(status, 200, "{r}");
     let reqs = up.requests();
@@ -708,26 +404,21 @@ async fn tool_choice_naming_an_mcp_tool_forces_that_call_first_then_lets_the_mod
     let calls = items_of(&r, "mcp_call");
     assert_eq!((calls.len(), calls[0]["name"].as_str()), (1, Some("echo")));
     assert_eq!(r["status"], "completed");
-    let (status, err) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "x", "tools": [mcp_tool("s", &server.url())], "tool_choice": {"type": "mcp", "server_label": "other"}}),
-    )
-    .await;
+    let tools = json!([mcp_tool("s", &server.url())]);
+    let other = json!({"type": "mcp", "server_label": "other"});
+    let (status, err) = relay
+        .create(&json!({"model": "fake-model", "input": "x", "tools": tools, "tool_choice": other}))
+        .await;
     assert_eq!(
-        (status, err["error"]["param"].as_str()),
+        param_error(status, &err),
         (400, Some("tool_choice.server_label"))
     );
 }
 
 #[tokio::test]
 async fn usage_is_summed_over_every_model_turn() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (up, server, relay) = server_and_relay().await;
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"a\"}\nTHEN\nCALL echo {\"text\":\"b\"}", "tools": [mcp_tool("s", &server.url())]}))
     .await;
     let reqs = up.requests();
     let turns = &reqs[reqs.len() - 3..];
@@ -747,7 +438,7 @@ async fn usage_is_summed_over_every_model_turn() {
 #[tokio::test]
 async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     let mut c = config(&up.base_url());
     c.limits.max_steps = 5;
     let relay = relay(c).await;
@@ -756,10 +447,7 @@ async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
         .map(|i| format!("CALL echo {{\"text\":\"{i}\"}}"))
         .collect::<Vec<_>>()
         .join("\nTHEN\n");
-    let (_, r) = post(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]}),
-    )
+    let (_, r) = relay.create(&json!({"model": "fake-model", "input": script, "tools": [mcp_tool("s", &server.url())]}))
     .await;
     assert_eq!(r["status"], "incomplete");
     assert_eq!(r["incomplete_details"]["reason"], "max_steps");
@@ -769,7 +457,7 @@ async fn a_model_that_calls_tools_forever_is_stopped_by_the_relay_step_cap() {
 #[tokio::test]
 async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_applies() {
     let up = upstream().await;
-    let server = mcp_server().await;
+    let server = mcp_server(Default::default()).await;
     use responses_relay::mcp::Approval;
     for (default, echoed, call_runs) in [
         (Approval::Never, "never", true),
@@ -779,19 +467,11 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
         c.mcp.default_approval = default;
         let relay = relay(c).await;
         let tool = json!({"type": "mcp", "server_label": "s", "server_url": server.url()});
-        let (status, r) = post(
-            &relay.url("/v1/responses"),
-            &json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": [tool]}),
-        )
+        let (status, r) = relay.create(&json!({"model": "fake-model", "input": "CALL echo {\"text\":\"x\"}", "tools": [tool]}))
         .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["tools"][0]["require_approval"], echoed, "{r}");
-        let types: Vec<&str> = r["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|i| i["type"].as_str().unwrap())
-            .collect();
+        let types: Vec<&str> = strs(&r["output"], "type");
         assert_eq!(
             types.contains(&"mcp_call"),
             call_runs,
@@ -808,9 +488,7 @@ async fn an_mcp_tool_without_require_approval_echoes_the_default_the_relay_appli
 
 #[tokio::test]
 async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
+    let (up, server, relay) = server_and_relay().await;
     let url = relay.url("/v1/responses");
     let model = "fake-model?reasoning=20";
     let ask = "CALL echo {\"text\":\"budget\"}";
@@ -866,11 +544,11 @@ async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
     let mut c = config(&up.base_url());
     c.upstream_api = responses_relay::upstream::UpstreamApi::Responses;
     let on_responses = crate::support::relay(c).await;
-    let (status, r) = post(
-        &on_responses.url("/v1/responses"),
-        &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": spent + 5}),
-    )
-    .await;
+    let (status, r) = on_responses
+        .create(
+            &json!({"model": model, "input": ask, "tools": tools, "max_output_tokens": spent + 5}),
+        )
+        .await;
     assert_eq!(
         (status, r["status"].as_str()),
         (200, Some("completed")),
@@ -891,16 +569,12 @@ async fn max_output_tokens_bounds_the_whole_response_not_each_turn() {
 async fn parallel_calls_streamed_at_one_index_stay_separate_calls() {
     // Ollama and SGLang stream every tool call of a turn at `index` 0, told apart only by their
     // ids; merged by index, the second call's arguments would be glued onto the first's.
-    let up = upstream().await;
-    let server = mcp_server().await;
-    let relay = relay(config(&up.base_url())).await;
-    let body = stream(
-        &relay.url("/v1/responses"),
-        &json!({"model": "fake-model?one_index=1", "stream": true,
+    let (up, server, relay) = server_and_relay().await;
+    let body = relay
+        .stream(&json!({"model": "fake-model?one_index=1", "stream": true,
                 "input": "CALL echo {\"text\":\"first\"}\nCALL add {\"a\":2,\"b\":3}",
-                "tools": [mcp_tool("s", &server.url())]}),
-    )
-    .await;
+                "tools": [mcp_tool("s", &server.url())]}))
+        .await;
     let sent = up.requests()[0].body["model"].clone();
     assert_eq!(sent, "fake-model?one_index=1");
     let folded = check_events(&body.events);
