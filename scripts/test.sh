@@ -129,7 +129,7 @@ if ! cargo test; then
 fi
 
 section "cargo clippy (every target; warnings are errors)"
-if ! cargo clippy --all-targets -- -D warnings; then
+if ! cargo clippy --workspace --all-targets -- -D warnings; then
   FAILURES+=("cargo clippy")
 fi
 
