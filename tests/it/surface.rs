@@ -566,3 +566,93 @@ async fn post_v1_agent_is_the_create_endpoint_under_perplexitys_name() {
     assert_eq!(via_agent.0, 400);
     assert_eq!(via_agent.1["error"], via_responses.1["error"]);
 }
+
+#[tokio::test]
+async fn phase_cache_breakpoints_and_reasoning_context_reach_a_responses_upstream_and_phase_comes_back()
+ {
+    let breakpoint = json!({"mode": "explicit", "ttl": "30m"});
+    let body = |stream: bool| {
+        json!({"model": "fake-model?phase=final_answer", "stream": stream,
+        "reasoning": {"effort": "low", "context": "all_turns", "mode": "pro"},
+        "input": [
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "the long shared prefix", "prompt_cache_breakpoint": breakpoint},
+                {"type": "input_file", "file_data": "data:text/plain;base64,aGk=", "filename": "a.txt", "detail": "low", "prompt_cache_breakpoint": breakpoint}
+            ]},
+            {"role": "assistant", "phase": "commentary", "content": [{"type": "output_text", "text": "Looking."}]},
+            {"role": "user", "content": "go on"}
+        ]})
+    };
+    for api in APIS {
+        let up = upstream().await;
+        let relay = relay_over_api(&up, api).await;
+        let (status, r) = relay.create(&body(false)).await;
+        assert_eq!(status, 200, "{api:?}: {r}");
+        assert_eq!(
+            r["reasoning"]["context"], "all_turns",
+            "{api:?}: echoed: {r}"
+        );
+        assert_eq!(r["reasoning"]["mode"], "pro", "{api:?}: echoed: {r}");
+        let sent = last_request(&up);
+        let message = r["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "message")
+            .unwrap()
+            .clone();
+        match api {
+            UpstreamApi::Responses => {
+                let input = &sent["input"];
+                assert_eq!(
+                    input[0]["content"][0]["prompt_cache_breakpoint"], breakpoint,
+                    "{sent}"
+                );
+                assert_eq!(
+                    input[0]["content"][1]["prompt_cache_breakpoint"], breakpoint,
+                    "{sent}"
+                );
+                assert_eq!(input[0]["content"][1]["detail"], "low", "{sent}");
+                assert_eq!(input[1]["phase"], "commentary", "{sent}");
+                assert_eq!(
+                    sent["reasoning"],
+                    json!({"effort": "low", "context": "all_turns", "mode": "pro"}),
+                    "{sent}"
+                );
+                // The model's own phase is on the message it answered with, in the
+                // Response and on every event that carries the item.
+                assert_eq!(message["phase"], "final_answer", "{r}");
+                let s = relay.stream(&body(true)).await;
+                let carrying: Vec<&Value> = s
+                    .events
+                    .iter()
+                    .filter(|e| e["item"]["type"] == "message")
+                    .collect();
+                assert_eq!(carrying.len(), 2, "added and done: {:?}", s.events);
+                for e in carrying {
+                    assert_eq!(e["item"]["phase"], "final_answer", "{e}");
+                }
+            }
+            UpstreamApi::Chat => {
+                // Chat Completions has no place for them: taken, not sent.
+                let text = sent.to_string();
+                for absent in ["prompt_cache_breakpoint", "\"phase\":", "all_turns", "\"pro\""] {
+                    assert!(!text.contains(absent), "{absent} sent to Chat: {text}");
+                }
+                assert!(message.get("phase").is_none(), "{r}");
+            }
+        }
+        // The stored input keeps the assistant message's phase.
+        let id = r["id"].as_str().unwrap();
+        let (status, items) =
+            get(&relay.url(&format!("/v1/responses/{id}/input_items?order=asc"))).await;
+        assert_eq!(status, 200, "{items}");
+        let assistant = items["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["role"] == "assistant")
+            .unwrap_or_else(|| panic!("{items}"));
+        assert_eq!(assistant["phase"], "commentary", "{api:?}: {items}");
+    }
+}

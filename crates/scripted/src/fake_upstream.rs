@@ -5,7 +5,7 @@
 //!
 //! Model strings: `NAME` or `NAME?k=v&k=v`. `replay:FILE` streams `FIXTURES/FILE`; any other
 //! name is the scripted model. Options: `deltas`, `delay_ms`, `reasoning`, `refusal`, `finish`,
-//! `usage_on_finish`, `one_index`, `fault`, `fault_after_tools` (see `options.rs` and
+//! `usage_on_finish`, `one_index`, `phase`, `fault`, `fault_after_tools` (see `options.rs` and
 //! `fixtures/README.md`).
 //!
 //! This file: the handle a test holds (the requests received, the streams open) and the accept

@@ -34,6 +34,9 @@ pub(super) struct Opts {
     /// SGLang stream parallel calls).
     pub(super) one_index: bool,
     pub(super) fault: Fault,
+    /// Responses: the `phase` the assistant message carries (`commentary` or `final_answer`), as
+    /// OpenAI's models mark their messages; none by default.
+    pub(super) phase: Option<&'static str>,
     /// The fault hits only a turn that carries tool results (the model's turn after tools ran).
     pub(super) fault_after_tools: bool,
 }
@@ -49,6 +52,7 @@ impl Default for Opts {
             usage_on_finish: false,
             one_index: false,
             fault: Fault::None,
+            phase: None,
             fault_after_tools: false,
         }
     }
@@ -80,6 +84,17 @@ pub(super) fn parse_model(model: &str) -> Result<(&str, Opts), String> {
             "usage_on_finish" => o.usage_on_finish = flag()?,
             "one_index" => o.one_index = flag()?,
             "fault_after_tools" => o.fault_after_tools = flag()?,
+            "phase" => {
+                o.phase = Some(match v {
+                    "commentary" => "commentary",
+                    "final_answer" => "final_answer",
+                    _ => {
+                        return Err(format!(
+                            "model option phase={v}: expected commentary or final_answer"
+                        ));
+                    }
+                })
+            }
             "finish" => match v {
                 "length" => o.finish_length = true,
                 "stop" => o.finish_length = false,

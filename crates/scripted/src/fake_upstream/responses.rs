@@ -41,6 +41,15 @@ fn event_frame(mut json: Value, seq: usize) -> Bytes {
     Bytes::from(b)
 }
 
+/// The assistant message a response streams: its text (or refusal), in pieces.
+struct Message<'a> {
+    text: &'a str,
+    pieces: &'a [String],
+    refusal: bool,
+    status: &'a str,
+    phase: Option<&'static str>,
+}
+
 /// One response's builder: its `in_progress` Response object and the ids of its items.
 struct ResponsesBuilder {
     serial: u64,
@@ -98,7 +107,14 @@ impl ResponsesBuilder {
             Output::Text(text, pieces) | Output::Refusal(text, pieces) => {
                 let refusal = matches!(s.output, Output::Refusal(..));
                 let at = output.len();
-                output.push(self.message_item(text, pieces, refusal, status, at, evs));
+                let message = Message {
+                    text,
+                    pieces,
+                    refusal,
+                    status,
+                    phase: s.phase,
+                };
+                output.push(self.message_item(message, at, evs));
             }
             Output::Calls(calls) => {
                 for (i, c) in calls.iter().enumerate() {
@@ -147,18 +163,22 @@ impl ResponsesBuilder {
     }
 
     /// The assistant message (text, or a refusal) at output index `at`, streamed in `pieces`.
-    fn message_item(
-        &self,
-        text: &str,
-        pieces: &[String],
-        refusal: bool,
-        status: &str,
-        at: usize,
-        evs: &mut Vec<Ev>,
-    ) -> Value {
+    fn message_item(&self, m: Message<'_>, at: usize, evs: &mut Vec<Ev>) -> Value {
+        let Message {
+            text,
+            pieces,
+            refusal,
+            status,
+            phase,
+        } = m;
         let id = self.item_id("msg", at);
-        evs.push(ev(json!({"type": "response.output_item.added", "output_index": at,
-            "item": {"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []}})));
+        let mut opened = json!({"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []});
+        if let Some(p) = phase {
+            opened["phase"] = json!(p);
+        }
+        evs.push(ev(
+            json!({"type": "response.output_item.added", "output_index": at, "item": opened}),
+        ));
         let (empty, full) = if refusal {
             (
                 json!({"type": "refusal", "refusal": ""}),
@@ -192,7 +212,10 @@ impl ResponsesBuilder {
             json!({"type": "response.content_part.done", "item_id": id, "output_index": at,
             "content_index": 0, "part": full}),
         ));
-        let item = json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": [full]});
+        let mut item = json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": [full]});
+        if let Some(p) = phase {
+            item["phase"] = json!(p);
+        }
         evs.push(ev(
             json!({"type": "response.output_item.done", "output_index": at, "item": item}),
         ));

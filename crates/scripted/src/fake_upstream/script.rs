@@ -31,6 +31,8 @@ pub(super) struct Script {
     pub(super) reasoning: Vec<String>,
     pub(super) output: Output,
     pub(super) length: bool,
+    /// The `phase` on the assistant message (Responses only).
+    pub(super) phase: Option<&'static str>,
     pub(super) prompt_tokens: u64,
     pub(super) completion_tokens: u64,
 }
@@ -81,6 +83,7 @@ impl Script {
             reasoning,
             output,
             length: o.finish_length,
+            phase: o.phase,
             prompt_tokens: c.messages as u64 * 10,
         }
     }
