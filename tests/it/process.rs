@@ -30,8 +30,8 @@ async fn after_kill_9_a_restarted_relay_finishes_unfinished_runs_and_keeps_finis
     let before = first.replay_text(&done_id).await;
     let id = first.start_stalled().await;
     eventually("the run is streaming", || up.open_streams() == 1).await;
-    // Let the first deltas reach the store, then kill without any chance to clean up.
-    first.until_output(&id, 200).await;
+    // Let the open message reach the store, then kill without any chance to clean up.
+    first.until_kept(&id, "response.output_item.added").await;
     let mut first = first;
     signal(first.child.id(), "-9");
     let _ = first.child.wait();
@@ -182,7 +182,7 @@ async fn the_sqlite_journal_stays_bounded_and_a_long_run_keeps_its_events_across
     );
     // A run that stays live while thousands of rows go by and are trimmed keeps all of its own.
     let id = relay.start_stalled().await;
-    relay.until_output(&id, 200).await;
+    relay.until_kept(&id, "response.output_item.added").await;
     for _ in 0..150 {
         let (status, r) = post(&url, &short).await;
         assert_eq!(status, 200, "{r}");

@@ -636,7 +636,12 @@ async fn phase_cache_breakpoints_and_reasoning_context_reach_a_responses_upstrea
             UpstreamApi::Chat => {
                 // Chat Completions has no place for them: taken, not sent.
                 let text = sent.to_string();
-                for absent in ["prompt_cache_breakpoint", "\"phase\":", "all_turns", "\"pro\""] {
+                for absent in [
+                    "prompt_cache_breakpoint",
+                    "\"phase\":",
+                    "all_turns",
+                    "\"pro\"",
+                ] {
                     assert!(!text.contains(absent), "{absent} sent to Chat: {text}");
                 }
                 assert!(message.get("phase").is_none(), "{r}");

@@ -308,12 +308,10 @@ async fn upstream_entries_that_cannot_be_routed_are_refused_at_start_naming_the_
 }
 
 #[tokio::test]
-async fn the_readmes_team_config_is_a_config_the_relay_starts_with() {
-    let readme = std::fs::read_to_string(manifest_dir().join("README.md")).unwrap();
-    let at = readme
-        .find("### One complete team config")
-        .expect("the section");
-    let block = readme[at..].split("```toml\n").nth(1).unwrap();
+async fn the_documented_complete_config_file_is_a_config_the_relay_starts_with() {
+    let doc = std::fs::read_to_string(manifest_dir().join("docs/configuration.md")).unwrap();
+    let at = doc.find("### A complete file").expect("the section");
+    let block = doc[at..].split("```toml\n").nth(1).unwrap();
     let toml = block.split("```").next().unwrap();
     // Its `*_env` variables, pointed at one the test process has.
     let toml: String = toml

@@ -89,6 +89,28 @@ pub trait RelayApi {
         }
     }
 
+    /// Reads run `id`'s log live until an event of type `kind` is in it. The log shows only
+    /// events the store kept, so after this the event survives the process being killed (the
+    /// Response of `GET /v1/responses/{id}` may show events not yet kept).
+    async fn until_kept(&self, id: &str, kind: &str) {
+        let mut live = super::client()
+            .get(self.url(&format!("/v1/responses/{id}?stream=true")))
+            .send()
+            .await
+            .unwrap();
+        let wanted = format!("event: {kind}\n");
+        let mut seen = String::new();
+        let read = async {
+            while !seen.contains(&wanted) {
+                let chunk = live.chunk().await.unwrap().expect("the run went on");
+                seen.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), read)
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} kept within 20 s"));
+    }
+
     /// `POST PATH` of `body`: the status and the JSON answer.
     async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         super::post(&self.url(path), body).await
