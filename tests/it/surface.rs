@@ -659,5 +659,30 @@ async fn phase_cache_breakpoints_and_reasoning_context_reach_a_responses_upstrea
             .find(|i| i["role"] == "assistant")
             .unwrap_or_else(|| panic!("{items}"));
         assert_eq!(assistant["phase"], "commentary", "{api:?}: {items}");
+
+        // A conversation's items keep both: the input's phase and the model's.
+        let (_, conversation) = post(&relay.url("/v1/conversations"), &json!({})).await;
+        let cid = conversation["id"].as_str().unwrap();
+        let mut with = body(false);
+        with["conversation"] = json!(cid);
+        let (status, r) = relay.create(&with).await;
+        assert_eq!(status, 200, "{r}");
+        let (_, items) = get(&relay.url(&format!("/v1/conversations/{cid}/items?order=asc"))).await;
+        let phases: Vec<&Value> = items["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|i| i["role"] == "assistant")
+            .map(|i| &i["phase"])
+            .collect();
+        let model_phase = match api {
+            UpstreamApi::Responses => json!("final_answer"),
+            UpstreamApi::Chat => Value::Null,
+        };
+        assert_eq!(
+            phases,
+            [&json!("commentary"), &model_phase],
+            "{api:?}: {items}"
+        );
     }
 }
