@@ -1,14 +1,25 @@
 //! responses-relay: the OpenAI Responses API, with hosted MCP tools, in front of any
-//! OpenAI-compatible model. Layers, in reading order:
+//! OpenAI-compatible model. The modules, in the layers of ARCHITECTURE.md ("Layers"), top down;
+//! each imports only modules listed after it:
 //!
-//! - [`api`]: the Responses wire types (requests, Response, items, events, errors). No IO.
-//! - [`upstream`]: the model server (Chat Completions or stateless Responses) as model events.
-//! - [`run`]: one Response: prepare, the agent loop, the transcoder, the emitter and the log.
-//! - [`store`]: where runs live.
-//! - [`http`] and [`server`]: routes, SSE, status codes; the accept loop and graceful shutdown.
+//! - [`demo`]: `responses-relay demo`, the scripted peers of `relay-scripted` and a relay.
+//! - [`server`]: the accept loop (HTTP/1.1 and h2c) and the graceful shutdown.
 //! - [`logs`]: export, timeline and replay of recorded runs.
-//! - [`config`]: the command line and configuration file; [`telemetry`]: redacted logging.
-//! - [`demo`]: `responses-relay demo`, with the scripted model and MCP test server it starts.
+//! - [`http`]: routes, handlers, SSE bodies, WebSocket mode, the run viewer, status codes.
+//! - [`run`]: one Response: prepare, the agent loop, the transcoder, the tool calls.
+//! - [`app`]: [`App`], the shared handles every request uses.
+//! - [`telemetry`]: the log subscriber, writing through a redacting writer.
+//! - [`config`]: [`Config`], from the command line, environment and TOML file, validated.
+//! - [`store`]: where runs live: the live map and a memory, SQLite or Redis backend.
+//! - [`mcp`]: the MCP client: validated `mcp` tools, model-facing names, the session pool.
+//! - [`upstream`]: the model servers (Chat Completions or stateless Responses) as model events.
+//! - [`eventlog`]: a run's log, the emitter numbering its events, the `LogSink` stores implement.
+//! - [`metrics`]: the Prometheus registry and what is counted.
+//! - [`redact`]: what may be shown of secrets.
+//! - [`seal`]: sealing what a client carries for the relay (reasoning, compaction).
+//! - [`ssrf`]: where the relay may connect on a user's behalf.
+//! - [`api`]: the Responses wire types (requests, Response, items, events, errors, the fold).
+//! - [`otel`]: trace spans, `traceparent`, and their export.
 
 pub mod api;
 pub mod app;
