@@ -12,7 +12,7 @@ use responses_relay::{App, server};
 
 /// mimalloc instead of the system allocator: the relay allocates small, short-lived buffers on
 /// every event from several threads, where glibc's malloc spent about a quarter of the relay's CPU
-/// in the benchmark (`scripts/bench.sh`; numbers in the README).
+/// in the benchmark (`scripts/bench.sh`; the numbers are in docs/decisions.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

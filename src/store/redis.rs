@@ -8,7 +8,7 @@
 //!   instance running it) and `lease` (unix ms until which that owner holds it), `cancel` when
 //!   another relay asked to cancel it;
 //!   once the run finished, `packed`: its whole log and final Response in one zstd blob (the
-//!   format SQLite keeps, [`packed`](super::packed)), instead of `response` and the stream;
+//!   format SQLite keeps, [`packed`]), instead of `response` and the stream;
 //! - `relay:log:{id}`: while the run goes on, a Stream, one entry per event (`seq`, `offset_ms`,
 //!   `kind`, `data`), whose entry id is `0-{seq+1}`, so a duplicate or a gap is refused by Redis
 //!   itself;
@@ -26,7 +26,7 @@
 //! before it blocks on the stream): the owner does not pack a marked run, and tries again once
 //! the mark lapsed, so a blocking read never waits on a stream that went away; a tail that
 //! finds the stream gone reads the rest from the blob. A finished short run then holds about a
-//! quarter of the memory it held with its stream (ARCHITECTURE.md, "Measured decisions").
+//! quarter of the memory it held with its stream (docs/decisions.md, "Redis store").
 //!
 //! Tenants: the run's hash holds its `tenant` (none: the default tenant); every read of a run is
 //! a script that answers nothing unless the hash's tenant is the reader's, and items live under
