@@ -1,12 +1,12 @@
 //! The validated [`Config`] the relay runs on (SPEC §3), assembled from the command line
-//! ([`flags`]), their `RELAY_*` environment variables, an optional TOML file ([`file`]) and the
+//! (`flags`), their `RELAY_*` environment variables, an optional TOML file (`file`) and the
 //! defaults. Flag beats environment beats file beats default. A bad value is a [`ConfigError`]
 //! naming the flag; the binary exits 64 on it.
 //!
 //! [`Config::from_args`] is a sequence of steps, one concept each, run in a fixed order (when
 //! several values are bad, the first step's error is the one reported): the listen address, the
-//! upstream, the sealing secret, the store, the relay keys ([`keys`]), the named upstreams
-//! ([`upstreams`]), the limits, the MCP settings ([`mcp`]), then logs and traces.
+//! upstream, the sealing secret, the store, the relay keys (`keys`), the named upstreams
+//! (`upstreams`), the limits, the MCP settings (`mcp`), then logs and traces.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -120,7 +120,7 @@ pub struct Prepared {
     /// Where the model-facing names of client tools (namespaced, custom, built-in) lead.
     pub clients: Arc<transcode::ClientMap>,
     /// A background run answers `queued` at once: it lists its MCP servers itself, first thing
-    /// ([`resolve_tools`]); `mcp` is empty and `tools` has only the function tools until then.
+    /// (`tools::resolve_tools`); `mcp` is empty and `tools` has only the function tools until then.
     pub tools_pending: bool,
     /// The run's `invoke_agent` trace span (`Span::none()` when traces are off): the parent of
     /// the spans `prepare` and the run's task make (`otel::in_agent`).

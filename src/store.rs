@@ -1,6 +1,6 @@
 //! Where runs live: live runs in memory (their log, cancel token), and every stored run's
 //! Response, input items and event log in a backend: `memory`, embedded SQLite, or Redis (shared
-//! by several relays: see [`redis`](self::redis)).
+//! by several relays: see [`redis`]).
 //!
 //! Invariants: a reader only sees an event once the backend has kept it (the backend's sink
 //! publishes it on the run's log after its commit), so a replay is exactly what live clients got;

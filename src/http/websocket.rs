@@ -3,8 +3,8 @@
 //! every event going out as one text frame holding exactly the JSON of its SSE `data:` line.
 //!
 //! Invariants:
-//! - Two tasks per connection: the reader (client frames, lifetime, shutdown) and the writer,
-//!   the only one that writes to the socket. The writer reads each run's log itself, a cursor
+//! - Per connection: the reader task (client frames, lifetime, shutdown), one task per lane
+//!   running its responses, and the writer task, the only one that writes to the socket. The writer reads each run's log itself, a cursor
 //!   like an SSE body (nothing is queued per event); every ready event is fed, then one flush.
 //! - Responses of one lane (`stream_id`, or none) run one after another; lanes run side by side,
 //!   and every event (and `error`) of a named lane carries its `stream_id`.

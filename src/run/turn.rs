@@ -18,9 +18,10 @@ use crate::app::App;
 use crate::upstream::{FunctionDef, ModelStream, TurnRequest, TurnToolChoice, UpstreamError};
 
 /// Opens model turn `step` (0 = first) on `items`, the tools searches `found` added, its output
-/// bounded by `max_output_tokens`: the one place a run's model turns are opened (the first in
-/// `prepare`, before `response.created`, so that an upstream that is down is an HTTP error; the
-/// later ones by the loop). The turn is built at once; the future only opens it (it holds no
+/// bounded by `max_output_tokens`: the one place the turns of a run's conversation are opened
+/// (the first in `prepare`, before `response.created`, so that an upstream that is down is an
+/// HTTP error; the later ones by the loop). A summary (`compact`) and a token count (`tokens`)
+/// open one-off turns of their own. The turn is built at once; the future only opens it (it holds no
 /// borrow of `p`, which is not `Sync`).
 pub(super) fn open<'a>(
     app: &'a App,
