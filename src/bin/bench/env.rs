@@ -3,7 +3,7 @@
 //! fresh SQLite file, the benchmark's own emptied `redis-server`, or `--store`). Every child
 //! process is killed and every SQLite file removed when its handle is dropped or released.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use crate::options::{Opts, Scenario, UpstreamKind};
@@ -170,6 +170,12 @@ impl Env {
 
     /// A relay with `extra` flags after the usual ones.
     pub fn relay_with(&self, store: &str, extra: &[String]) -> Result<Proc, String> {
+        self.relay_from(&self.bin_dir.join("responses-relay"), store, extra)
+    }
+
+    /// A relay run from the executable `bin` (this build's, or another revision's for
+    /// `--compare-relay`), with `extra` flags after the usual ones.
+    pub fn relay_from(&self, bin: &Path, store: &str, extra: &[String]) -> Result<Proc, String> {
         // The MCP test server is on loopback, which the relay refuses unless allowed.
         let args: Vec<String> = [
             "serve",
@@ -191,13 +197,7 @@ impl Env {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        let p = Proc::spawn(
-            "relay",
-            &self.bin_dir.join("responses-relay"),
-            &args,
-            &envs,
-            &self.log("relay"),
-        )?;
+        let p = Proc::spawn("relay", bin, &args, &envs, &self.log("relay"))?;
         eprintln!("  relay pid {} at {} (--store {store})", p.pid(), p.url);
         Ok(p)
     }

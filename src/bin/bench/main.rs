@@ -7,10 +7,12 @@
 //!
 //! This file: the command line, the child-process subcommands, and the run in order. The rest:
 //! `options` (flags and the plan), `env` (the shared processes, relays and stores), `measure`
-//! (one phase's row), one file per scenario (`stream`, `mcp`, `idle`, `replay`, `scale`),
+//! (one phase's row), one file per scenario (`stream`, `mcp`, `idle`, `replay`, `scale`,
+//! `compare`),
 //! `report` (the table, ratios and targets), `load` (the clients), `procs` (child processes and
 //! `/proc`), and the children's servers `upstream`, `floor` and `sink`.
 
+mod compare;
 mod env;
 mod floor;
 mod idle;
@@ -218,7 +220,22 @@ async fn bench(o: Opts) -> ExitCode {
     if want(Scenario::StoreScale) {
         scale::scenario(&env, &plan, &mut rows, &mut failures).await;
     }
+    let mut compared = None;
+    if o.scenario == Scenario::Compare {
+        match &o.compare_relay {
+            None => failures.push("compare: --compare-relay PATH is needed".into()),
+            Some(other) => {
+                match compare::scenario(&env, &plan, other, &o.compare_label, &mut rows).await {
+                    Ok(r) => compared = Some(r),
+                    Err(e) => failures.push(format!("compare: {e}")),
+                }
+            }
+        }
+    }
     let all_pass = report(&rows, &plan, &env, started.elapsed());
+    if let Some(ratios) = &compared {
+        compare::print_ratios(&rows, &o.compare_label, ratios);
+    }
     for r in &rows {
         if r.errors > 0 {
             failures.push(format!(

@@ -14,6 +14,9 @@ pub enum Scenario {
     Replay,
     /// Many short stored runs, then stored and `store: false` runs on the same relay (issue 28).
     StoreScale,
+    /// This build's relay beside `--compare-relay` (another revision's), in the same windows:
+    /// plain, stored and MCP runs (`bash scripts/bench.sh --compare REV`). Not part of `all`.
+    Compare,
     All,
 }
 
@@ -87,6 +90,15 @@ pub struct Opts {
     /// such as `LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libjemalloc.so.2`.
     #[arg(long = "relay-env", value_name = "KEY=VALUE")]
     pub relay_env: Vec<String>,
+    /// `compare`: the other relay executable (another revision's `responses-relay`).
+    #[arg(long, value_name = "PATH")]
+    pub compare_relay: Option<PathBuf>,
+    /// `compare`: what to call the other relay in the table (its revision).
+    #[arg(long, default_value = "other")]
+    pub compare_label: String,
+    /// `compare`: alternating repetitions of each workload [default: 2, smoke 1].
+    #[arg(long)]
+    pub reps: Option<usize>,
     /// Directory for the children's stderr logs [default: $TMPDIR/relay-bench].
     #[arg(long)]
     pub log_dir: Option<PathBuf>,
@@ -110,6 +122,7 @@ pub struct Plan {
     pub replay_runs: usize,
     pub scale_runs: usize,
     pub scale_clients: usize,
+    pub reps: usize,
 }
 
 impl Plan {
@@ -157,6 +170,7 @@ impl Plan {
                 .scale_clients
                 .unwrap_or(if s { 8 } else { 64 })
                 .clamp(1, 5000),
+            reps: o.reps.unwrap_or(if s { 1 } else { 2 }).clamp(1, 100),
         }
     }
 }

@@ -1,0 +1,201 @@
+//! The `compare` scenario: this build's relay beside another revision's (`--compare-relay`,
+//! built by `bash scripts/bench.sh --compare REV`), in the same windows, half the clients each,
+//! so a change's cost is a ratio measured on one machine at one time rather than two numbers
+//! from different days. Each workload (plain `store: false` runs, stored runs on SQLite, MCP
+//! runs) is measured `--reps` times, the two relays started in alternating order, every rep on
+//! fresh relays and stores; the rows merge the reps and the ratios list each rep's too.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::env::{Env, Store, StoreErr};
+use crate::load::{Expect, Kind, Req};
+use crate::measure::{Phase, Row, measure_loop, responses_body};
+use crate::options::Plan;
+use crate::report::fmt_opt;
+
+/// The table's name for this build's relay.
+pub const THIS: &str = "this build";
+
+/// One workload both relays run.
+struct Workload {
+    /// `compare plain`, `compare stored`, `compare mcp`.
+    scenario: &'static str,
+    store: bool,
+    mcp: bool,
+}
+
+const WORKLOADS: [Workload; 3] = [
+    Workload {
+        scenario: "compare plain",
+        store: false,
+        mcp: false,
+    },
+    Workload {
+        scenario: "compare stored",
+        store: true,
+        mcp: false,
+    },
+    Workload {
+        scenario: "compare mcp",
+        store: false,
+        mcp: true,
+    },
+];
+
+/// Runs every workload `plan.reps` times on both relays; pushes one merged row per workload and
+/// relay, and returns each rep's CPU-per-event ratio (other / this) per workload.
+pub async fn scenario(
+    env: &Env,
+    plan: &Plan,
+    other: &Path,
+    label: &str,
+    rows: &mut Vec<Row>,
+) -> Result<Vec<(&'static str, Vec<Option<f64>>)>, String> {
+    let this = env.bin_dir.join("responses-relay");
+    let mut ratios = Vec::new();
+    for w in &WORKLOADS {
+        eprintln!(
+            "{}: {THIS} beside {label}, {} clients each, {} reps",
+            w.scenario,
+            plan.clients.div_ceil(2),
+            plan.reps
+        );
+        let (mut mine, mut theirs): (Option<Row>, Option<Row>) = (None, None);
+        let mut per_rep = Vec::new();
+        for rep in 0..plan.reps {
+            let (a, b) = if rep % 2 == 0 {
+                let a = side(env, plan, w, &this, THIS).await?;
+                (a, side(env, plan, w, other, label).await?)
+            } else {
+                let b = side(env, plan, w, other, label).await?;
+                (side(env, plan, w, &this, THIS).await?, b)
+            };
+            let (ra, rb) = tokio::join!(a.measure(env, plan), b.measure(env, plan));
+            a.end(env);
+            b.end(env);
+            per_rep.push(
+                rb.cpu_ms_per_1k()
+                    .zip(ra.cpu_ms_per_1k())
+                    .map(|(o, t)| o / t),
+            );
+            merge(&mut mine, ra);
+            merge(&mut theirs, rb);
+        }
+        rows.extend(mine);
+        rows.extend(theirs);
+        ratios.push((w.scenario, per_rep));
+    }
+    Ok(ratios)
+}
+
+/// Adds `row` to the merged row of its side.
+fn merge(into: &mut Option<Row>, row: Row) {
+    match into {
+        Some(r) => r.merge(row),
+        None => *into = Some(row),
+    }
+}
+
+/// One relay started for one rep of a workload, with its store and request.
+struct Side {
+    relay: crate::procs::Proc,
+    store: crate::env::StoreUse,
+    name: String,
+    scenario: &'static str,
+    mcp: bool,
+    req: Req,
+    deltas: usize,
+}
+
+async fn side(
+    env: &Env,
+    plan: &Plan,
+    w: &Workload,
+    bin: &Path,
+    name: &str,
+) -> Result<Side, String> {
+    let store = env.store(Store::Sqlite).map_err(StoreErr::into_msg)?;
+    let relay = env.relay_from(bin, &store.url, &[])?;
+    let (input, tools, deltas) = if w.mcp {
+        let tools = json!([{"type": "mcp", "server_label": "bench", "server_url": env.mcp.url, "require_approval": "never"}]);
+        ("CALL echo {\"text\":\"hi\"}", tools, plan.mcp_deltas)
+    } else {
+        ("hi", Value::Array(Vec::new()), plan.deltas)
+    };
+    let req = Req {
+        url: format!("{}/v1/responses", relay.origin()),
+        body: Some(responses_body(
+            &env.model(deltas, plan.delay_ms),
+            input,
+            w.store,
+            tools,
+        )),
+    };
+    Ok(Side {
+        relay,
+        store,
+        name: name.to_string(),
+        scenario: w.scenario,
+        mcp: w.mcp,
+        req,
+        deltas,
+    })
+}
+
+impl Side {
+    async fn measure(&self, env: &Env, plan: &Plan) -> Row {
+        let req = self.req.clone();
+        let mut row = measure_loop(
+            env,
+            plan,
+            Phase {
+                scenario: self.scenario,
+                side: &self.name,
+                pid: self.relay.pid(),
+                kind: Kind::Relay,
+                expect: Expect { mcp_call: self.mcp },
+                clients: plan.clients.div_ceil(2),
+                spread: plan.run_length(self.deltas),
+                make: Arc::new(move || req.clone()),
+                also: None,
+            },
+        )
+        .await;
+        row.store = self.store.label.clone();
+        row
+    }
+
+    /// Stops the relay, then removes its store.
+    fn end(self, env: &Env) {
+        let Side { relay, store, .. } = self;
+        drop(relay);
+        env.release(&store);
+    }
+}
+
+/// Prints the other relay's CPU per event and per run as a ratio to this build's, per workload,
+/// with each rep's ratio (below 1: the other revision is cheaper).
+pub fn print_ratios(rows: &[Row], label: &str, ratios: &[(&'static str, Vec<Option<f64>>)]) {
+    println!();
+    println!("{label} against {THIS}, measured side by side (CPU per event, other / this):");
+    for (scenario, per_rep) in ratios {
+        let find = |side: &str| {
+            rows.iter()
+                .find(|r| r.scenario == *scenario && r.side == side)
+        };
+        let (Some(this), Some(other)) = (find(THIS), find(label)) else {
+            continue;
+        };
+        let ratio = |f: fn(&Row) -> Option<f64>| f(other).zip(f(this)).map(|(o, t)| o / t);
+        let reps: Vec<String> = per_rep.iter().map(|r| fmt_opt(*r, 3)).collect();
+        println!(
+            "- {scenario}: {}x per event ({}x per run); each rep: {}",
+            fmt_opt(ratio(Row::cpu_ms_per_1k), 3),
+            fmt_opt(ratio(Row::cpu_ms_per_run), 3),
+            reps.join(", ")
+        );
+    }
+}
