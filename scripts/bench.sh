@@ -7,9 +7,10 @@
 #   bash scripts/bench.sh --scenario stream --clients 64
 #   bash scripts/bench.sh --store sqlite:/tmp/bench.db
 #   bash scripts/bench.sh --compare REV        # this checkout's relay beside revision REV's
-# `--compare REV` builds REV's relay (release, from `git archive`, in target/compare/) and runs
-# the `compare` scenario: both relays in the same windows, half the clients each, the ratios
-# printed per workload. Other arguments go on to `bench` (`--reps`, `--clients`, `--seconds`).
+# `--compare REV` builds REV's relay (release, from `git archive` into a temporary directory, its
+# build kept in target/compare/) and runs the `compare` scenario: both relays in the same
+# windows, half the clients each, the ratios printed per workload. Other arguments go on to
+# `bench` (`--reps`, `--clients`, `--seconds`).
 # Exit status: 0 all targets met (smoke: no errors), 1 a target missed, 2 something errored.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,16 +25,18 @@ while (($#)); do
     shift 2
     commit="$(git rev-parse --verify --quiet "$rev^{commit}")" \
       || { echo "bench.sh: --compare $rev: not a revision of this repository" >&2; exit 2; }
-    other="$target/compare/bin/responses-relay-${commit:0:12}"
+    compare="$(realpath -m "$target")/compare"
+    other="$compare/bin/responses-relay-${commit:0:12}"
     if [[ ! -x "$other" ]]; then
-      src="$target/compare/src"
-      rm -rf "$src" && mkdir -p "$src"
+      # Outside this checkout, so that its Cargo.toml is not taken for a member of this workspace.
+      src="$(mktemp -d)"
       git archive "$commit" | tar -x -C "$src"
       echo "bench.sh: building $rev (${commit:0:12}) in $src" >&2
-      CARGO_TARGET_DIR="$target/compare/build" \
+      CARGO_TARGET_DIR="$compare/build" \
         cargo build --release --quiet --manifest-path "$src/Cargo.toml" --bin responses-relay
-      mkdir -p "$target/compare/bin"
-      cp "$target/compare/build/release/responses-relay" "$other"
+      mkdir -p "$compare/bin"
+      cp "$compare/build/release/responses-relay" "$other"
+      rm -rf "$src"
     fi
     args+=(--scenario compare --compare-relay "$other" --compare-label "$rev")
   else
