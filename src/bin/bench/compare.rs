@@ -8,10 +8,11 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::env::{Env, Store, StoreErr};
 use crate::load::{Expect, Kind, Req};
+use crate::mcp::mcp_body;
 use crate::measure::{Phase, Row, measure_loop, responses_body};
 use crate::options::Plan;
 use crate::report::fmt_opt;
@@ -119,20 +120,18 @@ async fn side(
 ) -> Result<Side, String> {
     let store = env.store(Store::Sqlite).map_err(StoreErr::into_msg)?;
     let relay = env.relay_from(bin, &store.url, &[])?;
-    let (input, tools, deltas) = if w.mcp {
-        let tools = json!([{"type": "mcp", "server_label": "bench", "server_url": env.mcp.url, "require_approval": "never"}]);
-        ("CALL echo {\"text\":\"hi\"}", tools, plan.mcp_deltas)
+    let (body, deltas) = if w.mcp {
+        (mcp_body(env, plan, w.store), plan.mcp_deltas)
     } else {
-        ("hi", Value::Array(Vec::new()), plan.deltas)
+        let model = env.model(plan.deltas, plan.delay_ms);
+        (
+            responses_body(&model, "hi", w.store, json!([])),
+            plan.deltas,
+        )
     };
     let req = Req {
         url: format!("{}/v1/responses", relay.origin()),
-        body: Some(responses_body(
-            &env.model(deltas, plan.delay_ms),
-            input,
-            w.store,
-            tools,
-        )),
+        body: Some(body),
     };
     Ok(Side {
         relay,

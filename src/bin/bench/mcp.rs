@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use serde_json::json;
 
 use crate::env::{Env, Store, StoreErr};
@@ -10,6 +12,18 @@ use crate::load::{Expect, Kind, Req};
 use crate::measure::{Phase, Row, measure_loop, responses_body};
 use crate::options::Plan;
 use crate::stream::measure_floor;
+
+/// The body of an MCP run: the benchmark's MCP server as an `mcp` tool, one `echo` call, then
+/// `plan.mcp_deltas` text deltas.
+pub fn mcp_body(env: &Env, plan: &Plan, store: bool) -> Bytes {
+    let tools = json!([{"type": "mcp", "server_label": "bench", "server_url": env.mcp.url, "require_approval": "never"}]);
+    responses_body(
+        &env.model(plan.mcp_deltas, plan.delay_ms),
+        "CALL echo {\"text\":\"hi\"}",
+        store,
+        tools,
+    )
+}
 
 /// The relay's agent loop, after the floor carrying the same text deltas alone: what moving
 /// those bytes costs before any MCP or Responses work.
@@ -21,16 +35,9 @@ pub async fn scenario(env: &Env, plan: &Plan, rows: &mut Vec<Row>) -> Result<(),
     rows.push(measure_floor(env, plan, "mcp", plan.mcp_deltas).await?);
     let su = env.store(Store::Default).map_err(StoreErr::into_msg)?;
     let relay = env.relay(&su.url)?;
-    let tools = json!([{"type": "mcp", "server_label": "bench", "server_url": env.mcp.url, "require_approval": "never"}]);
-    let body = responses_body(
-        &env.model(plan.mcp_deltas, plan.delay_ms),
-        "CALL echo {\"text\":\"hi\"}",
-        false,
-        tools,
-    );
     let req = Req {
         url: format!("{}/v1/responses", relay.origin()),
-        body: Some(body),
+        body: Some(mcp_body(env, plan, false)),
     };
     let make: Arc<dyn Fn() -> Req + Send + Sync> = Arc::new(move || req.clone());
     let mut row = measure_loop(
