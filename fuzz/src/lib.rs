@@ -12,8 +12,8 @@
 use std::sync::Arc;
 
 use responses_relay::api::id::IdSource;
-use responses_relay::api::response::{InputTokensDetails, OutputTokensDetails, ReasoningEcho, ResponseError};
-use responses_relay::api::{Event, ItemStatus, OutputItem, Response, ResponseStatus, Sequenced, Usage};
+use responses_relay::api::response::{InputTokensDetails, OutputTokensDetails, ResponseError};
+use responses_relay::api::{Event, ItemStatus, OutputItem, Response, Sequenced, Usage};
 use responses_relay::eventlog::emitter::{Clock, Emitter, Ending, Immediate};
 use responses_relay::api::fold::Fold;
 use responses_relay::eventlog::log::RunLog;
@@ -22,7 +22,7 @@ use responses_relay::run::transcode::{McpTarget, ToolMap, Transcoder};
 use responses_relay::upstream::chat::ChunkParser;
 use responses_relay::upstream::responses::EventParser;
 use responses_relay::upstream::{FinishReason, ModelEvent, UpstreamError};
-use serde_json::{Map, json};
+use serde_json::json;
 
 /// Model-facing tool names the fuzzed runs know, besides client functions (any other name).
 pub const MCP_TOOL: &str = "docs__search";
@@ -123,42 +123,7 @@ pub fn responses_turn(lines: &[&str]) -> Turn {
 
 /// The Response a run starts with.
 pub fn created_response() -> Response {
-    Response {
-        id: "resp_fuzz".into(),
-        object: "response".into(),
-        created_at: 0,
-        completed_at: None,
-        status: ResponseStatus::InProgress,
-        background: false,
-        error: None,
-        incomplete_details: None,
-        instructions: None,
-        max_output_tokens: None,
-        max_tool_calls: None,
-        model: "fuzz".into(),
-        output: Vec::new(),
-        parallel_tool_calls: true,
-        previous_response_id: None,
-        reasoning: ReasoningEcho::default(),
-        store: false,
-        temperature: 1.0,
-        top_p: 1.0,
-        presence_penalty: 0.0,
-        frequency_penalty: 0.0,
-        top_logprobs: 0,
-        text: json!({"format": {"type": "text"}}),
-        tool_choice: json!("auto"),
-        tools: Vec::new(),
-        truncation: "disabled".into(),
-        usage: None,
-        user: None,
-        metadata: Map::new(),
-        service_tier: "default".into(),
-        safety_identifier: None,
-        prompt_cache_key: None,
-        prompt_cache_retention: None,
-        conversation: None,
-    }
+    Response::in_progress("resp_fuzz".into(), "fuzz".into(), 0)
 }
 
 /// Closes MCP calls the run will not execute, as the agent loop does (`failed`).

@@ -141,6 +141,50 @@ pub struct Response {
     pub conversation: Option<ConversationRef>,
 }
 
+impl Response {
+    /// An `in_progress` Response with no output and OpenAI's defaults in every echo field: what
+    /// a run of a request that sets nothing starts as (for tests, fuzz targets and tools that
+    /// feed the emitter without a request).
+    pub fn in_progress(id: String, model: String, created_at: i64) -> Response {
+        Response {
+            id,
+            object: "response".into(),
+            created_at,
+            completed_at: None,
+            status: ResponseStatus::InProgress,
+            background: false,
+            error: None,
+            incomplete_details: None,
+            instructions: None,
+            max_output_tokens: None,
+            max_tool_calls: None,
+            model,
+            output: Vec::new(),
+            parallel_tool_calls: true,
+            previous_response_id: None,
+            reasoning: ReasoningEcho::default(),
+            store: false,
+            temperature: 1.0,
+            top_p: 1.0,
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            top_logprobs: 0,
+            text: serde_json::json!({"format": {"type": "text"}}),
+            tool_choice: serde_json::json!("auto"),
+            tools: Vec::new(),
+            truncation: "disabled".into(),
+            usage: None,
+            user: None,
+            metadata: Map::new(),
+            service_tier: "default".into(),
+            safety_identifier: None,
+            prompt_cache_key: None,
+            prompt_cache_retention: None,
+            conversation: None,
+        }
+    }
+}
+
 /// A part of a message or reasoning item's `content`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]

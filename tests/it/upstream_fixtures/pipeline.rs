@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use responses_relay::api::fold::Fold;
 use responses_relay::api::id::IdSource;
-use responses_relay::api::response::{ContentPart, ReasoningEcho, ResponseError};
+use responses_relay::api::response::{ContentPart, ResponseError};
 use responses_relay::api::{Event, OutputItem, Response, ResponseStatus, Sequenced, Usage};
 use responses_relay::eventlog::emitter::{Clock, Emitter, Ending, Immediate};
 use responses_relay::eventlog::log::RunLog;
@@ -16,45 +16,9 @@ use responses_relay::run::transcode::{ToolMap, Transcoder};
 use responses_relay::upstream::chat::ChunkParser;
 use responses_relay::upstream::responses::EventParser;
 use responses_relay::upstream::{FinishReason, ModelEvent, UpstreamError};
-use serde_json::{Map, json};
 
 pub(super) fn created_response() -> Response {
-    Response {
-        id: "resp_recorded".into(),
-        object: "response".into(),
-        created_at: 0,
-        completed_at: None,
-        status: ResponseStatus::InProgress,
-        background: false,
-        error: None,
-        incomplete_details: None,
-        instructions: None,
-        max_output_tokens: None,
-        max_tool_calls: None,
-        model: "recorded".into(),
-        output: Vec::new(),
-        parallel_tool_calls: true,
-        previous_response_id: None,
-        reasoning: ReasoningEcho::default(),
-        store: false,
-        temperature: 1.0,
-        top_p: 1.0,
-        presence_penalty: 0.0,
-        frequency_penalty: 0.0,
-        top_logprobs: 0,
-        text: json!({"format": {"type": "text"}}),
-        tool_choice: json!("auto"),
-        tools: Vec::new(),
-        truncation: "disabled".into(),
-        usage: None,
-        user: None,
-        metadata: Map::new(),
-        service_tier: "default".into(),
-        safety_identifier: None,
-        prompt_cache_key: None,
-        prompt_cache_retention: None,
-        conversation: None,
-    }
+    Response::in_progress("resp_recorded".into(), "recorded".into(), 0)
 }
 
 /// The model events a parser makes of a transcript, and the error that stopped it (if any).
