@@ -201,6 +201,23 @@ pub fn start(
     prepared: Prepared,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> RunHandle {
+    let (handle, task) = start_driven(app, prepared, permit);
+    tokio::spawn(task);
+    handle
+}
+
+/// A run's whole work as one future (instrumented with the request's span), for its only reader
+/// to drive: polled by the reader's own task, the events the run writes reach that reader with
+/// no hop between tasks. Whoever holds it must keep polling it to its end (or hand it to a task
+/// of its own); dropping it half-way abandons the run without its terminal event.
+pub type RunTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// [`start`], with the run's task handed back instead of spawned.
+pub fn start_driven(
+    app: &App,
+    prepared: Prepared,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> (RunHandle, RunTask) {
     let log = Arc::new(RunLog::new());
     let cancel = app.shutdown_token().child_token();
     let handle = RunHandle {
@@ -238,13 +255,13 @@ pub fn start(
     };
     // The run's log lines carry the request's span; the trace spans it makes are inside its
     // `invoke_agent` span (when traces are on).
-    if prepared_span.is_disabled() {
-        tokio::spawn(tracing::Instrument::in_current_span(run));
+    let task: RunTask = if prepared_span.is_disabled() {
+        Box::pin(tracing::Instrument::in_current_span(run))
     } else {
-        tokio::spawn(tracing::Instrument::in_current_span(crate::otel::in_agent(
+        Box::pin(tracing::Instrument::in_current_span(crate::otel::in_agent(
             prepared_span,
             run,
-        )));
-    }
-    handle
+        )))
+    };
+    (handle, task)
 }

@@ -315,6 +315,17 @@ impl RunLog {
             .unwrap_or_default()
     }
 
+    /// The visible entries' count, whether appended entries wait to become visible, and whether
+    /// the log is finished.
+    pub fn progress(&self) -> (usize, bool, bool) {
+        let inner = self.inner.lock().expect("run log poisoned");
+        (
+            inner.visible,
+            inner.visible < inner.entries.len(),
+            inner.finished,
+        )
+    }
+
     /// Visible entries from `cursor` on (at most `max`).
     pub fn read(&self, cursor: usize, max: usize) -> Batch {
         let inner = self.inner.lock().expect("run log poisoned");

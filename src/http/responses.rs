@@ -24,8 +24,24 @@ pub async fn create(
     let (request, relay, tenant) = access.admit(request)?;
     let stream = request.stream;
     let background = request.background;
+    let store = request.store;
     let permit = app.run_permit().ok_or_else(ApiError::busy)?;
     let prepared = run::prepare(app, request, relay, client_bearer, tenant).await?;
+    if stream && !background && !store {
+        // Its only client drives the run (see `sse::Driven`). Not a stored run: its events
+        // become visible when the store has kept them, a second wake-up of the client's
+        // connection per event (measured: 4% more CPU per stored event than its own task).
+        let (handle, task) = run::start_driven(app, prepared, permit);
+        let guard = CancelOnDrop::new(handle.cancel.clone(), handle.log.clone());
+        return Ok(sse::stream(
+            handle.log,
+            0,
+            Some(guard),
+            Some(sse::Driven::new(task)),
+            app.config().limits.client_stall,
+            app.metrics().sse_stream(),
+        ));
+    }
     let handle = run::start(app, prepared, permit);
     if stream {
         let guard =
@@ -34,6 +50,7 @@ pub async fn create(
             handle.log,
             0,
             guard,
+            None,
             app.config().limits.client_stall,
             app.metrics().sse_stream(),
         ));
@@ -227,6 +244,7 @@ pub async fn get(
         return Ok(sse::stream(
             log,
             from,
+            None,
             None,
             app.config().limits.client_stall,
             app.metrics().sse_stream(),
