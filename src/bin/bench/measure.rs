@@ -45,6 +45,9 @@ pub struct Row {
     /// How busy the whole machine was over the window (0..=1 of all its cores; every process,
     /// the harness and anything else on the machine included).
     pub machine_busy: Option<f64>,
+    /// How much of the machine the benchmark's own processes (itself and every child) used over
+    /// the window (0..=1 of all its cores); read by the scenarios that measure it.
+    pub bench_busy: Option<f64>,
 }
 
 impl Row {
@@ -81,10 +84,15 @@ impl Row {
             mine.sort_unstable();
         }
         self.peak_rss_kib = self.peak_rss_kib.max(o.peak_rss_kib);
-        self.machine_busy = match (self.machine_busy, o.machine_busy) {
-            (Some(a), Some(b)) => Some(a.max(b)),
-            (a, b) => a.or(b),
-        };
+        for (mine, theirs) in [
+            (&mut self.machine_busy, o.machine_busy),
+            (&mut self.bench_busy, o.bench_busy),
+        ] {
+            *mine = match (*mine, theirs) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
         self.errors += o.errors;
         self.first_error = self.first_error.take().or(o.first_error);
     }

@@ -17,7 +17,7 @@ use crate::load::{Expect, Kind, Req};
 use crate::mcp::mcp_body;
 use crate::measure::{Phase, Row, measure_loop, na_row, responses_body};
 use crate::options::Plan;
-use crate::procs::Proc;
+use crate::procs::{self, Proc};
 
 pub const FLOOR: &str = "floor (pass-through)";
 pub const RELAY: &str = "relay";
@@ -184,6 +184,19 @@ impl Side {
     }
 }
 
+/// The share of the machine's cores the benchmark's whole process tree (the clients, the model
+/// and MCP servers, every gateway) uses over the window `measure_loop` measures (it starts after
+/// the same warmup and lasts as long).
+async fn bench_busy(env: &Env, plan: &Plan, deltas: usize) -> Option<f64> {
+    let me = std::process::id();
+    tokio::time::sleep(plan.warmup + plan.run_length(deltas)).await;
+    let (t0, c0) = (std::time::Instant::now(), procs::tree_cpu_ticks(me)?);
+    tokio::time::sleep(plan.window).await;
+    let c1 = procs::tree_cpu_ticks(me)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    Some(c1.saturating_sub(c0) as f64 / env.ticks / t0.elapsed().as_secs_f64() / cores)
+}
+
 /// The gateways to measure: the floor, the relay, and each peer found in `venv`; an N/A row per
 /// workload for each peer that is not.
 fn gateways(venv: Option<&Path>, rows: &mut Vec<Row>) -> Vec<Gateway> {
@@ -263,16 +276,23 @@ async fn workload(
                 }
             }
         }
-        let measured = futures::future::join_all(
-            sides
-                .iter()
-                .map(|s| s.measure(env, plan, w.scenario, per)),
-        )
-        .await;
+        let deltas = if w.mcp { plan.mcp_deltas } else { plan.deltas };
+        let (mut measured, bench) = tokio::join!(
+            futures::future::join_all(
+                sides
+                    .iter()
+                    .map(|s| s.measure(env, plan, w.scenario, per)),
+            ),
+            bench_busy(env, plan, deltas)
+        );
         sides.into_iter().for_each(|s| s.end(env));
-        if let Some(b) = measured.first().and_then(|r| r.machine_busy) {
-            eprintln!("  machine busy {:.0}% of all cores over the window", b * 100.0);
-        }
+        let machine = measured.first().and_then(|r| r.machine_busy);
+        eprintln!(
+            "  machine busy {}% of all cores over the window, the benchmark's own processes {}%",
+            crate::report::fmt_opt(machine.map(|b| b * 100.0), 0),
+            crate::report::fmt_opt(bench.map(|b| b * 100.0), 0)
+        );
+        measured.iter_mut().for_each(|r| r.bench_busy = bench);
         for r in measured {
             match merged.iter_mut().find(|m| m.side == r.side) {
                 Some(m) => m.merge(r),

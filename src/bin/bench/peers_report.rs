@@ -40,14 +40,17 @@ pub fn report(rows: &[Row], plan: &Plan) -> bool {
             println!("- {s}: not measured");
             continue;
         };
-        let busy = rows
-            .iter()
-            .filter(|r| r.scenario == s)
-            .filter_map(|r| r.machine_busy)
-            .fold(0.0f64, f64::max);
+        let most = |f: fn(&Row) -> Option<f64>| {
+            rows.iter()
+                .filter(|r| r.scenario == s)
+                .filter_map(f)
+                .reduce(f64::max)
+                .map(|b| b * 100.0)
+        };
         println!(
-            "- {s} (machine at most {:.0}% busy over the windows):",
-            busy * 100.0
+            "- {s}: machine at most {}% busy over the windows, the benchmark's own processes at most {}%",
+            fmt_opt(most(|r| r.machine_busy), 0),
+            fmt_opt(most(|r| r.bench_busy), 0)
         );
         println!(
             "  relay / floor: CPU per run {}x, per event {}x; added latency relay {}, floor {}",
