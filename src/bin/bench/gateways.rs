@@ -145,8 +145,8 @@ fn args(peer: Peer, upstream: &str, port: u16, db: &Path) -> Result<Vec<String>,
 pub async fn start(env: &Env, peer: Peer, program: &Path, db: &Path) -> Result<PeerProc, String> {
     let port = free_port()?;
     let log = env.log(peer.program());
-    let stderr = std::fs::File::create(&log)
-        .map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let stderr =
+        std::fs::File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let stdout = stderr.try_clone().map_err(|e| e.to_string())?;
     let child = Command::new(program)
         .args(args(peer, &env.upstream.origin(), port, db)?)

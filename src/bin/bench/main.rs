@@ -239,7 +239,14 @@ async fn bench(o: Opts) -> ExitCode {
         }
     }
     if o.scenario == Scenario::Peers {
-        peers::scenario(&env, &plan, o.peers_venv.as_deref(), &mut rows, &mut failures).await;
+        peers::scenario(
+            &env,
+            &plan,
+            o.peers_venv.as_deref(),
+            &mut rows,
+            &mut failures,
+        )
+        .await;
     }
     let all_pass = if o.scenario == Scenario::Peers {
         report::print_table(&rows, &plan, started.elapsed());

@@ -105,10 +105,10 @@ pub struct Opts {
     #[arg(long, value_name = "DIR")]
     pub peers_venv: Option<PathBuf>,
     /// `peers`: clients of the plain and stored workloads, split evenly among the gateways
-    /// [default: 256, smoke 8].
+    /// [default: 128, smoke 8].
     #[arg(long)]
     pub peers_clients: Option<usize>,
-    /// `peers`: clients of the MCP workload, split evenly among the gateways [default: 64, smoke 8].
+    /// `peers`: clients of the MCP workload, split evenly among the gateways [default: 32, smoke 8].
     #[arg(long)]
     pub peers_mcp_clients: Option<usize>,
     /// `compare` and `peers`: repetitions of each workload, the gateways started in rotating
@@ -190,11 +190,11 @@ impl Plan {
                 .clamp(1, 5000),
             peers_clients: o
                 .peers_clients
-                .unwrap_or(if s { 8 } else { 256 })
+                .unwrap_or(if s { 8 } else { 128 })
                 .clamp(1, 5000),
             peers_mcp_clients: o
                 .peers_mcp_clients
-                .unwrap_or(if s { 8 } else { 64 })
+                .unwrap_or(if s { 8 } else { 32 })
                 .clamp(1, 5000),
             reps: o.reps.unwrap_or(if s { 1 } else { 2 }).clamp(1, 100),
         }

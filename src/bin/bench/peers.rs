@@ -110,10 +110,9 @@ async fn start(env: &Env, plan: &Plan, w: &Workload, g: &Gateway) -> Result<Side
     let db = store.sqlite_file.clone().unwrap_or_default();
     let running = match g {
         Gateway::Floor => Running::Child(env.floor()?),
-        Gateway::Relay => Running::Child(env.relay_with(
-            &store.url,
-            &["--upstream-api".into(), "responses".into()],
-        )?),
+        Gateway::Relay => Running::Child(
+            env.relay_with(&store.url, &["--upstream-api".into(), "responses".into()])?,
+        ),
         Gateway::Peer(p, program) => Running::Peer(
             crate::gateways::start(env, *p, program, &db)
                 .await
@@ -272,17 +271,18 @@ async fn workload(
                     eprintln!("  {}: {e}", g.name());
                     live.retain(|l| l.name() != g.name());
                     merged.retain(|r| r.side != g.name());
-                    rows.push(na_row(w.scenario, g.name(), "", format!("did not start: {e}")));
+                    rows.push(na_row(
+                        w.scenario,
+                        g.name(),
+                        "",
+                        format!("did not start: {e}"),
+                    ));
                 }
             }
         }
         let deltas = if w.mcp { plan.mcp_deltas } else { plan.deltas };
         let (mut measured, bench) = tokio::join!(
-            futures::future::join_all(
-                sides
-                    .iter()
-                    .map(|s| s.measure(env, plan, w.scenario, per)),
-            ),
+            futures::future::join_all(sides.iter().map(|s| s.measure(env, plan, w.scenario, per)),),
             bench_busy(env, plan, deltas)
         );
         sides.into_iter().for_each(|s| s.end(env));

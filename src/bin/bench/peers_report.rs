@@ -80,7 +80,11 @@ pub fn report(rows: &[Row], plan: &Plan) -> bool {
                 fmt_opt(ratio(r, relay, Row::cpu_ms_per_1k), 2),
                 lat(r),
                 if r.errors > 0 {
-                    format!("; {} errors, first: {}", r.errors, r.first_error.as_deref().unwrap_or("?"))
+                    format!(
+                        "; {} errors, first: {}",
+                        r.errors,
+                        r.first_error.as_deref().unwrap_or("?")
+                    )
                 } else {
                     String::new()
                 }
@@ -140,9 +144,7 @@ fn floor_target(scenario: &str, relay: &Row, floor: &Row) -> Target {
 
 /// The relay at least 1.5x cheaper per run than the cheaper peer measured without errors.
 fn peer_target(scenario: &str, cheaper: Option<(f64, &str)>, unjudged: &[String]) -> Target {
-    let what = format!(
-        "{scenario}: relay >= 1.5x cheaper (CPU per run) than the cheaper peer"
-    );
+    let what = format!("{scenario}: relay >= 1.5x cheaper (CPU per run) than the cheaper peer");
     let note = if unjudged.is_empty() {
         String::new()
     } else {
