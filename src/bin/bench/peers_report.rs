@@ -15,7 +15,7 @@ fn find<'a>(rows: &'a [Row], scenario: &str, side: &str) -> Option<&'a Row> {
 }
 
 /// `a / b` of a measure both rows have.
-fn ratio(a: &Row, b: &Row, f: fn(&Row) -> Option<f64>) -> Option<f64> {
+fn ratio(a: &Row, b: &Row, f: Measure) -> Option<f64> {
     f(a).zip(f(b)).map(|(x, y)| x / y)
 }
 
@@ -26,6 +26,9 @@ fn lat(r: &Row) -> String {
         _ => "–".into(),
     }
 }
+
+/// A measure of a row (CPU per run, CPU per 1,000 events).
+type Measure = fn(&Row) -> Option<f64>;
 
 /// Prints the ratios and the targets; true when none failed.
 pub fn report(rows: &[Row], plan: &Plan) -> bool {
@@ -40,7 +43,7 @@ pub fn report(rows: &[Row], plan: &Plan) -> bool {
             println!("- {s}: not measured");
             continue;
         };
-        let most = |f: fn(&Row) -> Option<f64>| {
+        let most = |f: Measure| {
             rows.iter()
                 .filter(|r| r.scenario == s)
                 .filter_map(f)
@@ -116,7 +119,7 @@ pub fn report(rows: &[Row], plan: &Plan) -> bool {
 /// The relay against the floor in the same windows: CPU per event for plain (<= 1.3x) and stored
 /// (<= 1.4x) runs; CPU per run for MCP runs (<= 2x the floor carrying the same text deltas).
 fn floor_target(scenario: &str, relay: &Row, floor: &Row) -> Target {
-    let (what, limit, f): (&str, f64, fn(&Row) -> Option<f64>) = match scenario {
+    let (what, limit, f): (&str, f64, Measure) = match scenario {
         "peers plain" => (
             "relay CPU per event <= 1.3x the floor (store: false)",
             1.3,

@@ -156,3 +156,47 @@ fn text_stream(body: &Value, r: Value, head: [Bytes; 2], id: &str) -> hyper::Res
     };
     sse(stream)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_line_names_the_tool_the_gateway_listed() {
+        let body = json!({"input": [{"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": "CALL echo {\"text\":\"hi\"}"}]}],
+            "tools": [{"type": "function", "name": "mcp__bench__add"},
+                      {"type": "function", "name": "mcp__bench__echo"}]});
+        assert_eq!(
+            wanted_call(&body),
+            Some(("mcp__bench__echo".into(), "{\"text\":\"hi\"}".into()))
+        );
+        assert_eq!(
+            wanted_call(&json!({"input": "CALL echo {}"})),
+            Some(("echo".into(), "{}".into()))
+        );
+    }
+
+    #[test]
+    fn tool_results_or_plain_input_get_the_text() {
+        let after_call = json!({"input": [
+            {"type": "message", "role": "user", "content": "CALL echo {}"},
+            {"type": "function_call", "call_id": "c", "name": "echo", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c", "output": "hi"}]});
+        assert_eq!(wanted_call(&after_call), None);
+        assert_eq!(wanted_call(&json!({"input": "hi"})), None);
+    }
+
+    #[test]
+    fn a_delta_frame_is_json_with_its_stamp() {
+        let f = delta_frame("msg_1", 7, "@T123 ");
+        let text = std::str::from_utf8(&f).unwrap();
+        let data = text
+            .strip_prefix("event: response.output_text.delta\ndata: ")
+            .and_then(|d| d.strip_suffix("\n\n"))
+            .unwrap();
+        let v: Value = serde_json::from_str(data).unwrap();
+        assert_eq!(v["delta"], "@T123 ");
+        assert_eq!(v["sequence_number"], 7);
+    }
+}
