@@ -55,6 +55,11 @@ pub fn report(rows: &[Row], plan: &Plan) -> bool {
             fmt_opt(most(|r| r.machine_busy), 0),
             fmt_opt(most(|r| r.bench_busy), 0)
         );
+        if most(|r| r.machine_busy).is_some_and(|b| b > 70.0) {
+            println!(
+                "  (the machine was above 70% busy: these ratios measure the scheduler as much as the code)"
+            );
+        }
         println!(
             "  relay / floor: CPU per run {}x, per event {}x; added latency relay {}, floor {}",
             fmt_opt(ratio(relay, floor, Row::cpu_ms_per_run), 2),
