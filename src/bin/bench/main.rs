@@ -166,6 +166,23 @@ fn build_siblings(bin_dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// One line per row whose runs failed. A peer's failed runs are its row's (shown in the table
+/// and the peers' lines), not the benchmark's.
+fn row_errors(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.errors > 0 && !peers::is_peer(&r.side))
+        .map(|r| {
+            format!(
+                "{} {}: {} errors, first: {}",
+                r.scenario,
+                r.side,
+                r.errors,
+                r.first_error.as_deref().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
 async fn bench(o: Opts) -> ExitCode {
     let plan = Plan::new(&o);
     let exe = match std::env::current_exe() {
@@ -238,40 +255,17 @@ async fn bench(o: Opts) -> ExitCode {
             }
         }
     }
-    if o.scenario == Scenario::Peers {
-        peers::scenario(
-            &env,
-            &plan,
-            o.peers_venv.as_deref(),
-            &mut rows,
-            &mut failures,
-        )
-        .await;
-    }
     let all_pass = if o.scenario == Scenario::Peers {
-        report::print_table(&rows, &plan, started.elapsed());
-        let pass = peers_report::report(&rows, &plan);
-        println!("Child logs: {}", env.logs.display());
-        pass
+        let venv = o.peers_venv.as_deref();
+        peers::scenario(&env, &plan, venv, &mut rows, &mut failures).await;
+        peers_report::report(&rows, &plan, &env, started.elapsed())
     } else {
         report(&rows, &plan, &env, started.elapsed())
     };
     if let Some(ratios) = &compared {
         compare::print_ratios(&rows, &o.compare_label, ratios);
     }
-    // A peer's failed runs are its row's (shown in the table and the peers' lines), not the
-    // benchmark's.
-    for r in rows.iter().filter(|r| !peers::is_peer(&r.side)) {
-        if r.errors > 0 {
-            failures.push(format!(
-                "{} {}: {} errors, first: {}",
-                r.scenario,
-                r.side,
-                r.errors,
-                r.first_error.as_deref().unwrap_or("?")
-            ));
-        }
-    }
+    failures.extend(row_errors(&rows));
     if !failures.is_empty() {
         println!("\nERRORS:");
         for f in &failures {

@@ -2,11 +2,14 @@
 //! floor and each peer against the relay (CPU per run and per event, added latency), then the
 //! issue-34 targets with PASS / FAIL / N/A.
 
+use std::time::Duration;
+
+use crate::env::Env;
 use crate::gateways::Peer;
 use crate::measure::Row;
 use crate::options::Plan;
 use crate::peers::{FLOOR, RELAY, WORKLOADS};
-use crate::report::{Target, fmt_opt, print_target_lines};
+use crate::report::{Target, fmt_opt, print_table, print_target_lines};
 
 /// The measured row (not N/A) of `side` in `scenario`.
 fn find<'a>(rows: &'a [Row], scenario: &str, side: &str) -> Option<&'a Row> {
@@ -30,8 +33,26 @@ fn lat(r: &Row) -> String {
 /// A measure of a row (CPU per run, CPU per 1,000 events).
 type Measure = fn(&Row) -> Option<f64>;
 
-/// Prints the ratios and the targets; true when none failed.
-pub fn report(rows: &[Row], plan: &Plan) -> bool {
+/// Prints the table, the ratios and the targets; true when none failed.
+pub fn report(rows: &[Row], plan: &Plan, env: &Env, took: Duration) -> bool {
+    print_table(rows, plan, took);
+    let targets = ratios(rows);
+    println!();
+    println!(
+        "Targets (issue 34){}:",
+        if plan.smoke {
+            " — smoke mode: reported, not enforced"
+        } else {
+            ""
+        }
+    );
+    let pass = print_target_lines(&targets);
+    println!("Child logs: {}", env.logs.display());
+    pass
+}
+
+/// Prints each workload's ratios; returns its targets.
+fn ratios(rows: &[Row]) -> Vec<Target> {
     println!();
     println!(
         "Peers, measured in the same windows (clients split evenly; CPU of each gateway's whole process tree):"
@@ -109,16 +130,7 @@ pub fn report(rows: &[Row], plan: &Plan) -> bool {
         targets.push(floor_target(w.scenario, relay, floor));
         targets.push(peer_target(s, cheaper, &unjudged));
     }
-    println!();
-    println!(
-        "Targets (issue 34){}:",
-        if plan.smoke {
-            " — smoke mode: reported, not enforced"
-        } else {
-            ""
-        }
-    );
-    print_target_lines(&targets)
+    targets
 }
 
 /// The relay against the floor in the same windows: CPU per event for plain (<= 1.3x) and stored
