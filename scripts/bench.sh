@@ -7,10 +7,15 @@
 #   bash scripts/bench.sh --scenario stream --clients 64
 #   bash scripts/bench.sh --store sqlite:/tmp/bench.db
 #   bash scripts/bench.sh --compare REV        # this checkout's relay beside revision REV's
+#   bash scripts/bench.sh --scenario peers     # the relay beside SMG and agentic-api (issue 34)
 # `--compare REV` builds REV's relay (release, from `git archive` into a temporary directory, its
 # build kept in target/compare/) and runs the `compare` scenario: both relays in the same
 # windows, half the clients each, the ratios printed per workload. Other arguments go on to
 # `bench` (`--reps`, `--clients`, `--seconds`).
+# `--scenario peers` first makes (or reuses) the benchmark's own Python venv, target/bench-venv
+# (BENCH_VENV=DIR to use another), with the peers pinned from PyPI (the one thing fetched from
+# outside loopback); when they cannot be installed it says so in one line and the relay and
+# the floor are measured alone.
 # Exit status: 0 all targets met (smoke: no errors), 1 a target missed, 2 something errored.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,10 +45,37 @@ while (($#)); do
     fi
     args+=(--scenario compare --compare-relay "$other" --compare-label "$rev")
   else
+    [[ "$1" == "--scenario=peers" || ( "$1" == "--scenario" && "${2:-}" == "peers" ) ]] && peers=1
     args+=("$1")
     shift
   fi
 done
+
+# The peers, pinned, in the benchmark's own venv (reused while its pins match).
+pins=(smg==1.13.0 agentic-api==0.9.0)
+if [[ -n "${peers:-}" ]]; then
+  venv="${BENCH_VENV:-$(realpath -m "$target")/bench-venv}"
+  stamp="$venv/.bench-pins"
+  why=""
+  if [[ "$(cat "$stamp" 2>/dev/null)" != "${pins[*]}" ]]; then
+    echo "bench.sh: installing ${pins[*]} into $venv (from PyPI)" >&2
+    if ! command -v python3 >/dev/null; then
+      why="python3 not found"
+    elif ! python3 -m venv "$venv" >"$venv.log" 2>&1; then
+      why="python3 -m venv failed, see $venv.log"
+    elif ! "$venv/bin/pip" install --disable-pip-version-check --retries 1 --timeout 30 \
+        "${pins[@]}" >>"$venv.log" 2>&1; then
+      why="pip install failed, see $venv.log"
+    else
+      echo "${pins[*]}" >"$stamp"
+    fi
+  fi
+  if [[ -z "$why" ]]; then
+    args+=(--peers-venv "$venv")
+  else
+    echo "peers: SMG/agentic-api not installed ($why); measuring the relay and the floor only" >&2
+  fi
+fi
 
 cargo build --release --bins --quiet
 exec "$target/release/bench" --no-build "${args[@]}"

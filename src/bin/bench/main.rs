@@ -8,18 +8,23 @@
 //! This file: the command line, the child-process subcommands, and the run in order. The rest:
 //! `options` (flags and the plan), `env` (the shared processes, relays and stores), `measure`
 //! (one phase's row), one file per scenario (`stream`, `mcp`, `idle`, `replay`, `scale`,
-//! `compare`),
-//! `report` (the table, ratios and targets), `load` (the clients), `procs` (child processes and
-//! `/proc`), and the children's servers `upstream`, `floor` and `sink`.
+//! `compare`, `peers`),
+//! `report` (the table, ratios and targets; `peers_report` the peers'), `load` (the clients),
+//! `procs` (child processes and `/proc`), `gateways` (the peers SMG and agentic-api as child
+//! processes), and the children's servers `upstream` (with `upstream_responses`), `floor` and
+//! `sink`.
 
 mod compare;
 mod env;
 mod floor;
+mod gateways;
 mod idle;
 mod load;
 mod mcp;
 mod measure;
 mod options;
+mod peers;
+mod peers_report;
 mod procs;
 mod replay;
 mod report;
@@ -27,6 +32,7 @@ mod scale;
 mod sink;
 mod stream;
 mod upstream;
+mod upstream_responses;
 
 /// The harness (load generator, model server, floor proxy) uses the same allocator as the relay,
 /// so the floor is a pass-through proxy built like the relay and the harness leaves the machine's
@@ -160,6 +166,23 @@ fn build_siblings(bin_dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// One line per row whose runs failed. A peer's failed runs are its row's (shown in the table
+/// and the peers' lines), not the benchmark's.
+fn row_errors(rows: &[Row]) -> Vec<String> {
+    rows.iter()
+        .filter(|r| r.errors > 0 && !peers::is_peer(&r.side))
+        .map(|r| {
+            format!(
+                "{} {}: {} errors, first: {}",
+                r.scenario,
+                r.side,
+                r.errors,
+                r.first_error.as_deref().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
 async fn bench(o: Opts) -> ExitCode {
     let plan = Plan::new(&o);
     let exe = match std::env::current_exe() {
@@ -232,21 +255,17 @@ async fn bench(o: Opts) -> ExitCode {
             }
         }
     }
-    let all_pass = report(&rows, &plan, &env, started.elapsed());
+    let all_pass = if o.scenario == Scenario::Peers {
+        let venv = o.peers_venv.as_deref();
+        peers::scenario(&env, &plan, venv, &mut rows, &mut failures).await;
+        peers_report::report(&rows, &plan, &env, started.elapsed())
+    } else {
+        report(&rows, &plan, &env, started.elapsed())
+    };
     if let Some(ratios) = &compared {
         compare::print_ratios(&rows, &o.compare_label, ratios);
     }
-    for r in &rows {
-        if r.errors > 0 {
-            failures.push(format!(
-                "{} {}: {} errors, first: {}",
-                r.scenario,
-                r.side,
-                r.errors,
-                r.first_error.as_deref().unwrap_or("?")
-            ));
-        }
-    }
+    failures.extend(row_errors(&rows));
     if !failures.is_empty() {
         println!("\nERRORS:");
         for f in &failures {

@@ -42,6 +42,12 @@ pub struct Row {
     pub open_streams: Option<u64>,
     pub errors: u64,
     pub first_error: Option<String>,
+    /// How busy the whole machine was over the window (0..=1 of all its cores; every process,
+    /// the harness and anything else on the machine included).
+    pub machine_busy: Option<f64>,
+    /// How much of the machine the benchmark's own processes (itself and every child) used over
+    /// the window (0..=1 of all its cores); read by the scenarios that measure it.
+    pub bench_busy: Option<f64>,
 }
 
 impl Row {
@@ -78,6 +84,15 @@ impl Row {
             mine.sort_unstable();
         }
         self.peak_rss_kib = self.peak_rss_kib.max(o.peak_rss_kib);
+        for (mine, theirs) in [
+            (&mut self.machine_busy, o.machine_busy),
+            (&mut self.bench_busy, o.bench_busy),
+        ] {
+            *mine = match (*mine, theirs) {
+                (Some(a), Some(b)) => Some(a.max(b)),
+                (a, b) => a.or(b),
+            };
+        }
         self.errors += o.errors;
         self.first_error = self.first_error.take().or(o.first_error);
     }
@@ -95,7 +110,7 @@ pub fn responses_body(model: &str, input: &str, store: bool, tools: serde_json::
 pub struct Phase<'a> {
     pub scenario: &'a str,
     pub side: &'a str,
-    /// The process whose CPU and peak memory are read.
+    /// The process whose CPU (its whole process tree's) and peak memory are read.
     pub pid: u32,
     pub kind: Kind,
     pub expect: Expect,
@@ -149,14 +164,16 @@ pub async fn measure_loop(env: &Env, plan: &Plan, phase: Phase<'_>) -> Row {
     let (ev0, runs0, cpu0) = (
         st.events.load(Ordering::Relaxed),
         st.runs.load(Ordering::Relaxed),
-        procs::cpu_ticks(pid),
+        procs::tree_cpu_ticks(pid),
     );
+    let machine0 = procs::machine_ticks();
     let also0 = also.and_then(procs::cpu_ticks);
     st.measuring.store(true, Ordering::Relaxed);
     let t0 = Instant::now();
     tokio::time::sleep(plan.window).await;
     st.measuring.store(false, Ordering::Relaxed);
-    let cpu1 = procs::cpu_ticks(pid);
+    let cpu1 = procs::tree_cpu_ticks(pid);
+    let machine1 = procs::machine_ticks();
     let also1 = also.and_then(procs::cpu_ticks);
     let secs = t0.elapsed().as_secs_f64();
     let (ev1, runs1) = (
@@ -187,6 +204,9 @@ pub async fn measure_loop(env: &Env, plan: &Plan, phase: Phase<'_>) -> Row {
         },
         env.ticks,
     );
+    row.machine_busy = machine0.zip(machine1).and_then(|((b0, t0), (b1, t1))| {
+        (t1 > t0).then(|| b1.saturating_sub(b0) as f64 / (t1 - t0) as f64)
+    });
     row.store_cpu_s = also0
         .zip(also1)
         .map(|(a, b)| b.saturating_sub(a) as f64 / env.ticks);

@@ -17,6 +17,10 @@ pub enum Scenario {
     /// This build's relay beside `--compare-relay` (another revision's), in the same windows:
     /// plain, stored and MCP runs (`bash scripts/bench.sh --compare REV`). Not part of `all`.
     Compare,
+    /// The relay beside its peers (SMG and agentic-api, from `--peers-venv`) and the floor, in
+    /// the same windows, the clients split evenly: plain, stored and MCP runs, all behind the
+    /// same stamped Responses upstream (`bash scripts/bench.sh --scenario peers`). Not part of `all`.
+    Peers,
     All,
 }
 
@@ -96,7 +100,19 @@ pub struct Opts {
     /// `compare`: what to call the other relay in the table (its revision).
     #[arg(long, default_value = "other")]
     pub compare_label: String,
-    /// `compare`: alternating repetitions of each workload [default: 2, smoke 1].
+    /// `peers`: the Python virtual environment holding `smg` and `agentic-server` (made by
+    /// `scripts/bench.sh`); without it the peers' rows say they are not installed.
+    #[arg(long, value_name = "DIR")]
+    pub peers_venv: Option<PathBuf>,
+    /// `peers`: clients of the plain and stored workloads, split evenly among the gateways
+    /// [default: 128, smoke 8].
+    #[arg(long)]
+    pub peers_clients: Option<usize>,
+    /// `peers`: clients of the MCP workload, split evenly among the gateways [default: 32, smoke 8].
+    #[arg(long)]
+    pub peers_mcp_clients: Option<usize>,
+    /// `compare` and `peers`: repetitions of each workload, the gateways started in rotating
+    /// order [default: 2, smoke 1].
     #[arg(long)]
     pub reps: Option<usize>,
     /// Directory for the children's stderr logs [default: $TMPDIR/relay-bench].
@@ -123,6 +139,8 @@ pub struct Plan {
     pub scale_runs: usize,
     pub scale_clients: usize,
     pub reps: usize,
+    pub peers_clients: usize,
+    pub peers_mcp_clients: usize,
 }
 
 impl Plan {
@@ -169,6 +187,14 @@ impl Plan {
             scale_clients: o
                 .scale_clients
                 .unwrap_or(if s { 8 } else { 64 })
+                .clamp(1, 5000),
+            peers_clients: o
+                .peers_clients
+                .unwrap_or(if s { 8 } else { 128 })
+                .clamp(1, 5000),
+            peers_mcp_clients: o
+                .peers_mcp_clients
+                .unwrap_or(if s { 8 } else { 32 })
                 .clamp(1, 5000),
             reps: o.reps.unwrap_or(if s { 1 } else { 2 }).clamp(1, 100),
         }

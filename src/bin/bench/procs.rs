@@ -98,6 +98,77 @@ pub fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// The fields of `/proc/PID/stat` after the command name (the first is the state, field 3).
+fn stat_fields(pid: u32) -> Option<Vec<u64>> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces: fields are counted after its closing paren.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // The state is not a number: 0 in its place keeps the indices.
+    Some(
+        rest.split_whitespace()
+            .map(|f| f.parse().unwrap_or(0))
+            .collect(),
+    )
+}
+
+/// The live descendants of `pid` (children, their children, ...), read from every `/proc/PID/stat`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(u32, u32)> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|p| Some((p, *stat_fields(p)?.get(1)? as u32)))
+        .collect();
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i];
+        out.extend(
+            parents
+                .iter()
+                .filter(|(_, pp)| *pp == parent)
+                .map(|(p, _)| *p),
+        );
+        i += 1;
+    }
+    out.remove(0);
+    out
+}
+
+/// CPU ticks of `pid`'s whole process tree: its own and every live descendant's `utime + stime`,
+/// plus `cutime + cstime` (the children it has reaped). A gateway that spawns workers (or a
+/// launcher that keeps its server as a child) is measured whole; a single process reads the
+/// same as [`cpu_ticks`].
+pub fn tree_cpu_ticks(pid: u32) -> Option<u64> {
+    let f = stat_fields(pid)?;
+    let own = f.get(11)? + f.get(12)? + f.get(13)? + f.get(14)?;
+    let kids: u64 = descendants(pid)
+        .into_iter()
+        .filter_map(|p| {
+            let f = stat_fields(p)?;
+            Some(f.get(11)? + f.get(12)? + f.get(13)? + f.get(14)?)
+        })
+        .sum();
+    Some(own + kids)
+}
+
+/// The whole machine's busy and total CPU ticks so far (`/proc/stat`; idle and iowait are not
+/// busy), over all cores.
+pub fn machine_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is already in user).
+    let total: u64 = v.iter().take(8).sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}
+
 /// A `kB` line of `/proc/PID/status` (`VmRSS`, `VmHWM`), in KiB.
 pub fn status_kib(pid: u32, key: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

@@ -66,7 +66,7 @@ fn judged_store(rows: &[Row], env: &Env, scenario: &str, side_prefix: &str) -> O
 }
 
 /// The heading and one table line per row.
-fn print_table(rows: &[Row], plan: &Plan, took: Duration) {
+pub fn print_table(rows: &[Row], plan: &Plan, took: Duration) {
     println!();
     println!(
         "Benchmark ({}; {} cores; upstream delay {} ms; window {:.1} s per phase; took {:.0} s)",
@@ -356,6 +356,24 @@ fn print_targets(targets: &[Target], plan: &Plan, env: &Env) -> bool {
             ""
         }
     );
+    let all = print_target_lines(targets);
+    if !env.stamps {
+        println!("(upstream without send stamps: latency not measured)");
+    }
+    if let Some(url) = &env.explicit_store
+        && store_label(url) != "sqlite"
+    {
+        println!(
+            "(the store targets name SQLite; this run used --store {})",
+            store_label(url)
+        );
+    }
+    println!("Child logs: {}", env.logs.display());
+    all
+}
+
+/// Prints the target lines (judged first, then info); true when none failed.
+pub fn print_target_lines(targets: &[Target]) -> bool {
     let mut all = true;
     for t in targets.iter().filter(|t| !t.info) {
         let verdict = match t.ok {
@@ -376,17 +394,5 @@ fn print_targets(targets: &[Target], plan: &Plan, env: &Env) -> bool {
         };
         println!("- info {}: {}{would}", t.what, t.got);
     }
-    if !env.stamps {
-        println!("(upstream without send stamps: latency not measured)");
-    }
-    if let Some(url) = &env.explicit_store
-        && store_label(url) != "sqlite"
-    {
-        println!(
-            "(the store targets name SQLite; this run used --store {})",
-            store_label(url)
-        );
-    }
-    println!("Child logs: {}", env.logs.display());
     all
 }

@@ -2,7 +2,9 @@
 //! moment it left the server (`@T<µs since the Unix epoch> `), so a client can measure the latency
 //! a proxy adds per event. Model string `NAME?deltas=N&delay_ms=N` as in the fake upstream; a
 //! user line `CALL <tool> <json>` gets one tool call (to the tool whose name ends with `<tool>`);
-//! a conversation ending in tool results gets the text stream.
+//! a conversation ending in tool results gets the text stream. `POST /v1/responses` is the same
+//! as a stateless Responses stream (`upstream_responses`); `GET /health` answers 200 (gateways
+//! that probe their workers, such as SMG, find it healthy).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -20,7 +22,7 @@ use hyper_util::server::conn::auto;
 use serde_json::Value;
 use tokio::net::TcpListener;
 
-type Body = UnsyncBoxBody<Bytes, std::io::Error>;
+pub type Body = UnsyncBoxBody<Bytes, std::io::Error>;
 
 /// Microseconds since the Unix epoch (the clock both this server and the load generator read).
 pub fn now_micros() -> u64 {
@@ -81,6 +83,15 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
                 "application/json",
             ),
         },
+        (&Method::POST, "/v1/responses") => match serde_json::from_slice::<Value>(&body) {
+            Ok(v) => crate::upstream_responses::responses(&v),
+            Err(e) => full(
+                format!("{{\"error\":{{\"message\":\"bad json: {e}\"}}}}"),
+                StatusCode::BAD_REQUEST,
+                "application/json",
+            ),
+        },
+        (&Method::GET, "/health") => full("{}", StatusCode::OK, "application/json"),
         (&Method::GET, "/v1/models") => full(
             r#"{"object":"list","data":[{"id":"bench","object":"model","created":0,"owned_by":"bench"}]}"#,
             StatusCode::OK,
@@ -95,7 +106,7 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
 }
 
 /// `(deltas, delay)` from `NAME?deltas=N&delay_ms=N` (defaults 8 and 0).
-fn options(model: &str) -> (usize, Duration) {
+pub fn options(model: &str) -> (usize, Duration) {
     let (mut deltas, mut delay) = (8usize, 0u64);
     if let Some((_, q)) = model.split_once('?') {
         for pair in q.split('&') {
@@ -112,7 +123,7 @@ fn options(model: &str) -> (usize, Duration) {
     )
 }
 
-fn text_of(content: &Value) -> String {
+pub fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => parts
@@ -132,7 +143,7 @@ fn chunk(delta: &str, finish: &str) -> Bytes {
     ))
 }
 
-fn sse(stream: impl futures::Stream<Item = Bytes> + Send + 'static) -> Response<Body> {
+pub fn sse(stream: impl futures::Stream<Item = Bytes> + Send + 'static) -> Response<Body> {
     use futures::StreamExt;
     let body = StreamBody::new(stream.map(|b| Ok::<_, std::io::Error>(Frame::data(b))));
     let mut r = Response::new(BodyExt::boxed_unsync(body));
