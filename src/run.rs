@@ -243,12 +243,15 @@ pub fn start_driven(
     let app = app.clone();
     let prepared_span = prepared.span.clone();
     // The run's log lines carry the request's span (its request id), whoever reads the run.
+    let model = prepared.request.model.clone();
+    let span = prepared.span.clone();
+    // Boxed: awaited inside this block, it would be kept twice (as the block's capture and as
+    // the future awaited).
+    let drive = Box::pin(agent::drive(app.clone(), prepared, log.clone(), cancel));
     let run = async move {
         let counted = app.metrics().run_started();
         let started = std::time::Instant::now();
-        let model = prepared.request.model.clone();
-        let span = prepared.span.clone();
-        agent::drive(app.clone(), prepared, log.clone(), cancel).await;
+        drive.await;
         drop(counted);
         record_end(&app, &model, &log, started.elapsed(), &span);
         drop(permit);

@@ -307,8 +307,8 @@ fn other_targets(rows: &[Row], env: &Env) -> Vec<Target> {
     if let Some(r) = find(rows, "idle", "relay") {
         let open = r.open_streams.unwrap_or(0);
         let per = r.rss_per_stream_kib;
-        let ok = per.map(|p| open >= 10_000 && p < 64.0);
-        let what = "idle: >= 10,000 open streams, relay RSS < 64 KiB per stream".into();
+        let ok = per.map(|p| open >= 10_000 && p <= 32.0);
+        let what = "idle: >= 10,000 open streams, relay RSS <= 32 KiB per stream (issue 34)".into();
         targets.push(Target {
             what,
             ok,
