@@ -378,3 +378,37 @@ async fn a_model_an_upstream_listed_is_its_own_label() {
     }
     assert!(reads(&after) > reads(&m), "the store read was timed");
 }
+
+#[tokio::test]
+async fn an_unstored_stream_whose_client_left_still_ends_cancelled_and_counted() {
+    // A `store: false` run streamed to its one client is driven by that client's connection;
+    // when the client goes, the run is handed to a task of its own and still ends (cancelled),
+    // with its upstream stream closed and its metrics recorded.
+    let up = upstream().await;
+    let relay = relay(config(&up.base_url())).await;
+    let before = scrape(&relay, None).await;
+    let resp = client()
+        .post(relay.url("/v1/responses"))
+        .json(&json!({"model": "fake-model?fault=stall", "input": "x", "stream": true, "store": false}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    eventually("the upstream stream is open", || up.open_streams() == 1).await;
+    assert_eq!(scrape(&relay, None).await["relay_responses_in_flight"], 1.0);
+    drop(resp);
+    eventually("the upstream stream is closed", || up.open_streams() == 0).await;
+    let cancelled = r#"relay_responses_total{model="other",upstream="default",status="cancelled"}"#;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let after = scrape(&relay, None).await;
+        if delta(&before, &after, cancelled) == 1.0 && after["relay_responses_in_flight"] == 0.0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never counted as ended: {after:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
