@@ -65,6 +65,8 @@ pub struct Limits {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    /// Serving lanes: single-threaded runtimes the binary's connections are shared among.
+    pub lanes: usize,
     pub upstream_url: String,
     /// Never printed.
     pub upstream_api_key: Option<Secret>,
@@ -102,6 +104,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             listen: "127.0.0.1:8080".parse().expect("valid"),
+            lanes: std::thread::available_parallelism().map_or(1, |n| n.get()),
             upstream_url: "http://127.0.0.1:11434/v1".into(),
             upstream_api_key: None,
             secret_key: None,
@@ -208,8 +211,13 @@ impl Config {
         Ok(c)
     }
 
-    /// `--listen`.
+    /// `--listen` and `--lanes`.
     fn set_listen(&mut self, args: &ServeArgs, file: &mut FileConfig) -> Result<(), ConfigError> {
+        match args.lanes.or(file.lanes) {
+            Some(0) => return Err(bad("--lanes", "'0': at least 1")),
+            Some(n) => self.lanes = n,
+            None => {}
+        }
         if let Some(l) = args.listen {
             self.listen = l;
         } else if let Some(l) = file.listen.take() {

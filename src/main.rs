@@ -143,7 +143,11 @@ fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::from(64);
             }
         };
-        server::serve_on(listener, app, signal).await;
+        let lanes = app.config().lanes;
+        if let Err(e) = server::serve_on_lanes(listener, app, signal, lanes).await {
+            eprintln!("error: cannot start the serving lanes: {e}");
+            return ExitCode::from(70);
+        }
         // What is queued goes to the collector, waiting a bounded time.
         if let Some(provider) = traces {
             let _ = tokio::task::spawn_blocking(move || {

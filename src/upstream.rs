@@ -244,25 +244,46 @@ pub struct Upstream {
     pub api: UpstreamApi,
     base: String,
     key: Option<String>,
-    http: reqwest::Client,
+    /// Tells this upstream's HTTP clients apart in each thread's [`CLIENTS`].
+    id: u64,
     timeouts: Timeouts,
+}
+
+thread_local! {
+    /// Each thread's HTTP client per upstream: a connection's task then runs on the thread whose
+    /// runs read it (on a serving lane, the lane itself), and no event crosses threads.
+    static CLIENTS: std::cell::RefCell<std::collections::HashMap<u64, reqwest::Client>> =
+        std::cell::RefCell::default();
 }
 
 impl Upstream {
     pub fn new(api: UpstreamApi, base: &str, key: Option<String>, timeouts: Timeouts) -> Self {
-        let http = reqwest::Client::builder()
-            .connect_timeout(timeouts.connect)
-            .pool_idle_timeout(Duration::from_secs(60))
-            .tcp_nodelay(true)
-            .build()
-            .expect("reqwest client builds");
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         Upstream {
             api,
             base: base.trim_end_matches('/').to_string(),
             key,
-            http,
+            id: NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             timeouts,
         }
+    }
+
+    /// This thread's HTTP client to the upstream (built on first use in the thread).
+    fn http(&self) -> reqwest::Client {
+        CLIENTS.with(|clients| {
+            clients
+                .borrow_mut()
+                .entry(self.id)
+                .or_insert_with(|| {
+                    reqwest::Client::builder()
+                        .connect_timeout(self.timeouts.connect)
+                        .pool_idle_timeout(Duration::from_secs(60))
+                        .tcp_nodelay(true)
+                        .build()
+                        .expect("reqwest client builds")
+                })
+                .clone()
+        })
     }
 
     pub fn base_url(&self) -> &str {
@@ -312,7 +333,7 @@ impl Upstream {
         let traceparent = crate::otel::traceparent_current();
         loop {
             let mut rb = self
-                .http
+                .http()
                 .post(format!("{}{path}", self.base))
                 .header("content-type", "application/json")
                 .header("accept", "text/event-stream")
@@ -363,7 +384,7 @@ impl Upstream {
         client_bearer: Option<&str>,
         wait: Duration,
     ) -> Result<Vec<Value>, UpstreamError> {
-        let mut rb = self.http.get(format!("{}/models", self.base));
+        let mut rb = self.http().get(format!("{}/models", self.base));
         if let Some(k) = self.bearer(client_bearer) {
             rb = rb.bearer_auth(k);
         }

@@ -47,6 +47,7 @@ pub(super) struct FileConfig {
     pub(super) otlp_endpoint: Option<String>,
     pub(super) otel_capture_content: Option<bool>,
     pub(super) listen: Option<String>,
+    pub(super) lanes: Option<usize>,
     pub(super) upstream_url: Option<String>,
     pub(super) upstream_api_key: Option<String>,
     pub(super) secret_key: Option<String>,

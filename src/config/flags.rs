@@ -152,6 +152,9 @@ pub struct ServeArgs {
     /// Address to listen on; port 0 picks a free port (printed as `listening on http://ADDR`).
     #[arg(long, env = "RELAY_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
+    /// Serving lanes: single-threaded runtimes connections are shared among [default: one per core].
+    #[arg(long, env = "RELAY_LANES", value_name = "N")]
+    pub lanes: Option<usize>,
     /// Base URL of the OpenAI-compatible model API, ending in /v1 [env fallback: OPENAI_BASE_URL].
     #[arg(long, env = "RELAY_UPSTREAM_URL", value_name = "URL")]
     pub upstream_url: Option<String>,

@@ -53,6 +53,7 @@ fn bad_values_exit_64_naming_the_flag() {
             "--upstream-idle-timeout",
         ),
         (vec!["serve", "--mcp-tools-ttl=-1"], "--mcp-tools-ttl"),
+        (vec!["serve", "--lanes", "0"], "--lanes"),
         (vec!["serve", "--no-such-flag"], "--no-such-flag"),
     ] {
         let out = Command::new(BIN)

@@ -1,5 +1,6 @@
 //! The relay as a process over its SQLite store: `kill -9` mid-run then restart (every unfinished
-//! run ends failed, finished runs intact), and export → show → replay round trips.
+//! run ends failed, finished runs intact), export → show → replay round trips, and SIGTERM
+//! mid-stream (SSE on every serving lane, WebSocket): every run ends, then the process.
 
 use std::process::{Command, Stdio};
 
@@ -257,4 +258,52 @@ async fn on_sigterm_a_websocket_client_gets_its_runs_end_and_a_going_away_close(
         "the run's terminal event came before the close: {last}"
     );
     assert_eq!(close.map(|f| u16::from(f.code)), Some(1001));
+}
+
+#[tokio::test]
+async fn on_sigterm_sse_streams_on_every_lane_end_with_a_terminal_event_and_the_process_exits_0() {
+    let up = upstream().await;
+    let db = scratch("process-lanes").join("relay.sqlite3");
+    let store = format!("sqlite:{}", db.display());
+    let mut relay = spawn(&serve_args(&up.base_url(), &store, &["--lanes", "2"]));
+    // Four clients, each on a connection of its own: handed to the two lanes in turn, stored and
+    // unstored runs on each.
+    let mut readers = Vec::new();
+    for i in 0..4 {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/v1/responses", relay.base))
+            .json(&json!({"model": "fake-model?delay_ms=200&deltas=100", "input": "long", "stream": true, "store": i < 2}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        readers.push(tokio::spawn(async move { resp.text().await.unwrap() }));
+    }
+    eventually("every run's model stream is open", || {
+        up.open_streams() == 4
+    })
+    .await;
+    Command::new("kill")
+        .args(["-TERM", &relay.child.id().to_string()])
+        .status()
+        .unwrap();
+    for reader in readers {
+        let body = parse_sse(&reader.await.unwrap());
+        assert!(body.done, "the stream ends with [DONE]");
+        let folded = check_events(&body.events);
+        assert_eq!(folded["status"], "failed");
+        assert!(error_message(&folded).contains("shut down"), "{folded}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = relay.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the relay did not exit"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.code(), Some(0));
 }

@@ -324,6 +324,7 @@ async fn the_documented_complete_config_file_is_a_config_the_relay_starts_with()
         .join("\n");
     let c = serve_config(&[], &toml).unwrap_or_else(|e| panic!("{e}\n{toml}"));
     assert_eq!(c.default_upstream.as_deref(), Some("local"));
+    assert_eq!(c.lanes, 4);
     assert_eq!(c.upstream_url, "http://10.0.0.5:8000/v1");
     let names: Vec<&str> = c.upstreams.iter().map(|u| u.name.as_str()).collect();
     assert_eq!(names, ["local", "ollama", "cloud"]);
