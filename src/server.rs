@@ -74,50 +74,108 @@ pub async fn serve_on(listener: TcpListener, app: App, shutdown: impl Future<Out
     drain(&app, graceful.shutdown()).await;
 }
 
-/// A serving lane: a thread running a single-threaded runtime, fed accepted connections.
-struct Lane {
-    connections: tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>,
-    thread: std::thread::JoinHandle<()>,
+/// What a serving lane does with the connections it is handed. Made on the lane's own thread, so
+/// what it builds (an HTTP client, a graceful-shutdown watcher) belongs to that lane.
+pub trait LaneService: 'static {
+    /// Serves one connection, on the lane's runtime.
+    fn serve(&self, stream: tokio::net::TcpStream);
+    /// Ends the lane's connections, on the lane's runtime, once no more are handed to it.
+    fn drain(self) -> impl Future<Output = ()>;
 }
 
-impl Lane {
-    /// Starts lane `n`: it serves what it is handed until `stop`, then drains its connections.
-    fn start(
+/// Single-threaded runtimes, each on a thread of its own, that accepted connections are handed to
+/// in turn ([`Lanes::hand`]): a connection and every task it starts stay on one thread.
+pub struct Lanes {
+    lanes: Vec<(
+        tokio::sync::mpsc::UnboundedSender<std::net::TcpStream>,
+        std::thread::JoinHandle<()>,
+    )>,
+    next: usize,
+    stop: tokio_util::sync::CancellationToken,
+}
+
+impl Lanes {
+    /// Starts `n` lanes (at least one), each serving through the service `make` builds for it.
+    pub fn start<S: LaneService>(
         n: usize,
-        app: App,
-        stop: tokio_util::sync::CancellationToken,
-    ) -> std::io::Result<Lane> {
-        let (connections, mut handed) = tokio::sync::mpsc::unbounded_channel();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let thread = std::thread::Builder::new()
-            .name(format!("relay-lane-{n}"))
-            .spawn(move || {
-                runtime.block_on(async move {
-                    let graceful = GracefulShutdown::new();
-                    let builder = connection_builder();
-                    loop {
-                        let stream = tokio::select! {
-                            s = handed.recv() => s,
-                            _ = stop.cancelled() => None,
-                        };
-                        let Some(stream) = stream else { break };
-                        if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
-                            serve_connection(&builder, &graceful, &app, stream);
-                        }
-                    }
-                    drain(&app, graceful.shutdown()).await;
-                });
-            })?;
-        Ok(Lane {
-            connections,
-            thread,
+        make: impl Fn() -> S + Send + Sync + 'static,
+    ) -> std::io::Result<Lanes> {
+        let make = std::sync::Arc::new(make);
+        let stop = tokio_util::sync::CancellationToken::new();
+        let lanes = (0..n.max(1))
+            .map(|i| {
+                let (handed, mut connections) = tokio::sync::mpsc::unbounded_channel();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()?;
+                let (make, stop) = (make.clone(), stop.clone());
+                let thread = std::thread::Builder::new()
+                    .name(format!("relay-lane-{i}"))
+                    .spawn(move || {
+                        runtime.block_on(async move {
+                            let service = make();
+                            loop {
+                                let stream = tokio::select! {
+                                    s = connections.recv() => s,
+                                    _ = stop.cancelled() => None,
+                                };
+                                let Some(stream) = stream else { break };
+                                if let Ok(stream) = tokio::net::TcpStream::from_std(stream) {
+                                    service.serve(stream);
+                                }
+                            }
+                            service.drain().await;
+                        });
+                    })?;
+                Ok((handed, thread))
+            })
+            .collect::<std::io::Result<Vec<_>>>()?;
+        Ok(Lanes {
+            lanes,
+            next: 0,
+            stop,
         })
+    }
+
+    /// Hands an accepted connection to the next lane.
+    pub fn hand(&mut self, stream: tokio::net::TcpStream) {
+        if let Ok(stream) = stream.into_std() {
+            let _ = self.lanes[self.next % self.lanes.len()].0.send(stream);
+            self.next += 1;
+        }
+    }
+
+    /// Stops handing and waits for every lane to drain and end.
+    pub async fn stop(self) {
+        self.stop.cancel();
+        let threads: Vec<_> = self.lanes.into_iter().map(|(_, t)| t).collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for t in threads {
+                let _ = t.join();
+            }
+        })
+        .await;
     }
 }
 
-/// [`serve_on`] with `lanes` serving lanes: this task accepts, and hands each connection to the
+/// The relay on one lane: its connections, watched for the graceful shutdown.
+struct RelayLane {
+    app: App,
+    graceful: GracefulShutdown,
+    builder: auto::Builder<TokioExecutor>,
+}
+
+impl LaneService for RelayLane {
+    fn serve(&self, stream: tokio::net::TcpStream) {
+        serve_connection(&self.builder, &self.graceful, &self.app, stream);
+    }
+
+    async fn drain(self) {
+        drain(&self.app, self.graceful.shutdown()).await;
+    }
+}
+
+/// [`serve_on`] on `lanes` serving [`Lanes`]: this task accepts, and hands each connection to the
 /// next lane in turn. A lane that cannot start is an error before the first connection.
 pub async fn serve_on_lanes(
     listener: TcpListener,
@@ -125,33 +183,25 @@ pub async fn serve_on_lanes(
     shutdown: impl Future<Output = ()>,
     lanes: usize,
 ) -> std::io::Result<()> {
-    let stop = tokio_util::sync::CancellationToken::new();
-    let lanes = (0..lanes.max(1))
-        .map(|n| Lane::start(n, app.clone(), stop.clone()))
-        .collect::<std::io::Result<Vec<_>>>()?;
+    let lane_app = app.clone();
+    let mut lanes = Lanes::start(lanes, move || RelayLane {
+        app: lane_app.clone(),
+        graceful: GracefulShutdown::new(),
+        builder: connection_builder(),
+    })?;
     tokio::pin!(shutdown);
-    let mut next = 0;
     loop {
         tokio::select! {
             accepted = listener.accept() => {
                 let Ok((stream, _)) = accepted else { continue };
-                let Ok(stream) = stream.into_std() else { continue };
-                let _ = lanes[next % lanes.len()].connections.send(stream);
-                next += 1;
+                lanes.hand(stream);
             }
             _ = &mut shutdown => break,
         }
     }
     drop(listener);
     app.shutdown_token().cancel();
-    stop.cancel();
-    let threads: Vec<_> = lanes.into_iter().map(|l| l.thread).collect();
-    let _ = tokio::task::spawn_blocking(move || {
-        for t in threads {
-            let _ = t.join();
-        }
-    })
-    .await;
+    lanes.stop().await;
     Ok(())
 }
 

@@ -1,5 +1,5 @@
-//! The floor: a pass-through proxy on the relay's own stack (hyper's auto server with the same
-//! settings, reqwest upstream client with the same settings). It forwards the request bytes to the
+//! The floor: a pass-through proxy on the relay's own stack (its serving lanes, hyper's auto server
+//! with the same settings, a reqwest upstream client per lane with the same settings). It forwards the request bytes to the
 //! upstream and the response bytes back, chunk for chunk, parsing neither. Whatever the relay
 //! costs beyond this is the relay's own work.
 
@@ -17,46 +17,73 @@ use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use responses_relay::server::{LaneService, Lanes};
 use tokio::net::TcpListener;
 
 type BoxErr = Box<dyn std::error::Error + Send + Sync>;
 type Body = UnsyncBoxBody<Bytes, BoxErr>;
 
 /// Serves until the process is killed; `upstream` is an origin (`http://ADDR`), request paths are
-/// appended unchanged. Prints `listening on http://ADDR`.
+/// appended unchanged. Prints `listening on http://ADDR`. Like the relay, it serves on one lane
+/// per core (`responses_relay::server::Lanes`), each with its own upstream client, so the floor
+/// keeps every connection's bytes on one thread as the relay does.
 pub async fn serve(listen: SocketAddr, upstream: String) -> std::io::Result<()> {
-    let http = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(60))
-        .tcp_nodelay(true)
-        .build()
-        .expect("reqwest client builds");
     let listener = TcpListener::bind(listen).await?;
     println!("listening on http://{}", listener.local_addr()?);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(hyper_util::rt::TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(30));
     let upstream: std::sync::Arc<str> = upstream.trim_end_matches('/').into();
+    let lanes = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut lanes = Lanes::start(lanes, move || FloorLane::new(upstream.clone()))?;
     loop {
-        let stream = match listener.accept().await {
-            Ok((s, _)) => s,
-            Err(_) => {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
+        match listener.accept().await {
+            Ok((stream, _)) => lanes.hand(stream),
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// The floor on one lane: its HTTP server settings and its own upstream client.
+struct FloorLane {
+    builder: auto::Builder<TokioExecutor>,
+    http: reqwest::Client,
+    upstream: std::sync::Arc<str>,
+}
+
+impl FloorLane {
+    fn new(upstream: std::sync::Arc<str>) -> Self {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .tcp_nodelay(true)
+            .build()
+            .expect("reqwest client builds");
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(Duration::from_secs(30));
+        FloorLane {
+            builder,
+            http,
+            upstream,
+        }
+    }
+}
+
+impl LaneService for FloorLane {
+    fn serve(&self, stream: tokio::net::TcpStream) {
         let _ = stream.set_nodelay(true);
-        let (http, upstream) = (http.clone(), upstream.clone());
+        let (http, upstream) = (self.http.clone(), self.upstream.clone());
         let svc = service_fn(move |req| forward(http.clone(), upstream.clone(), req));
-        let conn = builder
+        let conn = self
+            .builder
             .serve_connection_with_upgrades(TokioIo::new(stream), svc)
             .into_owned();
         tokio::spawn(async move {
             let _ = conn.await;
         });
     }
+
+    async fn drain(self) {}
 }
 
 async fn forward(
