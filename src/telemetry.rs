@@ -89,19 +89,27 @@ fn log_filter() -> tracing_subscriber::EnvFilter {
 
 const DEFAULT_LOG: &str = "info,rmcp=warn";
 
-/// [`log_filter`] as the whole subscriber's filter. When `RELAY_LOG` names only targets and
-/// levels (the default does), it is a `Targets` filter: an `EnvFilter` takes a read lock and a
-/// thread-local stack on every span enter and exit, and the request's span is entered on every
-/// poll of a streaming run (1-2% of the relay's CPU per event); a `Targets` filter does nothing
-/// there. Span and field directives keep the `EnvFilter`.
-fn global_log_filter() -> Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> {
+/// `RELAY_LOG` as a `Targets` filter, when it names only targets and levels (the default does):
+/// an `EnvFilter` takes a read lock and pushes a thread-local scope on every span enter and exit,
+/// and the request's span is entered on every poll of a streaming run (1-2% of the relay's CPU per
+/// event); a `Targets` filter does nothing there. `None` for span and field directives, which
+/// need the `EnvFilter` ([`log_filter`]).
+fn log_targets() -> Option<tracing_subscriber::filter::Targets> {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     let spec = std::env::var("RELAY_LOG").unwrap_or_else(|_| DEFAULT_LOG.to_string());
     match spec.parse::<Targets>() {
-        Ok(targets) if !spec.contains(['[', '{']) => targets
-            .with_target(crate::otel::TARGET, LevelFilter::OFF)
-            .boxed(),
-        _ => log_filter().boxed(),
+        Ok(targets) if !spec.contains(['[', '{']) => {
+            Some(targets.with_target(crate::otel::TARGET, LevelFilter::OFF))
+        }
+        _ => None,
+    }
+}
+
+/// The log's filter as the whole subscriber's: [`log_targets`], else [`log_filter`].
+fn global_log_filter() -> Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync> {
+    match log_targets() {
+        Some(targets) => targets.boxed(),
+        None => log_filter().boxed(),
     }
 }
 
@@ -242,7 +250,10 @@ type LogLayer = Box<dyn Layer<tracing_subscriber::Registry> + Send + Sync>;
 
 /// [`init`]'s log as a layer beside others (its filter its own).
 fn log_layer(format: crate::config::LogFormat) -> LogLayer {
-    fmt_layer(format).with_filter(log_filter()).boxed()
+    match log_targets() {
+        Some(targets) => fmt_layer(format).with_filter(targets).boxed(),
+        None => fmt_layer(format).with_filter(log_filter()).boxed(),
+    }
 }
 
 /// The log's lines on stderr, redacted: text (colours only on a terminal) or JSON.
