@@ -174,23 +174,16 @@ fn chat(body: &Value) -> Response<Body> {
                 .and_then(|m| m.get("content"))
                 .unwrap_or(&Value::Null),
         );
-        if let Some(call) = text.lines().find_map(|l| l.trim().strip_prefix("CALL ")) {
-            let (name, args) = call
-                .trim()
-                .split_once(char::is_whitespace)
-                .unwrap_or((call.trim(), "{}"));
-            let tools = body
-                .get("tools")
-                .and_then(Value::as_array)
-                .unwrap_or(&empty);
-            let full_name = tools
-                .iter()
-                .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-                .find(|n| *n == name || n.ends_with(name))
-                .unwrap_or(name)
-                .to_string();
+        let tools = body
+            .get("tools")
+            .and_then(Value::as_array)
+            .unwrap_or(&empty);
+        let names = tools
+            .iter()
+            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str));
+        if let Some((full_name, args)) = called_tool(&text, names) {
             let delta = serde_json::json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
-                "id": "call_bench", "type": "function", "function": {"name": full_name, "arguments": args.trim()}}]});
+                "id": "call_bench", "type": "function", "function": {"name": full_name, "arguments": args}}]});
             let frames = vec![
                 chunk(&delta.to_string(), "null"),
                 chunk("{}", "\"tool_calls\""),
@@ -199,22 +192,47 @@ fn chat(body: &Value) -> Response<Body> {
             return sse(futures::stream::iter(frames));
         }
     }
-    // The text stream: each delta is stamped when it is handed to hyper. Delta `i` is due at
-    // `start + i × delay` on the stream's own schedule: a delta sent late does not push the next
-    // ones back, so streams that started at different moments do not drift into step with each
-    // other (relative sleeps did: after any hiccup, every late stream re-armed in the same
-    // millisecond, and the whole machine then saw all streams' deltas as one burst).
     let stream = async_stream::stream! {
-        let start = tokio::time::Instant::now();
         yield chunk(r#"{"role":"assistant","content":""}"#, "null");
-        for i in 0..deltas {
-            if i > 0 && !delay.is_zero() {
-                tokio::time::sleep_until(start + delay * i as u32).await;
-            }
-            yield chunk(&format!("{{\"content\":\"@T{} \"}}", now_micros()), "null");
+        for await stamp in stamps(deltas, delay) {
+            yield chunk(&format!("{{\"content\":\"{stamp}\"}}"), "null");
         }
         yield chunk("{}", "\"stop\"");
         yield Bytes::from_static(b"data: [DONE]\n\n");
     };
     sse(stream)
+}
+
+/// `(tool, arguments)` of the first `CALL <tool> <json>` line of `text`: the first of `tools`
+/// named `<tool>` or ending with it (a gateway's prefixed name), else `<tool>` as written.
+pub fn called_tool<'a>(
+    text: &str,
+    mut tools: impl Iterator<Item = &'a str>,
+) -> Option<(String, String)> {
+    let call = text.lines().find_map(|l| l.trim().strip_prefix("CALL "))?;
+    let (name, args) = call
+        .trim()
+        .split_once(char::is_whitespace)
+        .unwrap_or((call.trim(), "{}"));
+    let full = tools
+        .find(|n| *n == name || n.ends_with(name))
+        .unwrap_or(name);
+    Some((full.to_string(), args.trim().to_string()))
+}
+
+/// A text stream's deltas, `@T<µs> ` each, stamped when it is handed on. Delta `i` is due at
+/// `start + i × delay` on the stream's own schedule: a delta sent late does not push the next
+/// ones back, so streams that started at different moments do not drift into step with each
+/// other (relative sleeps did: after any hiccup, every late stream re-armed in the same
+/// millisecond, and the whole machine then saw all streams' deltas as one burst).
+pub fn stamps(deltas: usize, delay: Duration) -> impl futures::Stream<Item = String> {
+    async_stream::stream! {
+        let start = tokio::time::Instant::now();
+        for i in 0..deltas {
+            if i > 0 && !delay.is_zero() {
+                tokio::time::sleep_until(start + delay * i as u32).await;
+            }
+            yield format!("@T{} ", now_micros());
+        }
+    }
 }

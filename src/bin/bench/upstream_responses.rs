@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::upstream::{Body, now_micros, options, sse, text_of};
+use crate::upstream::{Body, called_tool, now_micros, options, sse, stamps, text_of};
 
 /// Responses numbered within this process (every id is unique: gateways key what they store by
 /// the upstream's ids).
@@ -70,19 +70,12 @@ fn wanted_call(body: &Value) -> Option<(String, String)> {
         }
         _ => return None,
     };
-    let call = text.lines().find_map(|l| l.trim().strip_prefix("CALL "))?;
-    let (name, args) = call
-        .trim()
-        .split_once(char::is_whitespace)
-        .unwrap_or((call.trim(), "{}"));
     let tools = body.get("tools").and_then(Value::as_array);
-    let full = tools
+    let names = tools
         .into_iter()
         .flatten()
-        .filter_map(|t| t.get("name").and_then(Value::as_str))
-        .find(|n| *n == name || n.ends_with(name))
-        .unwrap_or(name);
-    Some((full.to_string(), args.trim().to_string()))
+        .filter_map(|t| t.get("name").and_then(Value::as_str));
+    called_tool(&text, names)
 }
 
 /// `POST /v1/responses`: the stamped text stream, or one function call.
@@ -129,7 +122,6 @@ fn text_stream(body: &Value, r: Value, head: [Bytes; 2], id: &str) -> hyper::Res
     let (deltas, delay) = options(model);
     let msg = format!("msg_{}", id.trim_start_matches("resp_"));
     let stream = async_stream::stream! {
-        let start = tokio::time::Instant::now();
         for f in head {
             yield f;
         }
@@ -138,13 +130,11 @@ fn text_stream(body: &Value, r: Value, head: [Bytes; 2], id: &str) -> hyper::Res
         let part = json!({"type": "output_text", "text": "", "annotations": [], "logprobs": []});
         yield frame(json!({"type": "response.content_part.added", "item_id": msg, "output_index": 0, "content_index": 0, "part": part}), 3);
         let mut text = String::with_capacity(deltas * 20);
-        for i in 0..deltas {
-            if i > 0 && !delay.is_zero() {
-                tokio::time::sleep_until(start + delay * i as u32).await;
-            }
-            let d = format!("@T{} ", now_micros());
+        let mut i = 0;
+        for await d in stamps(deltas, delay) {
             text.push_str(&d);
             yield delta_frame(&msg, 4 + i, &d);
+            i += 1;
         }
         let seq = 4 + deltas;
         yield frame(json!({"type": "response.output_text.done", "item_id": msg, "output_index": 0, "content_index": 0, "text": text, "logprobs": []}), seq);
