@@ -241,7 +241,15 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
             }
             // The run viewer's JSON (SPEC §17), the key's tenant's only.
             None if ui::is_api(&path) => {
-                ui::api(&app, &access.tenant, &method, &path, req.uri().query()).await
+                ui::api(
+                    &app,
+                    &access.tenant,
+                    access.operator,
+                    &method,
+                    &path,
+                    req.uri().query(),
+                )
+                .await
             }
             None => Err(ApiError::not_found_route(&method, &path)),
         },

@@ -6,22 +6,27 @@
 //! - `GET /ui/assets/{file}`: the pages' CSS and scripts.
 //! - `GET /ui/api/runs?status=&model=&after=&limit=`: run summaries, newest first.
 //! - `GET /ui/api/runs/{id}`: one run's summary, with `turns` (each model turn's usage, kept by
-//!   the store when the run ended; null before, or for a recording) and `input_items` (where the
-//!   public API lists its input; null for a recording); `GET /ui/api/runs/{id}/log`: its event log as
+//!   the store when the run ended; null before, or for a recording) and `input_items` (where its
+//!   input is listed; null for a recording); `GET /ui/api/runs/{id}/log`: its event log as
 //!   `logs export` writes it (JSON Lines, `{"offset_ms":N,"event":{...}}`), what is kept so far
 //!   for a run still going (the page then tails `GET /v1/responses/{id}?stream=true`).
+//! - `GET /ui/api/runs/{id}/input_items` and `GET /ui/api/runs/{id}/stream?starting_after=`: the
+//!   public API's input list and re-stream of the run, for the tenant the viewer reads (what an
+//!   operator's page reads for another tenant's run).
+//! - Every read takes `tenant=NAME` from an operator's key (`operator = true`): it then reads that
+//!   tenant's data instead of the key's own. Any other key naming a tenant is refused (400).
 //!
 //! Invariants: pages and assets hold no data and need no key (with relay keys the page asks for
-//! one and sends it as a bearer); every `/ui/api/` answer is the key's tenant's only. Every page
-//! is served with a Content-Security-Policy allowing this origin alone, so nothing on a page can
-//! load from or talk to any other host.
+//! one and sends it as a bearer); every `/ui/api/` answer is the key's tenant's only, or for an
+//! operator's key the tenant it names. Every page is served with a Content-Security-Policy
+//! allowing this origin alone, so nothing on a page can load from or talk to any other host.
 
 use hyper::{Method, Response, StatusCode, header};
 use serde_json::{Value, json};
 
 use super::responses::Query;
 use super::{ApiError, Body, full, json_response};
-use crate::api::Response as ApiResponse;
+use crate::api::{FieldError, Response as ApiResponse};
 use crate::app::App;
 use crate::store::{RunQuery, Tenant};
 
@@ -131,18 +136,24 @@ pub fn template(path: &str) -> &'static str {
         ["runs"] => "/ui/api/runs",
         ["runs", _] => "/ui/api/runs/{id}",
         ["runs", _, "log"] => "/ui/api/runs/{id}/log",
+        ["runs", _, "input_items"] => "/ui/api/runs/{id}/input_items",
+        ["runs", _, "stream"] => "/ui/api/runs/{id}/stream",
         _ => "/ui/api/(no route)",
     }
 }
 
-/// Answers a `/ui/api/` request of `tenant`.
+/// Answers a `/ui/api/` request of a key of `own` tenant (`operator`: an operator's key, which
+/// may name another tenant with `tenant=`).
 pub async fn api(
     app: &App,
-    tenant: &Tenant,
+    own: &Tenant,
+    operator: bool,
     method: &Method,
     path: &str,
     query: Option<&str>,
 ) -> Result<Response<Body>, ApiError> {
+    let chosen = chosen_tenant(operator, query)?;
+    let tenant = chosen.as_ref().unwrap_or(own);
     let rest = path.strip_prefix(API_PREFIX).unwrap_or("");
     match (method, rest.split('/').collect::<Vec<_>>().as_slice()) {
         (&Method::GET, ["runs"]) => list(app, tenant, query).await,
@@ -154,7 +165,11 @@ pub async fn api(
                 .ok_or_else(|| ApiError::response_not_found(id))?;
             let entries = visible_log(app, tenant, id).await?;
             let mut summary = summary(&response, &offsets(&entries));
-            summary["input_items"] = json!(format!("/v1/responses/{id}/input_items"));
+            // Another tenant's input is not the public API's to list for this key.
+            summary["input_items"] = json!(match &chosen {
+                None => format!("/v1/responses/{id}/input_items"),
+                Some(t) => format!("{API_PREFIX}runs/{id}/input_items?tenant={}", t.as_str()),
+            });
             summary["turns"] = json!(app.store().turns(tenant, id).await?);
             Ok(json_response(StatusCode::OK, summary.to_string()))
         }
@@ -167,8 +182,41 @@ pub async fn api(
             }
             Ok(jsonl(id, body))
         }
+        (&Method::GET, ["runs", id, "input_items"]) if !id.is_empty() => {
+            super::responses::input_items(app, tenant, id, query).await
+        }
+        (&Method::GET, ["runs", id, "stream"]) if !id.is_empty() => {
+            // `GET /v1/responses/{id}?stream=true`: the first `stream` of a query is the one read.
+            let query = format!("stream=true&{}", query.unwrap_or(""));
+            super::responses::get(app, tenant, id, Some(&query)).await
+        }
         _ => Err(ApiError::not_found_route(method, path)),
     }
+}
+
+/// The tenant a query's `tenant=NAME` chooses (`None`: the key's own; an empty value is none).
+/// Only an operator's key may choose one, and only a name a tenant may have.
+fn chosen_tenant(operator: bool, query: Option<&str>) -> Result<Option<Tenant>, ApiError> {
+    let q = Query::parse(query);
+    let Some(name) = q.get("tenant").filter(|t| !t.is_empty()) else {
+        return Ok(None);
+    };
+    if !operator {
+        return Err(ApiError::invalid(FieldError::new(
+            "tenant",
+            "Only an operator's key may choose the tenant ('tenant'): this key reads its own \
+             tenant's runs.",
+        )));
+    }
+    if !crate::config::valid_tenant(name) {
+        return Err(super::responses::bad_query(
+            "tenant",
+            format!(
+                "Invalid value for 'tenant': '{name}' (expected 1 to 64 of a-z, A-Z, 0-9, '-', '_', '.')."
+            ),
+        ));
+    }
+    Ok(Some(Tenant::new(name)))
 }
 
 /// An event log as JSON Lines, named for download as `{id}.jsonl`.

@@ -277,6 +277,174 @@ async fn with_relay_keys_pages_are_open_and_the_listing_is_the_keys_tenants_only
     }
 }
 
+/// A relay with keys of tenants `team-a` and `team-b` and an operator's key of tenant `ops`, with
+/// one run made by each (returned in that order).
+async fn relay_with_an_operator() -> (fake_upstream::FakeUpstream, Relay, [String; 3]) {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.keys = vec![
+        KeyEntry::of_tenant("key-a", "team-a"),
+        KeyEntry::of_tenant("key-b", "team-b"),
+        KeyEntry {
+            operator: true,
+            ..KeyEntry::of_tenant("key-op", "ops")
+        },
+    ];
+    let relay = relay(c).await;
+    let mut made = Vec::new();
+    for key in ["key-a", "key-b", "key-op"] {
+        let (status, run) = call(
+            &relay.url("/v1/responses"),
+            Some(key),
+            Some(&json!({"model": "fake-model", "input": format!("made with {key}")})),
+        )
+        .await;
+        assert_eq!(status, 200, "{run}");
+        made.push(run["id"].as_str().unwrap().to_string());
+    }
+    (up, relay, made.try_into().unwrap())
+}
+
+#[tokio::test]
+async fn an_operators_key_reads_the_tenant_it_names_and_its_own_without_one() {
+    let (_up, relay, [_a, b, op]) = relay_with_an_operator().await;
+    let op_key = Some("key-op");
+    let (status, theirs) = call(&relay.url("/ui/api/runs?tenant=team-b"), op_key, None).await;
+    assert_eq!(status, 200, "{theirs}");
+    assert_eq!(ids(&theirs), [b.as_str()], "team B's runs only");
+    let (_, mine) = call(&relay.url("/ui/api/runs"), op_key, None).await;
+    assert_eq!(
+        ids(&mine),
+        [op.as_str()],
+        "without tenant=, its own tenant's"
+    );
+    let (_, empty) = call(&relay.url("/ui/api/runs?tenant="), op_key, None).await;
+    assert_eq!(ids(&empty), [op.as_str()], "an empty tenant= is no choice");
+    let (_, filtered) = call(
+        &relay.url("/ui/api/runs?tenant=team-b&status=completed&model=fake-model"),
+        op_key,
+        None,
+    )
+    .await;
+    assert_eq!(ids(&filtered), [b.as_str()], "with the other filters");
+
+    // One run of team B: its summary, its log, its input and its re-stream.
+    let (status, summary) = call(
+        &relay.url(&format!("/ui/api/runs/{b}?tenant=team-b")),
+        op_key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{summary}");
+    assert_eq!(summary["status"], "completed");
+    let input_items = summary["input_items"].as_str().unwrap();
+    assert_eq!(
+        input_items,
+        format!("/ui/api/runs/{b}/input_items?tenant=team-b"),
+        "its input is listed for the tenant the viewer reads"
+    );
+    let (status, input) = call(
+        &relay.url(&format!("{input_items}&order=asc")),
+        op_key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{input}");
+    assert!(
+        input["data"][0]["content"][0]["text"] == "made with key-b",
+        "{input}"
+    );
+    let (status, _, log) = text(
+        &relay.url(&format!("/ui/api/runs/{b}/log?tenant=team-b")),
+        op_key,
+    )
+    .await;
+    assert_eq!(status, 200, "{log}");
+    let (_, _, b_log) = text(&relay.url(&format!("/ui/api/runs/{b}/log")), Some("key-b")).await;
+    assert_eq!(log, b_log, "the same log team B's key reads");
+    let (status, headers, sse) = text(
+        &relay.url(&format!(
+            "/ui/api/runs/{b}/stream?tenant=team-b&starting_after=0"
+        )),
+        op_key,
+    )
+    .await;
+    assert_eq!(status, 200, "{sse}");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    assert!(
+        !sse.contains("response.created") && sse.contains("response.completed"),
+        "the log after event 0: {sse}"
+    );
+
+    // Its own run is not team B's, and the public API stays the key's own tenant's.
+    let (status, _) = call(
+        &relay.url(&format!("/ui/api/runs/{op}?tenant=team-b")),
+        op_key,
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+    let (status, _) = call(&relay.url(&format!("/v1/responses/{b}")), op_key, None).await;
+    assert_eq!(status, 404, "tenant= is the viewer's only");
+    let (status, own) = call(&relay.url(&format!("/ui/api/runs/{op}")), op_key, None).await;
+    assert_eq!(status, 200, "{own}");
+    assert_eq!(
+        own["input_items"],
+        format!("/v1/responses/{op}/input_items")
+    );
+}
+
+#[tokio::test]
+async fn a_key_that_is_not_an_operators_naming_a_tenant_is_a_400_naming_tenant() {
+    let (_up, relay, [a, b, _op]) = relay_with_an_operator().await;
+    for path in [
+        "/ui/api/runs?tenant=team-b".to_string(),
+        format!("/ui/api/runs/{b}?tenant=team-b"),
+        format!("/ui/api/runs/{b}/log?tenant=team-b"),
+        format!("/ui/api/runs/{b}/input_items?tenant=team-b"),
+        format!("/ui/api/runs/{b}/stream?tenant=team-b"),
+        // Naming its own tenant is no different.
+        "/ui/api/runs?tenant=team-a".to_string(),
+    ] {
+        let (status, body) = call(&relay.url(&path), Some("key-a"), None).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(body["error"]["type"], "invalid_request_error", "{path}");
+        assert_eq!(body["error"]["param"], "tenant", "{path}");
+        assert!(error_message(&body).contains("operator"), "{path}: {body}");
+    }
+    // An empty filter is no choice: the key's own runs, as before.
+    let (status, mine) = call(&relay.url("/ui/api/runs?tenant="), Some("key-a"), None).await;
+    assert_eq!(status, 200, "{mine}");
+    assert_eq!(ids(&mine), [a]);
+}
+
+#[tokio::test]
+async fn a_tenant_name_no_tenant_may_have_is_a_400_naming_tenant() {
+    let (_up, relay, _) = relay_with_an_operator().await;
+    let long = "t".repeat(65);
+    for name in ["team%2Fb", "team%20b", "caf%C3%A9", long.as_str()] {
+        let path = format!("/ui/api/runs?tenant={name}");
+        let (status, body) = call(&relay.url(&path), Some("key-op"), None).await;
+        assert_eq!(status, 400, "{path}: {body}");
+        assert_eq!(body["error"]["param"], "tenant", "{path}");
+        assert_eq!(body["error"]["code"], "invalid_value", "{path}");
+    }
+    // A well-formed name of no configured tenant is simply one with no runs.
+    let (status, none) = call(
+        &relay.url("/ui/api/runs?tenant=nobody"),
+        Some("key-op"),
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{none}");
+    assert_eq!(ids(&none), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn the_demo_runs_an_agent_run_prints_its_events_and_serves_its_viewer() {
     use std::io::{BufRead, BufReader};

@@ -3,7 +3,8 @@
 Every process is started here from RELAY_BIN_DIR (default target/debug; scripts/conformance/run.sh
 passes it), on 127.0.0.1 with port 0: the fake upstream (scripted model), the rmcp MCP test server,
 a relay with it registered as `tools` (and loopback allowed, for servers added by URL), a relay
-with two relay keys (tenants `team-a`, `team-b`), and chromium itself (cdp.py). Logs go to
+with two relay keys (tenants `team-a`, `team-b`), a relay with `[[keys]]` of tenants `team-a`,
+`team-b` and an operator's key (tenant `ops`), and chromium itself (cdp.py). Logs go to
 CONFORMANCE_LOG_DIR (default a temp dir). RELAY_SCREENSHOT_DIR, when set, receives the README's
 screenshot of the run page (scripts/screenshot.sh sets it to docs/).
 """
@@ -26,7 +27,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from cdp import Browser  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
-KEY_A, KEY_B = "browser-key-a", "browser-key-b"
+KEY_A, KEY_B, KEY_OP = "browser-key-a", "browser-key-b", "browser-key-operator"
 
 
 def bin_dir() -> pathlib.Path:
@@ -102,10 +103,10 @@ def servers():
     upstream.stop()
 
 
-def start_relay(name: str, servers: dict, *extra: str) -> Proc:
+def start_relay(name: str, servers: dict, *extra: str, toml_extra: str = "") -> Proc:
     toml = LOGS / f"{name}.toml"
     toml.write_text(f'[mcp_servers.tools]\nurl = "{servers["mcp"]}"\ndescription = "The rmcp test server"\n'
-                    'require_approval = "never"\n')
+                    'require_approval = "never"\n' + toml_extra)
     return Proc(name, [str(bin_dir() / "responses-relay"), "serve", "--listen", "127.0.0.1:0",
                        "--upstream-url", servers["upstream"], "--store", "memory", "--config", str(toml),
                        "--mcp-allow-private-networks", *extra])
@@ -121,6 +122,15 @@ def relay(servers):
 @pytest.fixture(scope="session")
 def keyed_relay(servers):
     p = start_relay("relay-keyed", servers, "--api-key", KEY_A, "--api-key", KEY_B)
+    yield p
+    p.stop()
+
+
+@pytest.fixture(scope="session")
+def operator_relay(servers):
+    keys = "".join(f'\n[[keys]]\nkey = "{key}"\ntenant = "{tenant}"\n' + ("operator = true\n" if tenant == "ops" else "")
+                   for key, tenant in ((KEY_A, "team-a"), (KEY_B, "team-b"), (KEY_OP, "ops")))
+    p = start_relay("relay-operator", servers, toml_extra=keys)
     yield p
     p.stop()
 

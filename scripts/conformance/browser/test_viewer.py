@@ -11,7 +11,7 @@ import json
 import pathlib
 import time
 
-from conftest import KEY_A, KEY_B, LOGS, Proc, bin_dir, call
+from conftest import KEY_A, KEY_B, KEY_OP, LOGS, Proc, bin_dir, call
 
 CARDS = "[...document.querySelectorAll('#timeline > li')]"
 
@@ -173,6 +173,37 @@ def test_with_relay_keys_the_page_asks_for_one_and_shows_only_its_tenants_runs(k
     # The browser logs the answers it was refused (401 before the key, 404 for team B's run).
     errors = [e for e in page.errors() if not ("status of 401" in e or "status of 404" in e)]
     assert not errors, errors
+
+
+def test_an_operators_tenant_filter_lists_that_tenants_runs_and_its_run_pages_read_them(operator_relay, page):
+    base = operator_relay.base
+    theirs = create(base, {"model": "fake-model", "input": "team b asks"}, key=KEY_B)
+    create(base, {"model": "fake-model", "input": "team a asks"}, key=KEY_A)
+    mine = create(base, {"model": "fake-model", "input": "the operator asks"}, key=KEY_OP)
+    # The operator's key, as the key form would keep it, before any page of the relay loads.
+    page.send("Page.addScriptToEvaluateOnNewDocument",
+              {"source": f"sessionStorage.setItem('responses-relay-key', {json.dumps(KEY_OP)})"})
+    rows = "[...document.querySelectorAll('#runs tr')].map(r => r.dataset.run)"
+    page.goto(base + "/ui/")
+    assert page.wait(f"document.querySelectorAll('#runs tr').length > 0 && {rows}") == [mine["id"]], \
+        "an empty Tenant filter: the key's own tenant's runs"
+    assert page.eval("document.getElementById('f-tenant').labels[0].innerText.trim()") == "Tenant"
+    page.eval("document.getElementById('f-tenant').value = 'team-b'; document.getElementById('filters').requestSubmit()")
+    shown = page.wait(f"(ids => ids.length > 0 && !ids.includes({json.dumps(mine['id'])}) && ids)({rows})")
+    assert shown == [theirs["id"]]
+    assert page.eval("location.search") == "?tenant=team-b", "the filter is kept in the page's URL"
+    # The run's link carries the tenant, and its page reads that tenant's run, input included.
+    page.eval(f"document.querySelector('#runs tr[data-run=\"{theirs['id']}\"] a').click()")
+    page.wait(f"location.pathname === '/ui/runs/{theirs['id']}' && location.search === '?tenant=team-b' && {CARDS}.length === 1",
+              what="team B's run page")
+    assert "team b asks" in page.wait("document.querySelector('#input .card.message')?.innerText")
+    assert page.eval("document.querySelector('#summary .status').innerText") == "completed"
+    assert page.eval("document.querySelector('nav a').getAttribute('href')") == "/ui/?tenant=team-b"
+    # The list's address with the filter shows it again.
+    page.goto(base + "/ui/?tenant=team-b")
+    assert page.wait(f"document.getElementById('f-tenant').value === 'team-b' && document.querySelectorAll('#runs tr').length > 0 && {rows}") \
+        == [theirs["id"]]
+    clean(page, base)
 
 
 def test_replay_file_serves_the_viewer_for_its_recording(relay, page, tmp_path):

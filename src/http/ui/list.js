@@ -1,5 +1,7 @@
 // The list page: one page of the tenant's runs from /ui/api/runs, filtered by status and model,
-// paged with `after` (Older) and a stack of earlier cursors (Newer).
+// paged with `after` (Older) and a stack of earlier cursors (Newer). The Tenant filter (for an
+// operator's key: another tenant's runs) is sent as `tenant=`, kept in the page's URL and carried
+// by the links to each run's page.
 "use strict";
 
 (() => {
@@ -11,8 +13,10 @@
     const params = new URLSearchParams();
     const s = document.getElementById("f-status").value;
     const m = document.getElementById("f-model").value.trim();
+    const t = tenant();
     if (s) params.set("status", s);
     if (m) params.set("model", m);
+    if (t) params.set("tenant", t);
     if (after) params.set("after", after);
     params.set("limit", "25");
     const message = document.getElementById("list-message");
@@ -25,8 +29,8 @@
       message.textContent = e.status === 401 ? "No runs shown without a key." : "Could not list runs: " + e.message;
       return;
     }
-    message.textContent = page.data.length ? "" : "No runs" + (s || m ? " match these filters." : " yet.");
-    body.replaceChildren(...page.data.map(row));
+    message.textContent = page.data.length ? "" : "No runs" + (s || m || t ? " match these filters." : " yet.");
+    body.replaceChildren(...page.data.map((r) => row(r, t)));
     const models = document.getElementById("models");
     const known = new Set([...models.options].map((o) => o.value));
     for (const r of page.data) if (!known.has(r.model)) { models.append(el("option", { value: r.model })); known.add(r.model); }
@@ -35,10 +39,21 @@
     document.getElementById("newer").disabled = cursors.length === 0;
   }
 
-  function row(r) {
+  /** The Tenant filter: empty for the key's own tenant. */
+  function tenant() { return document.getElementById("f-tenant").value.trim(); }
+
+  /** The page's URL keeps the Tenant filter (`?tenant=`), so a reload or a shared link shows it. */
+  function keepInUrl(t) {
+    const url = new URL(location.href);
+    if (t) url.searchParams.set("tenant", t); else url.searchParams.delete("tenant");
+    history.replaceState(null, "", url.pathname + url.search + url.hash);
+  }
+
+  function row(r, t) {
     const u = r.usage;
+    const href = "/ui/runs/" + encodeURIComponent(r.id) + (t ? "?tenant=" + encodeURIComponent(t) : "");
     return el("tr", { "data-run": r.id },
-      el("td", {}, el("a", { href: "/ui/runs/" + encodeURIComponent(r.id), class: "mono" }, r.id)),
+      el("td", {}, el("a", { href, class: "mono" }, r.id)),
       el("td", {}, status(r.status)),
       el("td", { class: "mono" }, r.model),
       el("td", {}, when(r.created_at)),
@@ -50,8 +65,9 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    document.getElementById("f-tenant").value = new URLSearchParams(location.search).get("tenant") || "";
     document.getElementById("filters").addEventListener("submit", (ev) => {
-      ev.preventDefault(); cursors.length = 0; after = ""; load();
+      ev.preventDefault(); cursors.length = 0; after = ""; keepInUrl(tenant()); load();
     });
     document.getElementById("older").addEventListener("click", (ev) => {
       cursors.push(after); after = ev.target.dataset.next; load();

@@ -1,11 +1,22 @@
 // The run page: reads the run's log from /ui/api/runs/{id}/log, shows its timeline, usage and
 // raw events (runs of deltas folded with a count), tails the public stream while the run goes
-// on, replays the log at a chosen speed, and downloads what `logs export` writes.
+// on, replays the log at a chosen speed, and downloads what `logs export` writes. With `?tenant=`
+// in the page's URL (an operator's key reading another tenant's run), every read names it and goes
+// through /ui/api/, the public API's routes being the key's own tenant's.
 "use strict";
 
 (() => {
   const { el, ms, when, status } = RR;
   const id = decodeURIComponent(location.pathname.split("/").pop());
+  const tenant = new URLSearchParams(location.search).get("tenant") || "";
+
+  /** `path` with the page's `tenant=` added to its query (unchanged without one). */
+  function scoped(path) {
+    if (!tenant) return path;
+    return path + (path.includes("?") ? "&" : "?") + "tenant=" + encodeURIComponent(tenant);
+  }
+  /** A run page's address, carrying the page's tenant. */
+  function runPage(runId) { return scoped("/ui/runs/" + encodeURIComponent(runId)); }
   let log = [];           // [{offset_ms, event}] as exported, then as tailed
   let timeline, replayTimer = null;
 
@@ -18,7 +29,7 @@
     const rows = [["Status", status(r.status)], ["Model", r.model], ["Created", when(r.created_at)],
       ["Duration", end ? ms(end.offset_ms) : "running"], ["First token", ms(first ? first.offset_ms : null)],
       ["Tool calls", String(calls)], ["Events", String(entries.length)], ["Error", err || "—"]];
-    if (r.previous_response_id) rows.push(["Previous", el("a", { href: "/ui/runs/" + encodeURIComponent(r.previous_response_id) }, r.previous_response_id)]);
+    if (r.previous_response_id) rows.push(["Previous", el("a", { href: runPage(r.previous_response_id) }, r.previous_response_id)]);
     document.getElementById("summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "Error" && err ? "error" : "" }, v)]));
   }
 
@@ -96,7 +107,9 @@
     live.hidden = false;
     const base = log.length ? log[log.length - 1].offset_ms : 0, started = Date.now();
     const after = log.length ? log[log.length - 1].event.sequence_number : -1;
-    const url = "/v1/responses/" + encodeURIComponent(id) + "?stream=true" + (after >= 0 ? "&starting_after=" + after : "");
+    const from = after >= 0 ? "starting_after=" + after : "";
+    const url = tenant ? scoped("/ui/api/runs/" + encodeURIComponent(id) + "/stream" + (from ? "?" + from : ""))
+      : "/v1/responses/" + encodeURIComponent(id) + "?stream=true" + (from ? "&" + from : "");
     try {
       const r = await RR.check(await fetch(url, { headers: RR.headers() }));
       await RR.readSse(r, (_type, event) => {
@@ -138,18 +151,18 @@
   /** The run's input items (the public input_items list), oldest first (none for a recording),
    *  and its model turns' usage. */
   async function input(retries) {
-    const run = await RR.getJson("/ui/api/runs/" + encodeURIComponent(id));
+    const run = await RR.getJson(scoped("/ui/api/runs/" + encodeURIComponent(id)));
     if (run.turns) { turnUsage = run.turns; usage(timeline.response); }
     // The store keeps the turns just after the run's end is shown: ask again shortly.
     else if (run.input_items && finished() && retries > 0) setTimeout(() => input(retries - 1).catch(() => {}), 250);
     if (!run.input_items) return; // a recording served by `replay FILE` keeps no input
-    const page = await RR.getJson(run.input_items + "?order=asc&limit=100");
+    const page = await RR.getJson(run.input_items + (run.input_items.includes("?") ? "&" : "?") + "order=asc&limit=100");
     document.getElementById("input").replaceChildren(...page.data.map((item) => RR.card(item)));
     document.getElementById("input-section").hidden = page.data.length === 0;
   }
 
   async function download() {
-    const text = await RR.getText("/ui/api/runs/" + encodeURIComponent(id) + "/log");
+    const text = await RR.getText(scoped("/ui/api/runs/" + encodeURIComponent(id) + "/log"));
     const url = URL.createObjectURL(new Blob([text], { type: "application/jsonl" }));
     const a = el("a", { href: url, download: id + ".jsonl" });
     document.body.append(a); a.click(); a.remove();
@@ -158,6 +171,12 @@
 
   document.addEventListener("DOMContentLoaded", async () => {
     document.getElementById("run-id").textContent = id;
+    if (tenant) {
+      // Back to the list of the same tenant's runs.
+      document.querySelector("nav a[href='/ui/']").href = "/ui/?tenant=" + encodeURIComponent(tenant);
+      document.getElementById("run-tenant").textContent = "tenant " + tenant;
+      document.getElementById("run-tenant").hidden = false;
+    }
     document.title = id + " · responses-relay";
     timeline = new RR.Timeline(document.getElementById("timeline"));
     document.getElementById("replay").addEventListener("submit", (ev) => {
@@ -166,7 +185,7 @@
     document.getElementById("replay-stop").addEventListener("click", () => { stopReplay(); showAll(); });
     document.getElementById("download").addEventListener("click", download);
     try {
-      log = RR.parseJsonl(await RR.getText("/ui/api/runs/" + encodeURIComponent(id) + "/log"));
+      log = RR.parseJsonl(await RR.getText(scoped("/ui/api/runs/" + encodeURIComponent(id) + "/log")));
     } catch (e) {
       document.getElementById("run-message").textContent = e.status === 401 ? "No run shown without a key." : e.message;
       return;
