@@ -4,7 +4,7 @@
 //!
 //! - [`demo`]: `responses-relay demo`, the scripted peers of `relay-scripted` and a relay.
 //! - [`server`]: the accept loop (HTTP/1.1 and h2c) and the graceful shutdown.
-//! - [`logs`]: export, timeline and replay of recorded runs.
+//! - [`logs`]: export, timeline and replay of recorded runs; [`usage`]: the usage report.
 //! - [`http`]: routes, handlers, SSE bodies, WebSocket mode, the run viewer, status codes.
 //! - [`run`]: one Response: prepare, the agent loop, the transcoder, the tool calls.
 //! - [`app`]: [`App`], the shared handles every request uses.
@@ -39,6 +39,7 @@ pub mod ssrf;
 pub mod store;
 pub mod telemetry;
 pub mod upstream;
+pub mod usage;
 
 pub use app::App;
 pub use config::Config;

@@ -1,5 +1,5 @@
 //! The `responses-relay` binary: parses the command line, then runs the subcommand (`serve`,
-//! `logs`, `replay`, `demo`); a bad flag value exits 64 naming the flag.
+//! `logs`, `replay`, `demo`, `usage`); a bad flag value exits 64 naming the flag.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -39,6 +39,12 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Demo(args) => demo(args),
         Command::Serve(args) => serve(args),
+        Command::Usage(args) => usage(
+            &args.store,
+            args.tenant.as_deref(),
+            &args.since,
+            args.json(),
+        ),
     }
 }
 
@@ -221,6 +227,64 @@ fn logs(cmd: LogsCommand) -> ExitCode {
         },
     };
     match written {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `usage`: runs, tokens and MCP calls per tenant, UTC day and model, read from a relay's store
+/// (running or stopped) without opening it as a relay does.
+fn usage(
+    store: &responses_relay::config::StoreKind,
+    tenant: Option<&str>,
+    since: &responses_relay::store::usage::Since,
+    json: bool,
+) -> ExitCode {
+    use responses_relay::config::StoreKind;
+    use responses_relay::store::{StoreError, Tenant};
+    if let StoreKind::Sqlite(path) = store
+        && !path.is_file()
+    {
+        eprintln!(
+            "error: invalid value for '--store': 'sqlite:{}': no such database file",
+            path.display()
+        );
+        return ExitCode::from(64);
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let since_day = since.first_day(now);
+    let tenant = tenant.map(Tenant::new);
+    let read = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+        .block_on(responses_relay::store::usage::read(
+            store,
+            tenant.as_ref(),
+            &since_day,
+        ));
+    let rows = match read {
+        Ok(rows) => rows,
+        Err(e @ StoreError::Redis(_)) => {
+            eprintln!("error: invalid value for '--store': {e}");
+            return ExitCode::from(64);
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = if json {
+        responses_relay::usage::json(&rows)
+    } else {
+        responses_relay::usage::text(&rows)
+    };
+    match std::io::stdout().lock().write_all(report.as_bytes()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");

@@ -147,9 +147,11 @@ pub struct RunHandle {
 }
 
 /// A finished run's metrics: its final status, duration, time to its first text delta (from the
-/// log's time offsets) and the tokens the upstream reported.
+/// log's time offsets) and the tokens the upstream reported; and its tenant's usage tally (runs,
+/// tokens, MCP calls), stored or not.
 fn record_end(
     app: &App,
+    tenant: &Tenant,
     model: &str,
     log: &RunLog,
     took: std::time::Duration,
@@ -171,6 +173,13 @@ fn record_end(
         .offset_of_first("response.output_text.delta")
         .map(std::time::Duration::from_millis);
     let usage = response.usage.unwrap_or_default();
+    let mcp_calls = response
+        .output
+        .iter()
+        .filter(|o| matches!(o, crate::api::response::OutputItem::McpCall(_)))
+        .count();
+    app.store()
+        .tally(tenant, response.created_at, model, &usage, mcp_calls as u64);
     let status = serde_json::to_value(response.status)
         .ok()
         .and_then(|v| v.as_str().map(str::to_string))
@@ -244,6 +253,7 @@ pub fn start_driven(
     let prepared_span = prepared.span.clone();
     // The run's log lines carry the request's span (its request id), whoever reads the run.
     let model = prepared.request.model.clone();
+    let tenant = prepared.tenant.clone();
     let span = prepared.span.clone();
     // Boxed: awaited inside this block, it would be kept twice (as the block's capture and as
     // the future awaited).
@@ -253,7 +263,7 @@ pub fn start_driven(
         let started = std::time::Instant::now();
         drive.await;
         drop(counted);
-        record_end(&app, &model, &log, started.elapsed(), &span);
+        record_end(&app, &tenant, &model, &log, started.elapsed(), &span);
         drop(permit);
     };
     // The run's log lines carry the request's span; the trace spans it makes are inside its

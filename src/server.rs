@@ -1,5 +1,6 @@
 //! The accept loop: HTTP/1.1 and h2c on one listener, graceful shutdown that first ends every
-//! run (each stream gets its terminal event), then waits a bounded time for connections to close.
+//! run (each stream gets its terminal event), then waits a bounded time for connections to close,
+//! then flushes the store (what it has yet to keep, the usage tallies too).
 //! The binary serves on lanes ([`serve_on_lanes`]): one single-threaded runtime per core, each
 //! connection (and every run it starts) living on one lane, so an event is read, turned into
 //! Responses events and written on one thread, waking no other.
@@ -72,6 +73,8 @@ pub async fn serve_on(listener: TcpListener, app: App, shutdown: impl Future<Out
     }
     drop(listener);
     drain(&app, graceful.shutdown()).await;
+    // What the ended runs left to keep (their usage tallies too) is written before returning.
+    app.store().flush().await;
 }
 
 /// What a serving lane does with the connections it is handed. Made on the lane's own thread, so
@@ -202,6 +205,8 @@ pub async fn serve_on_lanes(
     drop(listener);
     app.shutdown_token().cancel();
     lanes.stop().await;
+    // What the ended runs left to keep (their usage tallies too) is written before returning.
+    app.store().flush().await;
     Ok(())
 }
 

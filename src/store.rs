@@ -1,6 +1,7 @@
 //! Where runs live: live runs in memory (their log, cancel token), and every stored run's
 //! Response, input items and event log in a backend: `memory`, embedded SQLite, or Redis (shared
-//! by several relays: see [`redis`]).
+//! by several relays: see [`redis`]). Every ended run's usage is tallied per tenant, day and
+//! model, in memory, and written to the backend in batches ([`usage`]).
 //!
 //! Invariants: a reader only sees an event once the backend has kept it (the backend's sink
 //! publishes it on the run's log after its commit), so a replay is exactly what live clients got;
@@ -17,6 +18,7 @@ pub mod memory;
 pub mod packed;
 pub mod redis;
 pub mod sqlite;
+pub mod usage;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -209,13 +211,17 @@ pub struct Store {
     conversation_locks: Arc<Mutex<std::collections::HashSet<(Tenant, String)>>>,
     /// Where the backend's reads and deletes are timed, once the app has set it.
     metrics: Option<Arc<crate::metrics::Metrics>>,
+    /// Ended runs' usage, tallied in memory and flushed to the backend in batches.
+    usage: Arc<usage::Tallies>,
 }
 
 impl Store {
     pub fn memory() -> Self {
+        let backend = Backend::Memory(memory::Memory::default());
         Store {
             live: Arc::default(),
-            backend: Backend::Memory(memory::Memory::default()),
+            usage: usage::Tallies::start(backend.clone()),
+            backend,
             ttl: None,
             failures: Arc::default(),
             conversation_locks: Arc::default(),
@@ -232,6 +238,7 @@ impl Store {
         };
         Ok(Store {
             live: Arc::default(),
+            usage: usage::Tallies::start(backend.clone()),
             backend,
             ttl,
             failures: Arc::default(),
@@ -576,8 +583,50 @@ impl Store {
         .await
     }
 
-    /// Waits until everything appended so far is kept (SQLite); at once for memory.
+    /// Tallies an ended run of `tenant` (stored or not): its `usage` and `mcp_calls` go to
+    /// (`tenant`, the UTC day of `created_at`, `model`), in memory until the next flush.
+    pub fn tally(
+        &self,
+        tenant: &Tenant,
+        created_at: i64,
+        model: &str,
+        usage: &Usage,
+        mcp_calls: u64,
+    ) {
+        let tally = usage::Tally {
+            runs: 1,
+            input_tokens: usage.input_tokens,
+            output_tokens: usage.output_tokens,
+            mcp_calls,
+        };
+        self.usage.add(tenant, created_at, model, tally);
+    }
+
+    /// The usage of `tenant` (every tenant's with `None`) from the UTC day `since_day`
+    /// (`YYYY-MM-DD`) on, ordered by tenant, day and model; this relay's tallies are flushed
+    /// first (other relays' sharing a Redis reach it within [`usage::FLUSH_EVERY`]).
+    pub async fn usage(
+        &self,
+        tenant: Option<&Tenant>,
+        since_day: &str,
+    ) -> Result<Vec<usage::UsageRow>, StoreError> {
+        self.usage.flush().await?;
+        self.timed("usage", async {
+            match &self.backend {
+                Backend::Memory(m) => Ok(m.usage(tenant, since_day)),
+                Backend::Sqlite(s) => s.usage(tenant, since_day).await,
+                Backend::Redis(r) => r.usage(tenant, since_day).await,
+            }
+        })
+        .await
+    }
+
+    /// Waits until everything appended so far is kept (SQLite, Redis), the usage tallies
+    /// included; at once for memory.
     pub async fn flush(&self) {
+        if let Err(e) = self.usage.flush().await {
+            tracing::warn!(error = %e, "could not write the usage tallies");
+        }
         match &self.backend {
             Backend::Sqlite(s) => s.flush().await,
             Backend::Redis(r) => r.flush().await,

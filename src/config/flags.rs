@@ -11,6 +11,8 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
+use crate::store::usage::Since;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "responses-relay",
@@ -36,6 +38,61 @@ pub enum Command {
     /// Show the relay at work with no network and no model server: a scripted model, an MCP
     /// test server and a relay on loopback, one agent run printed, then served (with its viewer).
     Demo(DemoArgs),
+    /// Print tokens, runs and MCP calls per tenant, UTC day and model, read from a relay's store
+    /// (an operator's report; the relay may be running or stopped).
+    Usage(UsageArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct UsageArgs {
+    /// The relay's store: `sqlite:PATH` or `redis://[:PASSWORD@]HOST:PORT/DB` (`rediss://` for
+    /// TLS).
+    #[arg(long, value_name = "URL", value_parser = parse_report_store)]
+    pub store: crate::store::StoreKind,
+    /// Only this tenant's usage (every tenant's without it).
+    #[arg(long, value_parser = parse_tenant)]
+    pub tenant: Option<String>,
+    /// From when: `7d` (days ago), `24h` (hours ago: from the UTC day that instant is in), or a
+    /// UTC day `YYYY-MM-DD`.
+    #[arg(long, default_value = "7d", value_parser = Since::parse)]
+    pub since: Since,
+    /// `text`: an aligned table with a total line; `json`: one JSON array of rows.
+    #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+    pub format: ReportFormat,
+}
+
+impl UsageArgs {
+    /// Whether the report is written as JSON.
+    pub fn json(&self) -> bool {
+        self.format == ReportFormat::Json
+    }
+}
+
+/// How `usage` writes its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+}
+
+/// A store `usage` can read: one a relay keeps (a memory store is gone with its relay).
+fn parse_report_store(s: &str) -> Result<crate::store::StoreKind, String> {
+    match crate::store::StoreKind::parse(s)? {
+        crate::store::StoreKind::Memory => Err(format!(
+            "'{s}': a memory store lives and dies with its relay, there is nothing to read: give the relay's 'sqlite:PATH' or 'redis://' store"
+        )),
+        kind => Ok(kind),
+    }
+}
+
+fn parse_tenant(s: &str) -> Result<String, String> {
+    if super::keys::valid_tenant(s) {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "'{s}': a tenant is 1 to 64 of a-z, A-Z, 0-9, '-', '_', '.'"
+        ))
+    }
 }
 
 #[derive(Debug, Args)]

@@ -3,9 +3,10 @@
 //! Invariant: runs and items are keyed by (tenant, id): a lookup of one tenant cannot find
 //! another's.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use super::usage::{Tally, UsageRow};
 use super::{Record, RunQuery, Tenant};
 use crate::api::Response;
 use crate::api::output_as_input;
@@ -33,6 +34,8 @@ struct State {
     items: HashMap<Key, (String, InputItem)>,
     /// (tenant, conversation id) → the conversation and its items in order.
     conversations: HashMap<Key, (Conversation, Vec<InputItem>)>,
+    /// (tenant, day, model) → the usage flushed so far, in the order reads answer in.
+    usage: BTreeMap<(String, String, String), Tally>,
 }
 
 #[derive(Clone, Default)]
@@ -174,6 +177,36 @@ impl Memory {
                 .collect()
         };
         expired.iter().filter(|(t, id)| self.delete(t, id)).count()
+    }
+}
+
+impl Memory {
+    /// Adds flushed usage tallies to those kept.
+    pub fn add_usage(&self, rows: &[UsageRow]) {
+        let mut st = self.state.lock().expect("memory store poisoned");
+        for r in rows {
+            st.usage
+                .entry((r.tenant.clone(), r.day.clone(), r.model.clone()))
+                .or_default()
+                .add(&r.tally);
+        }
+    }
+
+    /// The usage of `tenant` (or every tenant) from `since_day` on, by tenant, day and model.
+    pub fn usage(&self, tenant: Option<&Tenant>, since_day: &str) -> Vec<UsageRow> {
+        let st = self.state.lock().expect("memory store poisoned");
+        st.usage
+            .iter()
+            .filter(|((t, day, _), _)| {
+                tenant.is_none_or(|w| w.as_str() == t) && day.as_str() >= since_day
+            })
+            .map(|((t, day, model), tally)| UsageRow {
+                tenant: t.clone(),
+                day: day.clone(),
+                model: model.clone(),
+                tally: *tally,
+            })
+            .collect()
     }
 }
 

@@ -49,7 +49,7 @@
 //! Here: the [`Redis`] type, opening it, and its reads and deletes. Beside it: `scripts` (every
 //! Lua script), `conn` (the connection), `writer` (the batching writer and packing), `lease`
 //! (ownership, recovery of abandoned runs, cancels across relays), `tail` (live tails),
-//! `kept` (decoding kept logs), `conversations`.
+//! `kept` (decoding kept logs), `conversations`, `usage` (the usage tallies).
 
 mod conn;
 mod conversations;
@@ -57,6 +57,7 @@ mod kept;
 mod lease;
 mod scripts;
 mod tail;
+mod usage;
 mod writer;
 
 use std::collections::HashMap;
@@ -72,6 +73,7 @@ use self::kept::{Kept, fold_entries, kept_of};
 use self::lease::{LEASE_MS, Owned, keep_leases};
 use self::scripts::{DELETE, INSERT, KEEP_TURNS, READ, READ_LOG};
 use self::tail::{TAIL, tail};
+pub use self::usage::usage_at;
 pub use self::writer::Sink;
 use self::writer::{Cmd, write_loop};
 use super::packed;

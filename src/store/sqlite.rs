@@ -25,12 +25,14 @@
 //!
 //! Here: the [`Sqlite`] type, opening a database, recovery at start-up, the checkpointer.
 //! Beside it: `schema` (tables and migrations), `writer` (the writer thread), `journal` (what it
-//! knows of the journal), `reads` (reads and `export`), `conversations`.
+//! knows of the journal), `reads` (reads and `export`), `conversations`, `usage` (the usage
+//! tallies' table).
 
 mod conversations;
 mod journal;
 mod reads;
 mod schema;
+mod usage;
 mod writer;
 
 use std::path::{Path, PathBuf};
@@ -43,6 +45,7 @@ use tokio::sync::oneshot;
 pub use self::reads::export;
 use self::reads::{fold_entries, read_entries};
 use self::schema::{SCHEMA, migrate};
+pub use self::usage::usage_at;
 pub use self::writer::Sink;
 use self::writer::{Cmd, write_loop};
 use super::{Record, StoreError, Tenant, status_of};

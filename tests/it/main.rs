@@ -25,6 +25,7 @@ mod traces;
 mod ui;
 mod upstream_fixtures;
 mod upstreams;
+mod usage;
 mod websocket;
 
 // The test servers, from the workspace crate `relay-scripted` (they are also binaries).

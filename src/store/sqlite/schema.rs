@@ -56,11 +56,23 @@ CREATE TABLE IF NOT EXISTS conversation_items (
     PRIMARY KEY (tenant, conversation_id, seq)
 );
 CREATE INDEX IF NOT EXISTS responses_by_expiry ON responses(expires_at);
+CREATE TABLE IF NOT EXISTS usage (
+    tenant TEXT NOT NULL,
+    day TEXT NOT NULL,
+    model TEXT NOT NULL,
+    runs INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    mcp_calls INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, day, model)
+) WITHOUT ROWID;
 ";
 
 /// A database made before tenants existed: its rows go to the default tenant (`responses` gets
 /// a `tenant` column; `items`, keyed by item id alone, is rebuilt keyed by (tenant, id)); one
-/// made before runs kept their model turns' usage gets a `turns` column (null for its runs).
+/// made before runs kept their model turns' usage gets a `turns` column (null for its runs). One
+/// made before the usage tallies gets the `usage` table from [`SCHEMA`] itself (`IF NOT EXISTS`,
+/// run at every start), empty: runs ended before it are not counted.
 pub(super) fn migrate(c: &Connection) -> Result<(), StoreError> {
     let has = |table: &str, column: &str| -> Result<bool, StoreError> {
         let n: i64 = c.query_row(

@@ -71,6 +71,11 @@ pub(super) enum Cmd {
         tenant: String,
         turns: String,
     },
+    /// Usage tallies to add to the `usage` table; answers once committed (or not).
+    Usage {
+        rows: Vec<crate::store::usage::UsageRow>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
     /// A write to a conversation: answers how many rows it touched (0: no such conversation).
     Conv {
         tenant: String,
@@ -280,6 +285,9 @@ impl Writer {
                 let _ = reply.send(());
             }
             Cmd::Turns { .. } => {}
+            Cmd::Usage { reply, .. } => {
+                let _ = reply.send(result.clone());
+            }
             Cmd::Recovered { reply } => {
                 let _ = reply.send(());
             }
@@ -466,6 +474,7 @@ pub(super) fn apply(
             journal.trimmed_to(0);
         }
         Cmd::Flush { .. } => {}
+        Cmd::Usage { rows, .. } => super::usage::add(tx, rows)?,
         Cmd::Turns { id, tenant, turns } => {
             tx.execute(
                 "UPDATE responses SET turns = ?3 WHERE id = ?1 AND tenant = ?2",
