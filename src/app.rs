@@ -28,6 +28,11 @@ struct Inner {
     /// graceful shutdown waits for them too.
     sockets: tokio_util::task::TaskTracker,
     runs: Arc<tokio::sync::Semaphore>,
+    limiter: crate::limits::Limiter,
+    /// Each limited relay key's account, by the key's SHA-256; and, with no keys, the one
+    /// caller's (if limited).
+    accounts: std::collections::HashMap<[u8; 32], Arc<crate::limits::Account>>,
+    anonymous: Option<Arc<crate::limits::Account>>,
     sealer: Arc<crate::seal::Sealer>,
 }
 
@@ -41,9 +46,17 @@ impl App {
     /// Builds the relay: opens the store (finishing runs a previous process left unfinished) and
     /// starts the retention sweeper.
     pub fn open(config: Config) -> Result<Self, crate::store::StoreError> {
+        Self::open_with_limits_clock(config, crate::limits::Clock::System)
+    }
+
+    /// [`App::open`], the limits reading the time from `clock` (a test's, moved by hand).
+    pub fn open_with_limits_clock(
+        config: Config,
+        clock: crate::limits::Clock,
+    ) -> Result<Self, crate::store::StoreError> {
         let store = crate::store::Store::open(&config.store, config.store_ttl)?;
         let sealer = sealer_for(&config)?;
-        let app = Self::build(config, store, sealer);
+        let app = Self::build(config, store, sealer, clock);
         if app.config().store_ttl.is_some() && tokio::runtime::Handle::try_current().is_ok() {
             let sweeper = app.clone();
             tokio::spawn(async move {
@@ -64,7 +77,12 @@ impl App {
         Ok(app)
     }
 
-    fn build(config: Config, store: Store, sealer: crate::seal::Sealer) -> Self {
+    fn build(
+        config: Config,
+        store: Store,
+        sealer: crate::seal::Sealer,
+        clock: crate::limits::Clock,
+    ) -> Self {
         crate::install_tls();
         let named: Vec<(String, Upstream)> = config
             .upstreams
@@ -103,8 +121,18 @@ impl App {
             named,
             metrics.clone(),
         );
+        let limiter = crate::limits::Limiter::new(
+            store.redis(),
+            clock,
+            config.limits_fail_closed,
+            metrics.clone(),
+        );
+        let (accounts, anonymous) = accounts(&config);
         App {
             inner: Arc::new(Inner {
+                limiter,
+                accounts,
+                anonymous,
                 upstream,
                 store: store.with_metrics(metrics.clone()),
                 metrics,
@@ -169,6 +197,19 @@ impl App {
         self.inner.runs.clone().try_acquire_owned().ok()
     }
 
+    /// The limits' counters.
+    pub fn limiter(&self) -> &crate::limits::Limiter {
+        &self.inner.limiter
+    }
+
+    /// What the key with this SHA-256 is held to (`None`: a relay without keys), if anything.
+    pub fn account(&self, key: Option<&[u8; 32]>) -> Option<Arc<crate::limits::Account>> {
+        match key {
+            Some(k) => self.inner.accounts.get(k).cloned(),
+            None => self.inner.anonymous.clone(),
+        }
+    }
+
     /// Cancelled when the relay shuts down; every run's token is a child of it.
     pub fn shutdown_token(&self) -> &CancellationToken {
         &self.inner.shutdown
@@ -178,6 +219,34 @@ impl App {
     pub fn sockets(&self) -> &tokio_util::task::TaskTracker {
         &self.inner.sockets
     }
+}
+
+/// The accounts of the limited keys (their own limits, their tenant's, the registered servers'
+/// calls per minute), and, without keys, the one caller's (`--key-*`, `[tenants.default]`).
+#[allow(clippy::type_complexity)]
+fn accounts(
+    config: &Config,
+) -> (
+    std::collections::HashMap<[u8; 32], Arc<crate::limits::Account>>,
+    Option<Arc<crate::limits::Account>>,
+) {
+    use crate::limits::Account;
+    let servers = &config.mcp.calls_per_minute;
+    let tenant = |t: &str| config.tenant_limits.get(t).copied().unwrap_or_default();
+    let keyed = config
+        .keys
+        .iter()
+        .filter_map(|k| {
+            let id: String = k.sha256[..8].iter().map(|b| format!("{b:02x}")).collect();
+            let account = Account::new(&id, &k.tenant, k.limits, tenant(&k.tenant), servers)?;
+            Some((k.sha256, Arc::new(account)))
+        })
+        .collect();
+    let anonymous = config.keys.is_empty().then(|| {
+        let t = crate::store::DEFAULT_TENANT;
+        Account::new("anonymous", t, config.bare_key_limits, tenant(t), servers).map(Arc::new)
+    });
+    (keyed, anonymous.flatten())
 }
 
 /// The MCP pool, sending through clients that connect only where the SSRF policies allow: the

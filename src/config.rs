@@ -84,6 +84,12 @@ pub struct Config {
     /// and the key decides the tenant; with none, everything is the one tenant
     /// [`DEFAULT_TENANT`].
     pub keys: Vec<KeyEntry>,
+    /// `[tenants.NAME] limits`: what each tenant's keys share.
+    pub tenant_limits: std::collections::BTreeMap<String, crate::limits::Spec>,
+    /// The `--key-*` limits: every bare key's, and, without keys, the relay's one caller's.
+    pub bare_key_limits: crate::limits::Spec,
+    /// `--limits-fail-closed`: refuse (503) when the limits' counters cannot be reached.
+    pub limits_fail_closed: bool,
     pub upstream_timeouts: Timeouts,
     pub max_body_bytes: usize,
     pub upstream_vision: bool,
@@ -114,6 +120,9 @@ impl Default for Config {
             store: StoreKind::Memory,
             store_ttl: None,
             keys: Vec::new(),
+            tenant_limits: Default::default(),
+            bare_key_limits: Default::default(),
+            limits_fail_closed: false,
             upstream_timeouts: Timeouts {
                 retries: 2,
                 connect: Duration::from_secs(10),
@@ -144,6 +153,7 @@ impl Default for Config {
                 ssrf: crate::ssrf::Policy::strict(),
                 registered: crate::mcp::Registered::default(),
                 web_search: None,
+                calls_per_minute: Vec::new(),
             },
             deterministic: false,
             log_format: LogFormat::Text,
@@ -178,10 +188,12 @@ impl Config {
             .or(f.store.take())
             .unwrap_or_else(|| "sqlite:./relay-data/relay.sqlite3".into());
         c.store = StoreKind::parse(&store).map_err(|m| bad("--store", m))?;
+        c.set_key_limits(a, f)?;
         c.keys = keys::collect(
             std::mem::take(&mut a.api_keys),
             f.api_keys.take(),
             f.keys.take(),
+            c.bare_key_limits,
         )?;
         c.set_upstreams(a, f, explicit_url)?;
         c.set_limits(a, f)?;
@@ -209,6 +221,49 @@ impl Config {
         c.deterministic = env("RELAY_DETERMINISTIC").is_some_and(|v| v == "1");
         c.set_observability(a, f, &env);
         Ok(c)
+    }
+
+    /// The limits of bare keys (`--key-*`), the tenants' (`[tenants.NAME]`), and what a limit
+    /// check does when its counters cannot be reached.
+    fn set_key_limits(
+        &mut self,
+        args: &ServeArgs,
+        file: &mut FileConfig,
+    ) -> Result<(), ConfigError> {
+        let one = |flag: &str, a: Option<i64>, f: Option<i64>| keys::limit(flag, a.or(f));
+        self.bare_key_limits = crate::limits::Spec {
+            requests_per_minute: one(
+                "--key-requests-per-minute",
+                args.key_requests_per_minute,
+                file.key_requests_per_minute,
+            )?,
+            tokens_per_minute: one(
+                "--key-tokens-per-minute",
+                args.key_tokens_per_minute,
+                file.key_tokens_per_minute,
+            )?,
+            tokens_per_day: one(
+                "--key-tokens-per-day",
+                args.key_tokens_per_day,
+                file.key_tokens_per_day,
+            )?,
+            concurrent_runs: one(
+                "--key-concurrent-runs",
+                args.key_concurrent_runs,
+                file.key_concurrent_runs,
+            )?,
+            mcp_calls_per_minute: one(
+                "--key-mcp-calls-per-minute",
+                args.key_mcp_calls_per_minute,
+                file.key_mcp_calls_per_minute,
+            )?,
+        };
+        self.tenant_limits = keys::tenants(file.tenants.take())?;
+        self.limits_fail_closed = args
+            .limits_fail_closed
+            .or(file.limits_fail_closed)
+            .unwrap_or(false);
+        Ok(())
     }
 
     /// `--listen` and `--lanes`.

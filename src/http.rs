@@ -18,7 +18,10 @@ use http_body_util::{BodyExt, Full, combinators::UnsyncBoxBody};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode, header};
 
+use std::sync::{Arc, OnceLock};
+
 use crate::app::App;
+use crate::limits::{Account, Lease, Refused, Snapshot};
 use crate::run::RelaySet;
 use crate::store::Tenant;
 pub use error::{ApiError, ErrorKind};
@@ -56,6 +59,8 @@ pub enum Route<'a> {
     InputItems(&'a str),
     Models,
     McpServers,
+    /// `GET /v1/limits`: the key's and its tenant's limits, their use and resets.
+    Limits,
     Health,
     /// `GET /metrics`: Prometheus text, open like `/healthz` or behind `--metrics-key`.
     Metrics,
@@ -86,6 +91,7 @@ impl<'a> Route<'a> {
             Route::InputItems(_) => "/v1/responses/{id}/input_items",
             Route::Models => "/v1/models",
             Route::McpServers => "/v1/mcp/servers",
+            Route::Limits => "/v1/limits",
             Route::Health => "/healthz",
             Route::Metrics => "/metrics",
             Route::ConversationCreate => "/v1/conversations",
@@ -120,6 +126,7 @@ impl<'a> Route<'a> {
             (&Method::POST, ["responses", "compact"]) => Some(Route::Compact),
             (&Method::GET, ["models"]) => Some(Route::Models),
             (&Method::GET, ["mcp", "servers"]) => Some(Route::McpServers),
+            (&Method::GET, ["limits"]) => Some(Route::Limits),
             (&Method::GET, ["responses", id]) if !id.is_empty() => Some(Route::Get(id)),
             (&Method::DELETE, ["responses", id]) if !id.is_empty() => Some(Route::Delete(id)),
             (&Method::POST, ["responses", id, "cancel"]) => Some(Route::Cancel(id)),
@@ -192,7 +199,13 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
             .http_request(format!("{method} /ui (page)"), page.status().as_u16());
         return page;
     }
-    let result = match check_auth(&app, &req) {
+    let access = check_auth(&app, &req);
+    // A limited key's every answer carries OpenAI's `x-ratelimit-*` headers.
+    let limited = access
+        .as_ref()
+        .ok()
+        .and_then(|a| Some((a.account.clone()?, a.seen.clone())));
+    let result = match access {
         Err(e) => Err(e),
         Ok(access) => match Route::parse(&method, &path) {
             Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
@@ -217,6 +230,7 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
             }
             Some(Route::Models) => responses::models(&app, &req, &access).await,
             Some(Route::McpServers) => Ok(mcp_servers(&app, &access)),
+            Some(Route::Limits) => limits(&app, &access).await,
             Some(Route::ConversationCreate) => {
                 conversations::create(&app, &access.tenant, req).await
             }
@@ -258,7 +272,7 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
         true => format!("{method} {}", ui::template(&path)),
         false => Route::template(&method, &path),
     };
-    let resp = result.unwrap_or_else(|e| {
+    let mut resp = result.unwrap_or_else(|e| {
         let body = e.body();
         tracing::info!(
             route = %template,
@@ -270,8 +284,32 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
         );
         e.into_response()
     });
+    if let Some((account, seen)) = limited {
+        let snapshot = match seen.get() {
+            Some(s) => Some(*s),
+            None => app.limiter().peek(&account).await,
+        };
+        if let Some(s) = snapshot {
+            s.apply(resp.headers_mut());
+        }
+    }
     app.metrics().http_request(template, resp.status().as_u16());
     resp
+}
+
+/// `GET /v1/limits`: every limit the key is held to (its own, its tenant's, the registered
+/// servers'), with what is used and when each resets.
+async fn limits(app: &App, access: &Access) -> Result<Response<Body>, ApiError> {
+    let body = match &access.account {
+        Some(account) => app
+            .limiter()
+            .report(account)
+            .await
+            .map_err(|r| ApiError::limited(&r))?,
+        None => serde_json::json!({"object": "relay.limits",
+            "tenant": access.tenant.as_str(), "limits": []}),
+    };
+    Ok(json_response(StatusCode::OK, body.to_string()))
 }
 
 /// `GET /metrics`: every metric in the Prometheus text format; with `--metrics-key`, only for
@@ -297,8 +335,14 @@ fn metrics<B>(app: &App, req: &Request<B>) -> Result<Response<Body>, ApiError> {
 /// key decides the request's tenant. Without keys, every request is the default tenant's.
 fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Access, ApiError> {
     let keys = &app.config().keys;
-    if keys.is_empty() || matches!(req.uri().path(), "/healthz" | "/metrics") {
+    if matches!(req.uri().path(), "/healthz" | "/metrics") {
         return Ok(Access::default());
+    }
+    if keys.is_empty() {
+        return Ok(Access {
+            account: app.account(None),
+            ..Access::default()
+        });
     }
     let given = crate::config::sha256(bearer(req).unwrap_or_default().as_bytes());
     // Every key is compared (no early exit), each in constant time.
@@ -313,6 +357,9 @@ fn check_auth(app: &App, req: &Request<Incoming>) -> Result<Access, ApiError> {
             tenant: Tenant::new(&k.tenant),
             models: k.models.clone(),
             mcp_servers: k.mcp_servers.clone(),
+            account: app.account(Some(&k.sha256)),
+            operator: k.operator,
+            seen: Default::default(),
         })
         .ok_or_else(ApiError::unauthorized)
 }
@@ -324,6 +371,12 @@ pub struct Access {
     pub models: Option<Vec<String>>,
     /// The registered MCP servers it may use (`None`: every one).
     pub mcp_servers: Option<Vec<String>>,
+    /// What the key is held to (its limits, its tenant's), if anything.
+    pub account: Option<Arc<Account>>,
+    /// An operator's key: the run viewer lists any tenant's runs for it.
+    pub operator: bool,
+    /// What the limits said of this request, for its `x-ratelimit-*` headers.
+    pub seen: Arc<OnceLock<Snapshot>>,
 }
 
 impl Access {
@@ -336,9 +389,46 @@ impl Access {
         self.check_model(&request.model)?;
         let relay = RelaySet {
             mcp_servers_allowed: self.mcp_servers,
+            account: self.account,
             ..RelaySet::default()
         };
         Ok((request, relay, self.tenant))
+    }
+
+    /// Counts a request that starts a run against the key's limits: its concurrent-run slot
+    /// (when limited), or a 429 naming the limit and when to retry.
+    pub async fn admit_run(&self, app: &App) -> Result<Option<Lease>, ApiError> {
+        let Some(account) = &self.account else {
+            return Ok(None);
+        };
+        match app.limiter().admit(account).await {
+            Ok(admitted) => {
+                let _ = self.seen.set(admitted.snapshot);
+                Ok(admitted.lease)
+            }
+            Err(refused) => Err(self.refused(refused)),
+        }
+    }
+
+    /// Counts a request that starts no run (`compact`, `input_tokens`) against the key's limits.
+    pub async fn admit_request(&self, app: &App) -> Result<(), ApiError> {
+        let Some(account) = &self.account else {
+            return Ok(());
+        };
+        match app.limiter().admit_request(account).await {
+            Ok(snapshot) => {
+                let _ = self.seen.set(snapshot);
+                Ok(())
+            }
+            Err(refused) => Err(self.refused(refused)),
+        }
+    }
+
+    fn refused(&self, refused: Refused) -> ApiError {
+        if let Refused::Over { snapshot, .. } = &refused {
+            let _ = self.seen.set(*snapshot);
+        }
+        ApiError::limited(&refused)
     }
 
     /// Whether the key may use the registered MCP server `label`.

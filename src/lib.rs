@@ -10,6 +10,7 @@
 //! - [`app`]: [`App`], the shared handles every request uses.
 //! - [`telemetry`]: the log subscriber, writing through a redacting writer.
 //! - [`config`]: [`Config`], from the command line, environment and TOML file, validated.
+//! - [`limits`]: per-key and per-tenant rate limits, token budgets and concurrent runs.
 //! - [`store`]: where runs live: the live map and a memory, SQLite or Redis backend.
 //! - [`mcp`]: the MCP client: validated `mcp` tools, model-facing names, the session pool.
 //! - [`upstream`]: the model servers (Chat Completions or stateless Responses) as model events.
@@ -27,6 +28,7 @@ pub mod config;
 pub mod demo;
 pub mod eventlog;
 pub mod http;
+pub mod limits;
 pub mod logs;
 pub mod mcp;
 pub mod metrics;

@@ -34,6 +34,8 @@ pub struct Metrics {
     mcp_duration: Family<Labels, Histogram>,
     sse_streams: Gauge,
     store_ops: Family<Labels, Histogram>,
+    rate_limited: Family<Labels, Counter>,
+    limits_unavailable: Counter,
     /// Models a label may name: those an upstream listed, and those the config names.
     models: RwLock<HashSet<String>>,
 }
@@ -102,8 +104,22 @@ impl Metrics {
                 (|| Histogram::new(exponential_buckets(0.0001, 3.0, 12))) as fn() -> Histogram,
             ),
         );
+        let rate_limited = register(
+            r,
+            "relay_rate_limited",
+            "Requests and MCP calls refused by a key's or tenant's limit, by tenant and limit",
+            Family::default(),
+        );
+        let limits_unavailable = register(
+            r,
+            "relay_limits_unavailable",
+            "Limit checks that could not reach their counters (let through, or refused under --limits-fail-closed)",
+            Counter::default(),
+        );
         register_process(r);
         Metrics {
+            rate_limited,
+            limits_unavailable,
             registry,
             http_requests,
             responses,
@@ -217,6 +233,21 @@ impl Metrics {
                 ("operation", operation.to_string()),
             ])
             .observe(took.as_secs_f64());
+    }
+
+    /// A refusal by `limit` of `tenant` (a configured name: bounded).
+    pub fn rate_limited(&self, tenant: &str, limit: &'static str) {
+        self.rate_limited
+            .get_or_create(&vec![
+                ("tenant", tenant.to_string()),
+                ("limit", limit.to_string()),
+            ])
+            .inc();
+    }
+
+    /// A limit check whose counters could not be reached.
+    pub fn limits_unavailable(&self) {
+        self.limits_unavailable.inc();
     }
 
     /// An SSE body being written, counted until the guard drops.

@@ -203,13 +203,16 @@ pub fn with_ids(app: &App, items: Vec<InputItem>) -> Vec<InputItem> {
         .collect()
 }
 
+/// A run's place among the relay's concurrent runs, and among its key's (when limited): held
+/// until the run ends, however it ends.
+pub struct Permit {
+    pub relay: tokio::sync::OwnedSemaphorePermit,
+    pub key: Option<crate::limits::Lease>,
+}
+
 /// Starts the run's task (holding its place among the relay's concurrent runs); returns its
 /// handle at once.
-pub fn start(
-    app: &App,
-    prepared: Prepared,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) -> RunHandle {
+pub fn start(app: &App, prepared: Prepared, permit: Permit) -> RunHandle {
     let (handle, task) = start_driven(app, prepared, permit);
     tokio::spawn(task);
     handle
@@ -222,11 +225,7 @@ pub fn start(
 pub type RunTask = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// [`start`], with the run's task handed back instead of spawned.
-pub fn start_driven(
-    app: &App,
-    prepared: Prepared,
-    permit: tokio::sync::OwnedSemaphorePermit,
-) -> (RunHandle, RunTask) {
+pub fn start_driven(app: &App, prepared: Prepared, permit: Permit) -> (RunHandle, RunTask) {
     let log = Arc::new(RunLog::new());
     let cancel = app.shutdown_token().child_token();
     let handle = RunHandle {

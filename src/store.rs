@@ -307,6 +307,14 @@ impl Store {
             .cloned()
     }
 
+    /// The Redis connection of a Redis store (shared with the limits' counters).
+    pub fn redis(&self) -> Option<Arc<self::redis::Conn>> {
+        match &self.backend {
+            Backend::Redis(r) => Some(r.connection()),
+            _ => None,
+        }
+    }
+
     /// Fails fast (before a stored run starts) when the backend cannot keep it now.
     pub async fn available(&self) -> Result<(), StoreError> {
         match &self.backend {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use super::keys::FileKey;
+use super::keys::{FileKey, FileTenant};
 use super::mcp::FileMcpServer;
 use super::upstreams;
 use super::{ApiArg, ApprovalArg, ConfigError, DiscoveryFailure, HostedTools, LogFormat, bad};
@@ -38,6 +38,14 @@ pub(super) struct FileHostedTable {
 pub(super) struct FileConfig {
     /// `[[keys]]`: relay keys with their tenants.
     pub(super) keys: Option<Vec<FileKey>>,
+    /// `[tenants.NAME]`: what each tenant's keys share (`limits`).
+    pub(super) tenants: Option<std::collections::BTreeMap<String, FileTenant>>,
+    pub(super) key_requests_per_minute: Option<i64>,
+    pub(super) key_tokens_per_minute: Option<i64>,
+    pub(super) key_tokens_per_day: Option<i64>,
+    pub(super) key_concurrent_runs: Option<i64>,
+    pub(super) key_mcp_calls_per_minute: Option<i64>,
+    pub(super) limits_fail_closed: Option<bool>,
     /// `[mcp_servers.LABEL]`: MCP servers the operator registered.
     pub(super) mcp_servers: Option<std::collections::BTreeMap<String, FileMcpServer>>,
     /// `[[upstreams]]`: named model servers.

@@ -289,6 +289,25 @@ pub struct ServeArgs {
     /// Most runs going at once; past it, new requests get 503 with Retry-After.
     #[arg(long, env = "RELAY_MAX_CONCURRENT_RUNS", value_name = "N")]
     pub max_concurrent_runs: Option<usize>,
+    /// Requests per minute each bare `--api-key` may use (without keys: the relay's one caller).
+    #[arg(long, env = "RELAY_KEY_REQUESTS_PER_MINUTE", value_name = "N")]
+    pub key_requests_per_minute: Option<i64>,
+    /// Tokens (input + output) per minute each bare `--api-key` may use (without keys: the relay's one caller).
+    #[arg(long, env = "RELAY_KEY_TOKENS_PER_MINUTE", value_name = "N")]
+    pub key_tokens_per_minute: Option<i64>,
+    /// Tokens (input + output) per UTC day each bare `--api-key` may use (without keys: the relay's one caller).
+    #[arg(long, env = "RELAY_KEY_TOKENS_PER_DAY", value_name = "N")]
+    pub key_tokens_per_day: Option<i64>,
+    /// Runs going at once each bare `--api-key` may use (without keys: the relay's one caller).
+    #[arg(long, env = "RELAY_KEY_CONCURRENT_RUNS", value_name = "N")]
+    pub key_concurrent_runs: Option<i64>,
+    /// MCP tool calls per minute each bare `--api-key` may use (without keys: the relay's one caller).
+    #[arg(long, env = "RELAY_KEY_MCP_CALLS_PER_MINUTE", value_name = "N")]
+    pub key_mcp_calls_per_minute: Option<i64>,
+    /// Refuse requests (503) when the limits' shared counters (the Redis store) cannot be
+    /// reached, instead of letting them through unlimited.
+    #[arg(long, env = "RELAY_LIMITS_FAIL_CLOSED", num_args = 0..=1, require_equals = true, default_missing_value = "true", value_parser = switch())]
+    pub limits_fail_closed: Option<bool>,
     /// Longest a run may take, in seconds; then it ends with `response.failed`.
     #[arg(long, env = "RELAY_MAX_RUN_SECONDS", value_name = "SECS")]
     pub max_run_seconds: Option<f64>,

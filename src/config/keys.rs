@@ -3,11 +3,13 @@
 //!
 //! Invariants: no key is kept in the clear after start-up (only its SHA-256); a key belongs to
 //! one tenant; a tenant name is 1 to 64 of `a-z A-Z 0-9 - _ .` (it becomes part of store keys);
-//! a key's `mcp_servers` name registered servers only.
+//! a key's `mcp_servers` name registered servers only; every limit is a whole number of at
+//! least 1 (left out: no limit).
 
 use serde::Deserialize;
 
 use super::{ConfigError, bad, from_env};
+use crate::limits::Spec;
 
 /// One `[[keys]]` entry of the TOML file.
 #[derive(Debug, Default, Deserialize)]
@@ -19,6 +21,75 @@ pub(super) struct FileKey {
     tenant: Option<String>,
     mcp_servers: Option<Vec<String>>,
     models: Option<Vec<String>>,
+    limits: Option<FileLimits>,
+    /// An operator's key: the run viewer lists any tenant's runs for it (`?tenant=`).
+    operator: Option<bool>,
+}
+
+/// `limits = { ... }` of a `[[keys]]` entry or a `[tenants.NAME]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileLimits {
+    requests_per_minute: Option<i64>,
+    tokens_per_minute: Option<i64>,
+    tokens_per_day: Option<i64>,
+    concurrent_runs: Option<i64>,
+    mcp_calls_per_minute: Option<i64>,
+}
+
+/// One `[tenants.NAME]` table: what the tenant's keys share.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FileTenant {
+    limits: Option<FileLimits>,
+}
+
+/// One limit's value, named `at` in errors: a whole number of at least 1.
+pub(super) fn limit(at: &str, v: Option<i64>) -> Result<Option<u64>, ConfigError> {
+    match v {
+        None => Ok(None),
+        Some(n) if n >= 1 => Ok(Some(n as u64)),
+        Some(n) => Err(bad(
+            at,
+            format!("'{n}': a limit is a whole number of at least 1 (leave it out for no limit)"),
+        )),
+    }
+}
+
+impl FileLimits {
+    /// The limits, each checked (`at` names the table in errors).
+    pub(super) fn checked(self, at: &str) -> Result<Spec, ConfigError> {
+        let one = |name: &str, v| limit(&format!("{at}.{name}"), v);
+        Ok(Spec {
+            requests_per_minute: one("requests_per_minute", self.requests_per_minute)?,
+            tokens_per_minute: one("tokens_per_minute", self.tokens_per_minute)?,
+            tokens_per_day: one("tokens_per_day", self.tokens_per_day)?,
+            concurrent_runs: one("concurrent_runs", self.concurrent_runs)?,
+            mcp_calls_per_minute: one("mcp_calls_per_minute", self.mcp_calls_per_minute)?,
+        })
+    }
+}
+
+/// The `[tenants]` table: each tenant's limits (shared by all its keys).
+pub(super) fn tenants(
+    table: Option<std::collections::BTreeMap<String, FileTenant>>,
+) -> Result<std::collections::BTreeMap<String, Spec>, ConfigError> {
+    let mut out = std::collections::BTreeMap::new();
+    for (name, t) in table.unwrap_or_default() {
+        let at = format!("tenants.{name}");
+        if !valid_tenant(&name) {
+            return Err(bad(
+                &at,
+                format!("'{name}': a tenant is 1 to 64 of a-z, A-Z, 0-9, '-', '_', '.'"),
+            ));
+        }
+        let spec = t
+            .limits
+            .unwrap_or_default()
+            .checked(&format!("{at}.limits"))?;
+        out.insert(name, spec);
+    }
+    Ok(out)
 }
 
 /// A relay key, as kept after start-up: its SHA-256 (never the key), the tenant whose data it
@@ -29,6 +100,10 @@ pub struct KeyEntry {
     pub tenant: String,
     pub mcp_servers: Option<Vec<String>>,
     pub models: Option<Vec<String>>,
+    /// The key's own limits (its tenant's are [`super::Config::tenant_limits`]).
+    pub limits: Spec,
+    /// An operator's key: the run viewer lists any tenant's runs for it.
+    pub operator: bool,
 }
 
 impl std::fmt::Debug for KeyEntry {
@@ -64,6 +139,8 @@ impl KeyEntry {
             tenant,
             mcp_servers: None,
             models: None,
+            limits: Spec::default(),
+            operator: false,
         }
     }
 
@@ -128,6 +205,11 @@ fn file_key(i: usize, k: FileKey) -> Result<KeyEntry, ConfigError> {
         tenant,
         mcp_servers: k.mcp_servers,
         models: k.models,
+        limits: k
+            .limits
+            .unwrap_or_default()
+            .checked(&format!("{at}.limits"))?,
+        operator: k.operator.unwrap_or(false),
     })
 }
 
@@ -139,12 +221,13 @@ pub fn valid_tenant(t: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
-/// The relay keys: the bare `--api-key`s (else the file's `api_keys`), then the `[[keys]]`
-/// entries; a key given twice must name one tenant.
+/// The relay keys: the bare `--api-key`s (else the file's `api_keys`), each held to
+/// `bare_limits`, then the `[[keys]]` entries; a key given twice must name one tenant.
 pub(super) fn collect(
     flags: Vec<String>,
     file_bare: Option<Vec<String>>,
     file_keys: Option<Vec<FileKey>>,
+    bare_limits: Spec,
 ) -> Result<Vec<KeyEntry>, ConfigError> {
     let bare = if flags.is_empty() {
         file_bare.unwrap_or_default()
@@ -154,7 +237,10 @@ pub(super) fn collect(
     let mut keys: Vec<KeyEntry> = bare
         .iter()
         .filter(|k| !k.is_empty())
-        .map(|k| KeyEntry::bare(k))
+        .map(|k| KeyEntry {
+            limits: bare_limits,
+            ..KeyEntry::bare(k)
+        })
         .collect();
     for (i, k) in file_keys.unwrap_or_default().into_iter().enumerate() {
         keys.push(file_key(i, k)?);

@@ -26,6 +26,8 @@ pub(super) struct FileMcpServer {
     require_approval: Option<serde_json::Value>,
     allowed_tools: Option<serde_json::Value>,
     transport: Option<String>,
+    /// Calls per minute each key may make to this server.
+    calls_per_minute: Option<i64>,
 }
 
 /// How the relay treats `mcp` tools.
@@ -49,6 +51,8 @@ pub struct McpConfig {
     pub registered: crate::mcp::Registered,
     /// `[hosted_tools] web_search = "LABEL:TOOL"`: the registered server and its tool.
     pub web_search: Option<(String, String)>,
+    /// `calls_per_minute` of `[mcp_servers.LABEL]`: what each key may call each server.
+    pub calls_per_minute: Vec<(String, u64)>,
 }
 
 impl McpConfig {
@@ -73,10 +77,15 @@ impl McpConfig {
 fn registered(
     table: std::collections::BTreeMap<String, FileMcpServer>,
     default_approval: crate::mcp::Approval,
-) -> Result<crate::mcp::Registered, ConfigError> {
+) -> Result<(crate::mcp::Registered, Vec<(String, u64)>), ConfigError> {
     let mut out = std::collections::BTreeMap::new();
+    let mut per_minute = Vec::new();
     for (label, s) in table {
         let at = format!("mcp_servers.{label}");
+        if let Some(n) = super::keys::limit(&format!("{at}.calls_per_minute"), s.calls_per_minute)?
+        {
+            per_minute.push((label.clone(), n));
+        }
         let transport = match s.transport.as_deref() {
             None | Some("auto") => crate::mcp::Transport::Auto,
             Some("streamable-http") => crate::mcp::Transport::StreamableHttp,
@@ -117,7 +126,7 @@ fn registered(
             .map_err(|e| bad(&at, e.message.replace("tools[0].", "")))?;
         out.insert(label, server);
     }
-    Ok(crate::mcp::Registered(out))
+    Ok((crate::mcp::Registered(out), per_minute))
 }
 
 impl McpConfig {
@@ -176,7 +185,8 @@ impl McpConfig {
         table: Option<std::collections::BTreeMap<String, FileMcpServer>>,
         web_search: Option<String>,
     ) -> Result<(), ConfigError> {
-        self.registered = registered(table.unwrap_or_default(), self.default_approval)?;
+        (self.registered, self.calls_per_minute) =
+            registered(table.unwrap_or_default(), self.default_approval)?;
         if let Some(binding) = web_search {
             let (label, tool) = binding.split_once(':').unwrap_or((binding.as_str(), ""));
             if tool.is_empty() || !self.registered.0.contains_key(label) {

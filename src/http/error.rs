@@ -51,6 +51,11 @@ pub enum ErrorKind {
     McpDiscovery,
     /// The relay runs as many responses as it may.
     Busy,
+    /// Over a key's or tenant's limit: when to retry, and whether it is a spent daily budget
+    /// (`insufficient_quota`, not worth retrying today) rather than a rate.
+    RateLimited { retry_ms: u64, quota: bool },
+    /// The limits' counters cannot be reached and the relay fails closed.
+    LimitsUnavailable,
     /// The relay is shutting down.
     ShuttingDown,
     /// The store cannot be reached (Redis away): worth a retry.
@@ -118,6 +123,24 @@ impl ErrorKind {
                 None,
             ),
             K::Busy => (S::SERVICE_UNAVAILABLE, SERVER, Some("server_busy"), Some(1)),
+            K::RateLimited { retry_ms, quota } => {
+                let (kind, code) = match quota {
+                    true => ("insufficient_quota", "insufficient_quota"),
+                    false => ("rate_limit_error", "rate_limit_exceeded"),
+                };
+                (
+                    S::TOO_MANY_REQUESTS,
+                    kind,
+                    Some(code),
+                    Some(retry_ms.div_ceil(1000).max(1)),
+                )
+            }
+            K::LimitsUnavailable => (
+                S::SERVICE_UNAVAILABLE,
+                SERVER,
+                Some("limits_unavailable"),
+                Some(1),
+            ),
             K::ShuttingDown => server(S::SERVICE_UNAVAILABLE, "server_shutting_down"),
             K::StoreUnavailable => (
                 S::SERVICE_UNAVAILABLE,
@@ -275,12 +298,35 @@ impl ApiError {
         }
     }
 
+    /// A refusal by the key's or tenant's limits.
+    pub fn limited(refused: &crate::limits::Refused) -> Self {
+        let kind = match refused {
+            crate::limits::Refused::Over { retry_ms, .. } => ErrorKind::RateLimited {
+                retry_ms: *retry_ms,
+                quota: refused.is_quota(),
+            },
+            crate::limits::Refused::Unavailable => ErrorKind::LimitsUnavailable,
+        };
+        Self::new(kind, refused.message())
+    }
+
     pub fn into_response(self) -> Response<Body> {
         let body = serde_json::to_vec(&json!({"error": self.body()})).expect("serializes");
         let mut resp = json_response(self.status(), body);
+        let headers = resp.headers_mut();
         if let Some(s) = self.retry_after() {
-            resp.headers_mut()
-                .insert(hyper::header::RETRY_AFTER, s.into());
+            headers.insert(hyper::header::RETRY_AFTER, s.into());
+        }
+        if let ErrorKind::RateLimited { retry_ms, quota } = self.kind {
+            // The OpenAI SDKs read `retry-after-ms` first; a spent daily budget is not worth
+            // their retries (`x-should-retry: false`).
+            headers.insert("retry-after-ms", retry_ms.into());
+            if quota {
+                headers.insert(
+                    "x-should-retry",
+                    hyper::header::HeaderValue::from_static("false"),
+                );
+            }
         }
         resp
     }

@@ -21,11 +21,16 @@ pub async fn create(
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
+    let relay_permit = app.run_permit().ok_or_else(ApiError::busy)?;
+    let key = access.admit_run(app).await?;
+    let permit = run::Permit {
+        relay: relay_permit,
+        key,
+    };
     let (request, relay, tenant) = access.admit(request)?;
     let stream = request.stream;
     let background = request.background;
     let store = request.store;
-    let permit = app.run_permit().ok_or_else(ApiError::busy)?;
     let prepared = run::prepare(app, request, relay, client_bearer, tenant).await?;
     if stream && !background && !store {
         // Its only client drives the run (see `sse::Driven`). Not a stored run: its events
@@ -132,6 +137,7 @@ pub async fn input_tokens(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
+    access.admit_request(app).await?;
     let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
     let input_tokens = run::count_input_tokens(app, request, relay, client_bearer, tenant).await?;
     Ok(json_response(
@@ -147,8 +153,18 @@ pub async fn compact(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
+    access.admit_request(app).await?;
+    let account = access.account.clone();
     let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
     let compacted = run::compact(app, request, relay, client_bearer, tenant).await?;
+    if let Some(account) = account {
+        let usage = &compacted["usage"];
+        let tokens = ["input_tokens", "output_tokens"]
+            .iter()
+            .filter_map(|k| usage[k].as_u64())
+            .sum();
+        app.limiter().charge(&account, tokens);
+    }
     Ok(json_response(StatusCode::OK, compacted.to_string()))
 }
 

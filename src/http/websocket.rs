@@ -571,7 +571,11 @@ impl Conn {
         if let Some(prev) = &request.previous_response_id {
             relay.prior_history = self.chain_of(prev).await;
         }
-        let permit = app.run_permit().ok_or_else(ApiError::busy)?;
+        let relay_permit = app.run_permit().ok_or_else(ApiError::busy)?;
+        let permit = run::Permit {
+            relay: relay_permit,
+            key: self.access.admit_run(app).await?,
+        };
         let prepared = tokio::select! {
             prepared = run::prepare(app, request, relay, self.bearer.clone(), tenant) => prepared?,
             // Nobody to answer: nothing is started.

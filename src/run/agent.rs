@@ -67,6 +67,8 @@ struct Run {
     summarized: u64,
     /// MCP calls run so far (against `max_tool_calls`).
     calls_made: u64,
+    /// Tokens of `usage` charged to the key's limits so far.
+    charged: u64,
     /// Model turns taken so far (against `max_steps`; a forced `tool_choice` is the first's only).
     step: usize,
 }
@@ -92,6 +94,7 @@ impl Run {
             turns: Vec::new(),
             summarized: 0,
             calls_made: 0,
+            charged: 0,
             step: 0,
         }
     }
@@ -194,7 +197,10 @@ impl Run {
     async fn answer_approvals(&mut self) -> ControlFlow<Ending> {
         let max_tool_calls = self.p.request.max_tool_calls;
         let (app, mcp, em) = (&self.app, &self.p.mcp, &mut self.em);
-        match approvals::answer_approvals(app, mcp, em, max_tool_calls, &self.signal).await {
+        let account = self.p.relay.account.as_deref();
+        match approvals::answer_approvals(app, (mcp, account), em, max_tool_calls, &self.signal)
+            .await
+        {
             Ok(answered) if answered.over_limit => {
                 ControlFlow::Break(Ending::Incomplete("max_tool_calls".into()))
             }
@@ -288,6 +294,7 @@ impl Run {
         if let Some(u) = &outcome.usage {
             self.usage.add(u);
             self.turns.push(u.clone());
+            self.charge_tokens();
         }
         if let Some(stop) = stop {
             mcp_call::fail_open(&mut self.em, &outcome.mcp_calls, NOT_RUN);
@@ -346,7 +353,8 @@ impl Run {
             mcp_call::over_budget(&mut run_now, self.p.request.max_tool_calls, self.calls_made);
         self.calls_made += run_now.len() as u64;
         let (app, mcp, em) = (&self.app, &self.p.mcp, &mut self.em);
-        match mcp_call::run(app, mcp, em, run_now, &self.signal).await {
+        let account = self.p.relay.account.as_deref();
+        match mcp_call::run(app, (mcp, account), em, run_now, &self.signal).await {
             Ok((done, images)) => {
                 let done: Vec<InputItem> = done.iter().filter_map(output_as_input).collect();
                 let view = model_view(&done, &self.p.mcp.tools, &self.p.clients);
@@ -383,9 +391,23 @@ impl Run {
         ControlFlow::Continue(())
     }
 
+    /// Charges the tokens used since the last charge (model turns, summaries) to the key's
+    /// token limits, if it has any.
+    fn charge_tokens(&mut self) {
+        let Some(account) = &self.p.relay.account else {
+            return;
+        };
+        let used = self.usage.input_tokens + self.usage.output_tokens;
+        self.app
+            .limiter()
+            .charge(account, used.saturating_sub(self.charged));
+        self.charged = used;
+    }
+
     /// Ends the run: a run on a conversation adds its items to it first, then the one terminal
     /// event is emitted, and the store keeps the finished run with each turn's usage.
     async fn end(mut self, ending: Ending) {
+        self.charge_tokens();
         let ending = keep_in_conversation(&self.app, &mut self.p, &mut self.em, ending).await;
         self.em.finish(ending, Some(self.usage));
         let id = self.em.snapshot().id;

@@ -14,6 +14,7 @@ use crate::api::response::{McpApprovalRequestItem, McpListToolsItem};
 use crate::api::{FieldError, OutputItem, output_as_input};
 use crate::app::App;
 use crate::eventlog::emitter::Emitter;
+use crate::limits::Account;
 use crate::mcp::ServerSpec;
 
 /// An `mcp_approval_response` matched to the request it answers.
@@ -173,7 +174,7 @@ pub(super) struct Answered {
 /// `max_tool_calls`, the others fail as not run) and tells the model about refused ones.
 pub(super) async fn answer_approvals(
     app: &App,
-    mcp: &McpSetup,
+    (mcp, account): (&McpSetup, Option<&Account>),
     em: &mut Emitter,
     max_tool_calls: Option<u64>,
     signal: &StopSignal,
@@ -183,7 +184,7 @@ pub(super) async fn answer_approvals(
         .collect();
     let over = mcp_call::over_budget(&mut started, max_tool_calls, 0);
     let ran = started.len() as u64;
-    let done = match mcp_call::run(app, mcp, em, started, signal).await {
+    let done = match mcp_call::run(app, (mcp, account), em, started, signal).await {
         Ok((done, _)) => done,
         Err(stop) => {
             mcp_call::fail_open(em, &over, NOT_RUN);

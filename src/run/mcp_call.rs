@@ -9,6 +9,7 @@
 //! `max_concurrent_calls` at a time, each with its timeout) but are closed in output order, so
 //! logs are deterministic.
 
+use crate::limits::Account;
 use futures::StreamExt;
 
 use super::stop::{Stop, StopSignal, stopped};
@@ -170,10 +171,11 @@ fn close(
 /// closes each one with its result in output order. Returns the finished items, and a user
 /// message with the images the tools returned for upstreams that take images
 /// (`--upstream-vision`; otherwise the model gets the placeholders in the call's text output).
-/// On a stop, the calls not finished yet fail.
+/// On a stop, the calls not finished yet fail. A call over the key's MCP limits (`account`)
+/// fails with an error saying so, and is not made.
 pub(super) async fn run(
     app: &App,
-    mcp: &McpSetup,
+    (mcp, account): (&McpSetup, Option<&Account>),
     em: &mut Emitter,
     calls: Vec<McpCallStarted>,
     signal: &StopSignal,
@@ -184,7 +186,7 @@ pub(super) async fn run(
             .iter()
             .find(|s| s.label == c.item.server_label)
             .cloned();
-        call_on_server(app, spec, c.item)
+        call_within_limits(app, account, spec, c.item)
     }))
     .buffered(app.config().mcp.max_concurrent_calls.max(1));
     let mut done = Vec::with_capacity(calls.len());
@@ -211,6 +213,29 @@ pub(super) async fn run(
         MessageContent::Parts(image_parts),
     )));
     Ok((done, images))
+}
+
+/// One call, if the key's MCP limits allow it (a registered server's own `calls_per_minute`
+/// too); otherwise its error says which limit was reached (an HTTP 429 to the model).
+async fn call_within_limits(
+    app: &App,
+    account: Option<&Account>,
+    spec: Option<ServerSpec>,
+    item: McpCallItem,
+) -> CallResult {
+    if let Some(account) = account {
+        let registered = spec
+            .as_ref()
+            .filter(|s| s.registered)
+            .map(|s| s.label.as_str());
+        if let Err(refused) = app.limiter().mcp_call(account, registered).await {
+            return Err(McpCallError::HttpError {
+                code: 429,
+                message: refused.message(),
+            });
+        }
+    }
+    call_on_server(app, spec, item).await
 }
 
 /// One call on its server (`None`: a server the request does not name), counted in the

@@ -16,6 +16,9 @@ pub struct RelaySet {
     /// The history `previous_response_id` stands for, when the caller already holds it (a
     /// WebSocket connection remembers its responses, `store: false` ones too).
     pub prior_history: Option<std::sync::Arc<Vec<InputItem>>>,
+    /// What the request's key is held to (token budgets charged per turn, MCP calls counted),
+    /// if it is limited.
+    pub account: Option<std::sync::Arc<crate::limits::Account>>,
 }
 
 impl Default for RelaySet {
@@ -24,6 +27,7 @@ impl Default for RelaySet {
             mcp_servers_allowed: None,
             generate: true,
             prior_history: None,
+            account: None,
         }
     }
 }

@@ -68,7 +68,7 @@ use ::redis::{AsyncConnectionConfig, Client};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use self::conn::{Conn, script};
+pub use self::conn::{Conn, script};
 use self::kept::{Kept, fold_entries, kept_of};
 use self::lease::{LEASE_MS, Owned, keep_leases};
 use self::scripts::{DELETE, INSERT, KEEP_TURNS, READ, READ_LOG};
@@ -157,6 +157,11 @@ impl Redis {
         rt.spawn(keep_leases(Arc::downgrade(&inner)));
         tracing::info!(redis = %shown, instance = %inner.instance, "Redis store ready");
         Ok(Redis { inner })
+    }
+
+    /// The store's connection, for others keeping counters in the same Redis (the limits).
+    pub fn connection(&self) -> Arc<Conn> {
+        self.inner.conn.clone()
     }
 
     fn resp_key(id: &str) -> String {

@@ -12,6 +12,7 @@ mod mcp_client;
 mod mcp_loop;
 mod observability;
 mod process;
+mod quotas;
 mod redis;
 mod registered;
 mod safety;

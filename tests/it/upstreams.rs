@@ -331,6 +331,9 @@ async fn the_documented_complete_config_file_is_a_config_the_relay_starts_with()
     assert_eq!(c.keys.len(), 2);
     assert_eq!(c.mcp.registered.0.len(), 2);
     assert_eq!(c.mcp.web_search, Some(("docs".into(), "search".into())));
+    assert_eq!(c.keys[0].limits.requests_per_minute, Some(600));
+    assert_eq!(c.tenant_limits["team-a"].tokens_per_day, Some(2_000_000));
+    assert_eq!(c.mcp.calls_per_minute, [("tickets".to_string(), 30)]);
 }
 
 #[tokio::test]

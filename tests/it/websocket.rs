@@ -657,3 +657,44 @@ async fn a_frame_over_the_body_limit_is_refused_and_the_socket_closed_with_1009(
         other => panic!("expected a 1009 close, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_create_over_a_keys_limit_gets_an_error_frame_with_status_429_and_the_socket_goes_on() {
+    let up = upstream().await;
+    let mut c = config(&up.base_url());
+    c.keys = vec![responses_relay::config::KeyEntry {
+        limits: responses_relay::limits::Spec {
+            requests_per_minute: Some(1),
+            ..Default::default()
+        },
+        ..responses_relay::config::KeyEntry::of_tenant("ka", "team-a")
+    }];
+    let clock = responses_relay::limits::Clock::manual(1_700_000_000_000);
+    let app = responses_relay::App::open_with_limits_clock(c, clock.clone()).unwrap();
+    let relay = relay_app(app).await;
+    let mut ws = Ws::connect(&relay, Some("ka")).await.unwrap();
+    ws.create(json!({"model": "fake-model", "input": "hi"}))
+        .await;
+    assert_eq!(ws.folded().await["status"], "completed");
+    ws.create(json!({"model": "fake-model", "input": "hi"}))
+        .await;
+    let e = ws.response().await.events.pop().unwrap();
+    assert_eq!(
+        (e["type"].as_str(), e["status"].as_u64()),
+        (Some("error"), Some(429)),
+        "{e}"
+    );
+    assert_eq!(e["error"]["type"], "rate_limit_error");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requests per minute"),
+        "{e}"
+    );
+    // The same connection runs the next create once the minute has drained.
+    clock.advance(Duration::from_secs(60));
+    ws.create(json!({"model": "fake-model", "input": "hi"}))
+        .await;
+    assert_eq!(ws.folded().await["status"], "completed");
+}

@@ -7,7 +7,7 @@ use ::redis::{AsyncConnectionConfig, Client, FromRedisValue, RedisError};
 
 use super::StoreError;
 
-pub(super) fn script(body: &str, keys: &[String]) -> ::redis::Cmd {
+pub fn script(body: &str, keys: &[String]) -> ::redis::Cmd {
     let mut c = ::redis::cmd("EVAL");
     c.arg(body).arg(keys.len()).arg(keys);
     c
@@ -19,7 +19,7 @@ pub(super) fn unavailable(e: RedisError) -> StoreError {
 
 /// One lazily (re)connected multiplexed connection: dropped after any error that is not a
 /// server's reply, so the next use reconnects (Redis restarted, network blip).
-pub(super) struct Conn {
+pub struct Conn {
     client: Client,
     config: AsyncConnectionConfig,
     cur: tokio::sync::Mutex<Option<MultiplexedConnection>>,
@@ -53,10 +53,7 @@ impl Conn {
         }
     }
 
-    pub(super) async fn query<T: FromRedisValue>(
-        &self,
-        cmd: &::redis::Cmd,
-    ) -> Result<T, StoreError> {
+    pub async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, StoreError> {
         let mut c = self.get().await.map_err(unavailable)?;
         match cmd.query_async(&mut c).await {
             Ok(v) => Ok(v),

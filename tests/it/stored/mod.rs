@@ -587,7 +587,11 @@ async fn a_background_run_is_found_as_queued_before_its_task_first_runs() {
         )
         .await
         .unwrap();
-        let handle = responses_relay::run::start(&app, prepared, app.run_permit().unwrap());
+        let permit = responses_relay::run::Permit {
+            relay: app.run_permit().unwrap(),
+            key: None,
+        };
+        let handle = responses_relay::run::start(&app, prepared, permit);
         let found = app
             .store()
             .response(&Default::default(), &handle.id)

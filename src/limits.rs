@@ -1,0 +1,843 @@
+//! Limits a team can share a relay by: requests, tokens and MCP calls per minute, a daily token
+//! budget and concurrent runs, for each relay key and for each tenant (shared by all its keys),
+//! and calls per minute to each registered MCP server, for every key.
+//!
+//! An [`Account`] is what one key is held to (its own limits, its tenant's, the servers'); the
+//! [`Limiter`] keeps the counters: in this process, or in the Redis store so that every relay on
+//! it enforces the same ones (one script per check: atomic, one round trip). A request is
+//! admitted ([`Limiter::admit`]) before its run is prepared; its tokens are charged as each model
+//! turn reports them ([`Limiter::charge`]); each MCP call asks [`Limiter::mcp_call`]. The answers
+//! carry what OpenAI's `x-ratelimit-*` headers say ([`Snapshot`]).
+//!
+//! Invariants: a key with no limits has no account, and nothing here runs for it. A request is
+//! refused for tokens only when a budget is already spent (a run admitted may overrun it; its
+//! tokens are charged when known). A concurrent-run slot ([`Lease`]) is released when dropped,
+//! however its run ends; in Redis it is a lease that lapses if its relay dies. Counters that
+//! cannot be reached fail open (a warning and a metric) unless the operator chose to fail closed.
+
+mod bucket;
+mod headers;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use bucket::{Level, Rule};
+pub use headers::duration as reset_text;
+
+use crate::store::redis::Conn;
+
+/// The limits one key or one tenant is held to (`None`: no limit).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Spec {
+    pub requests_per_minute: Option<u64>,
+    pub tokens_per_minute: Option<u64>,
+    pub tokens_per_day: Option<u64>,
+    pub concurrent_runs: Option<u64>,
+    pub mcp_calls_per_minute: Option<u64>,
+}
+
+impl Spec {
+    pub fn is_empty(&self) -> bool {
+        *self == Spec::default()
+    }
+
+    /// `self`, with what it leaves unset taken from `other`.
+    pub fn or(self, other: Spec) -> Spec {
+        Spec {
+            requests_per_minute: self.requests_per_minute.or(other.requests_per_minute),
+            tokens_per_minute: self.tokens_per_minute.or(other.tokens_per_minute),
+            tokens_per_day: self.tokens_per_day.or(other.tokens_per_day),
+            concurrent_runs: self.concurrent_runs.or(other.concurrent_runs),
+            mcp_calls_per_minute: self.mcp_calls_per_minute.or(other.mcp_calls_per_minute),
+        }
+    }
+
+    fn each(&self) -> [(Limit, Option<u64>); 5] {
+        [
+            (Limit::Requests, self.requests_per_minute),
+            (Limit::Tokens, self.tokens_per_minute),
+            (Limit::TokensPerDay, self.tokens_per_day),
+            (Limit::Runs, self.concurrent_runs),
+            (Limit::McpCalls, self.mcp_calls_per_minute),
+        ]
+    }
+}
+
+/// One kind of limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Limit {
+    Requests,
+    Tokens,
+    TokensPerDay,
+    Runs,
+    McpCalls,
+    /// Calls per minute to one registered MCP server.
+    ServerCalls,
+}
+
+const MINUTE: Rule = Rule::Rate { period_ms: 60_000 };
+
+impl Limit {
+    /// Its name in the config file, `/metrics` and `GET /v1/limits`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Requests => "requests_per_minute",
+            Limit::Tokens => "tokens_per_minute",
+            Limit::TokensPerDay => "tokens_per_day",
+            Limit::Runs => "concurrent_runs",
+            Limit::McpCalls => "mcp_calls_per_minute",
+            Limit::ServerCalls => "calls_per_minute",
+        }
+    }
+
+    fn rule(self) -> Rule {
+        match self {
+            Limit::TokensPerDay => Rule::Day,
+            Limit::Runs => Rule::Slots,
+            _ => MINUTE,
+        }
+    }
+
+    fn words(self) -> &'static str {
+        match self {
+            Limit::Requests => "requests per minute (RPM)",
+            Limit::Tokens => "tokens per minute (TPM)",
+            Limit::TokensPerDay => "tokens per day",
+            Limit::Runs => "concurrent runs",
+            Limit::McpCalls => "MCP calls per minute",
+            Limit::ServerCalls => "calls per minute",
+        }
+    }
+}
+
+/// Whose counter it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Owner {
+    Key,
+    Tenant,
+    /// The key's calls to this registered MCP server.
+    Server(String),
+}
+
+/// One counter of an account: a limit, whose it is, its maximum and its storage key.
+#[derive(Debug, Clone)]
+struct Counter {
+    limit: Limit,
+    owner: Owner,
+    max: u64,
+    key: String,
+}
+
+/// What one relay key is held to: its limits, its tenant's, and the registered servers'.
+#[derive(Debug)]
+pub struct Account {
+    tenant: String,
+    counters: Vec<Counter>,
+}
+
+impl Account {
+    /// The account of the key `key_id` (a stable, non-secret name: e.g. a prefix of its hash) of
+    /// `tenant`, or `None` when nothing limits it.
+    pub fn new(
+        key_id: &str,
+        tenant: &str,
+        key: Spec,
+        of_tenant: Spec,
+        servers: &[(String, u64)],
+    ) -> Option<Account> {
+        // Every counter of a tenant shares one hash tag: one Redis Cluster slot per check.
+        let base = format!("relay:limit:{{{tenant}}}");
+        let mut counters = Vec::new();
+        for (owner, spec) in [(Owner::Key, key), (Owner::Tenant, of_tenant)] {
+            for (limit, max) in spec.each() {
+                let Some(max) = max else { continue };
+                let key = match owner {
+                    Owner::Key => format!("{base}:key:{key_id}:{}", limit.name()),
+                    _ => format!("{base}:tenant:{}", limit.name()),
+                };
+                counters.push(Counter {
+                    limit,
+                    owner: owner.clone(),
+                    max,
+                    key,
+                });
+            }
+        }
+        for (server, max) in servers {
+            counters.push(Counter {
+                limit: Limit::ServerCalls,
+                owner: Owner::Server(server.clone()),
+                max: *max,
+                key: format!("{base}:key:{key_id}:server:{server}"),
+            });
+        }
+        (!counters.is_empty()).then(|| Account {
+            tenant: tenant.to_string(),
+            counters,
+        })
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    fn of(&self, limits: &[Limit]) -> impl Iterator<Item = &Counter> {
+        self.counters
+            .iter()
+            .filter(move |c| limits.contains(&c.limit))
+    }
+
+    /// How a message names a counter's owner.
+    fn whose(&self, c: &Counter) -> String {
+        match &c.owner {
+            Owner::Key => format!("this key (tenant '{}')", self.tenant),
+            Owner::Tenant => format!("tenant '{}'", self.tenant),
+            Owner::Server(s) => format!("this key's calls to MCP server '{s}'"),
+        }
+    }
+}
+
+/// A limit as the headers and `GET /v1/limits` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reading {
+    pub max: u64,
+    pub remaining: u64,
+    /// Until the counter is back to its initial state.
+    pub reset_ms: u64,
+}
+
+/// What OpenAI's headers say: the tightest requests limit and the tightest tokens limit.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub requests: Option<Reading>,
+    pub tokens: Option<Reading>,
+}
+
+impl Snapshot {
+    /// Sets `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` for what is limited.
+    pub fn apply(&self, headers: &mut hyper::HeaderMap) {
+        if let Some(r) = &self.requests {
+            headers::set(headers, "requests", r);
+        }
+        if let Some(r) = &self.tokens {
+            headers::set(headers, "tokens", r);
+        }
+    }
+
+    fn tighten(slot: &mut Option<Reading>, r: Reading) {
+        if slot.is_none_or(|s| r.remaining < s.remaining) {
+            *slot = Some(r);
+        }
+    }
+}
+
+/// Why a request (or an MCP call) is refused.
+#[derive(Debug, Clone)]
+pub enum Refused {
+    /// Over `limit`: the message names it and when to retry.
+    Over {
+        limit: Limit,
+        message: String,
+        retry_ms: u64,
+        snapshot: Snapshot,
+    },
+    /// The counters cannot be reached and the relay fails closed.
+    Unavailable,
+}
+
+impl Refused {
+    /// A spent daily budget (OpenAI's `insufficient_quota`), not a rate.
+    pub fn is_quota(&self) -> bool {
+        matches!(
+            self,
+            Refused::Over {
+                limit: Limit::TokensPerDay,
+                ..
+            }
+        )
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refused::Over { message, .. } => message.clone(),
+            Refused::Unavailable => {
+                "The relay cannot check its rate limits now (their store is unreachable); try again shortly."
+                    .into()
+            }
+        }
+    }
+}
+
+/// A request admitted: what the headers say, and its concurrent-run slots (if limited).
+#[derive(Debug, Default)]
+pub struct Admission {
+    pub snapshot: Snapshot,
+    pub lease: Option<Lease>,
+}
+
+/// Where the limits read the time (ms since the epoch): the system's, or one a test moves.
+#[derive(Debug, Clone, Default)]
+pub enum Clock {
+    #[default]
+    System,
+    Manual(Arc<AtomicU64>),
+}
+
+impl Clock {
+    /// A clock that reads `start_ms` until moved.
+    pub fn manual(start_ms: u64) -> Self {
+        Clock::Manual(Arc::new(AtomicU64::new(start_ms)))
+    }
+
+    pub fn now_ms(&self) -> u64 {
+        match self {
+            Clock::System => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            Clock::Manual(t) => t.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Moves a manual clock on (the system clock moves by itself).
+    pub fn advance(&self, by: Duration) {
+        if let Clock::Manual(t) = self {
+            t.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+        }
+    }
+}
+
+/// What one check does with its costs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    /// Applies every cost only if each fits.
+    Try,
+    /// Applies every cost.
+    Add,
+    /// Applies none.
+    Peek,
+}
+
+impl Op {
+    fn as_str(self) -> &'static str {
+        match self {
+            Op::Try => "try",
+            Op::Add => "add",
+            Op::Peek => "peek",
+        }
+    }
+}
+
+/// Where the counters live.
+enum Backend {
+    Local(Mutex<HashMap<String, Level>>),
+    Redis(Arc<Conn>),
+}
+
+/// A concurrent-run slot held for as long as its run lives; released on drop.
+#[derive(Debug)]
+pub struct Lease {
+    limiter: Weak<Inner>,
+    member: String,
+    keys: Vec<String>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(inner) = self.limiter.upgrade() {
+            inner.release(&self.member, &self.keys);
+        }
+    }
+}
+
+/// How long a Redis slot lease lasts unless renewed, and how often this relay renews its own.
+const LEASE_MS: u64 = 30_000;
+const RENEW_EVERY: Duration = Duration::from_secs(10);
+/// At most one warning about unreachable counters per this long.
+const WARN_EVERY_MS: u64 = 10_000;
+
+const SCRIPT: &str = include_str!("limits/counters.lua");
+const RENEW: &str = "for i, key in ipairs(KEYS) do redis.call('ZADD', key, 'XX', ARGV[1], ARGV[i + 1]) end return 1";
+
+/// The counters: in this process, or in Redis for every relay on it. Cheap to clone.
+#[derive(Clone)]
+pub struct Limiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    clock: Clock,
+    fail_closed: bool,
+    metrics: Arc<crate::metrics::Metrics>,
+    /// Slot members: this relay's instance and a sequence number.
+    instance: String,
+    next: AtomicU64,
+    /// This relay's live Redis slots (member → keys), renewed until released.
+    live: Mutex<HashMap<String, Vec<String>>>,
+    warned_at: AtomicU64,
+}
+
+impl Limiter {
+    /// Counters in `redis` when given (shared by every relay on it), else in this process.
+    pub fn new(
+        redis: Option<Arc<Conn>>,
+        clock: Clock,
+        fail_closed: bool,
+        metrics: Arc<crate::metrics::Metrics>,
+    ) -> Self {
+        let shared = redis.is_some();
+        let inner = Arc::new(Inner {
+            backend: match redis {
+                Some(c) => Backend::Redis(c),
+                None => Backend::Local(Mutex::default()),
+            },
+            clock,
+            fail_closed,
+            metrics,
+            instance: format!("{:016x}", rand::random::<u64>()),
+            next: AtomicU64::new(0),
+            live: Mutex::default(),
+            warned_at: AtomicU64::new(0),
+        });
+        if shared && let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(renew_leases(Arc::downgrade(&inner)));
+        }
+        Limiter { inner }
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.inner.clock
+    }
+
+    /// Admits one request that starts a run: a request counted, a concurrent-run slot taken,
+    /// and refused if a token budget is already spent.
+    pub async fn admit(&self, account: &Account) -> Result<Admission, Refused> {
+        self.take(account, true).await
+    }
+
+    /// Admits one request that starts no run (`compact`, `input_tokens`): counted, no slot.
+    pub async fn admit_request(&self, account: &Account) -> Result<Snapshot, Refused> {
+        self.take(account, false).await.map(|a| a.snapshot)
+    }
+
+    async fn take(&self, account: &Account, slot: bool) -> Result<Admission, Refused> {
+        use Limit::*;
+        let kinds: &[Limit] = if slot {
+            &[Requests, Tokens, TokensPerDay, Runs]
+        } else {
+            &[Requests, Tokens, TokensPerDay]
+        };
+        let checked: Vec<(&Counter, f64)> = account
+            .of(kinds)
+            // A request and a slot cost one; a token budget is only asked whether anything is left.
+            .map(|c| {
+                (
+                    c,
+                    if matches!(c.limit, Requests | Runs) {
+                        1.0
+                    } else {
+                        0.0
+                    },
+                )
+            })
+            .collect();
+        let member = format!(
+            "{}-{}",
+            self.inner.instance,
+            self.inner.next.fetch_add(1, Ordering::Relaxed)
+        );
+        let now = self.inner.clock.now_ms();
+        let (applied, used) = match self.inner.check(Op::Try, &checked, &member, now).await {
+            Ok(r) => r,
+            Err(e) => return self.unreachable(account, e).map(|()| Admission::default()),
+        };
+        let snapshot = snapshot(&checked, &used, now);
+        if !applied {
+            return Err(self.refusal(account, &checked, &used, now, snapshot));
+        }
+        let keys: Vec<String> = checked
+            .iter()
+            .filter(|(c, _)| c.limit == Runs)
+            .map(|(c, _)| c.key.clone())
+            .collect();
+        let lease = (!keys.is_empty()).then(|| self.inner.hold(member, keys));
+        Ok(Admission { snapshot, lease })
+    }
+
+    /// Charges `tokens` (a model turn's input and output) to the account's token limits, in
+    /// the background.
+    pub fn charge(&self, account: &Arc<Account>, tokens: u64) {
+        if tokens == 0
+            || account
+                .of(&[Limit::Tokens, Limit::TokensPerDay])
+                .next()
+                .is_none()
+        {
+            return;
+        }
+        let counters = move |account: &Account| -> Vec<(Counter, f64)> {
+            account
+                .of(&[Limit::Tokens, Limit::TokensPerDay])
+                .map(|c| (c.clone(), tokens as f64))
+                .collect()
+        };
+        match &self.inner.backend {
+            Backend::Local(map) => {
+                let counters = counters(account);
+                let refs: Vec<(&Counter, f64)> = counters.iter().map(|(c, n)| (c, *n)).collect();
+                let now = self.inner.clock.now_ms();
+                check_local(
+                    &mut map.lock().expect("limits poisoned"),
+                    Op::Add,
+                    &refs,
+                    now,
+                );
+            }
+            Backend::Redis(_) => {
+                let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                    return;
+                };
+                let (this, account) = (self.clone(), account.clone());
+                rt.spawn(async move {
+                    let counters = counters(&account);
+                    let refs: Vec<(&Counter, f64)> =
+                        counters.iter().map(|(c, n)| (c, *n)).collect();
+                    let now = this.inner.clock.now_ms();
+                    if let Err(e) = this.inner.check(Op::Add, &refs, "", now).await {
+                        let _ = this.unreachable(&account, e);
+                    }
+                });
+            }
+        }
+    }
+
+    /// Admits one MCP call to `server` (a registered server's name; `None` for one the request
+    /// declared): the account's MCP calls per minute, and the server's calls per minute.
+    pub async fn mcp_call(&self, account: &Account, server: Option<&str>) -> Result<(), Refused> {
+        let checked: Vec<(&Counter, f64)> = account
+            .counters
+            .iter()
+            .filter(|c| match &c.owner {
+                Owner::Server(s) => Some(s.as_str()) == server,
+                _ => c.limit == Limit::McpCalls,
+            })
+            .map(|c| (c, 1.0))
+            .collect();
+        if checked.is_empty() {
+            return Ok(());
+        }
+        let now = self.inner.clock.now_ms();
+        match self.inner.check(Op::Try, &checked, "", now).await {
+            Ok((true, _)) => Ok(()),
+            Ok((false, used)) => {
+                Err(self.refusal(account, &checked, &used, now, Snapshot::default()))
+            }
+            Err(e) => self.unreachable(account, e),
+        }
+    }
+
+    /// What the headers say now, nothing counted (`None` if the counters cannot be reached).
+    pub async fn peek(&self, account: &Account) -> Option<Snapshot> {
+        let counters: Vec<(&Counter, f64)> = account
+            .of(&[Limit::Requests, Limit::Tokens, Limit::TokensPerDay])
+            .map(|c| (c, 0.0))
+            .collect();
+        let now = self.inner.clock.now_ms();
+        let (_, used) = self.inner.check(Op::Peek, &counters, "", now).await.ok()?;
+        Some(snapshot(&counters, &used, now))
+    }
+
+    /// Every limit of the account with its use now, as `GET /v1/limits` shows them.
+    pub async fn report(&self, account: &Account) -> Result<serde_json::Value, Refused> {
+        let counters: Vec<(&Counter, f64)> = account.counters.iter().map(|c| (c, 0.0)).collect();
+        let now = self.inner.clock.now_ms();
+        let (_, used) = self
+            .inner
+            .check(Op::Peek, &counters, "", now)
+            .await
+            .map_err(|_| Refused::Unavailable)?;
+        let limits: Vec<serde_json::Value> = counters
+            .iter()
+            .zip(&used)
+            .map(|((c, _), &u)| {
+                let r = reading(c, u, now);
+                let mut entry = serde_json::json!({
+                    "limit": c.limit.name(),
+                    "scope": match c.owner { Owner::Key => "key", Owner::Tenant => "tenant", Owner::Server(_) => "mcp_server" },
+                    "max": c.max,
+                    "used": u.ceil() as u64,
+                    "remaining": r.remaining,
+                    "reset": reset_text(r.reset_ms),
+                    "resets_at": (now + r.reset_ms).div_ceil(1000),
+                });
+                if let Owner::Server(s) = &c.owner {
+                    entry["server"] = s.as_str().into();
+                }
+                entry
+            })
+            .collect();
+        Ok(
+            serde_json::json!({"object": "relay.limits", "tenant": account.tenant, "limits": limits}),
+        )
+    }
+
+    /// The refusal for the counter that keeps the request out longest.
+    fn refusal(
+        &self,
+        account: &Account,
+        checked: &[(&Counter, f64)],
+        used: &[f64],
+        now: u64,
+        snapshot: Snapshot,
+    ) -> Refused {
+        let (c, u, retry_ms) = checked
+            .iter()
+            .zip(used)
+            .map(|((c, cost), &u)| {
+                (
+                    *c,
+                    u,
+                    bucket::retry_ms(c.limit.rule(), u, *cost, c.max, now),
+                )
+            })
+            .max_by_key(|(_, _, retry)| *retry)
+            .expect("a refusal has a counter over its limit");
+        self.inner
+            .metrics
+            .rate_limited(account.tenant(), c.limit.name());
+        let whose = account.whose(c);
+        let (used, max, wait) = (u.ceil() as u64, c.max, reset_text(retry_ms));
+        let message = match c.limit {
+            Limit::TokensPerDay => format!(
+                "You exceeded the daily token budget of {whose} (tokens per day): limit {max}, used {used}. It resets at 00:00 UTC, in {wait}."
+            ),
+            Limit::Runs => format!(
+                "Too many concurrent runs for {whose}: limit {max}, running {used}. Please try again when one has ended."
+            ),
+            Limit::ServerCalls => format!(
+                "Rate limit reached for {whose} (calls per minute): limit {max}, used {used}. Please try again in {wait}."
+            ),
+            other => format!(
+                "Rate limit reached for {whose} on {}: limit {max}, used {used}. Please try again in {wait}.",
+                other.words()
+            ),
+        };
+        Refused::Over {
+            limit: c.limit,
+            message,
+            retry_ms,
+            snapshot,
+        }
+    }
+
+    /// Counters out of reach: a warning (at most one per 10 s) and a metric; the request goes
+    /// on, unless the relay fails closed.
+    fn unreachable(&self, account: &Account, e: crate::store::StoreError) -> Result<(), Refused> {
+        self.inner.metrics.limits_unavailable();
+        let now = self.inner.clock.now_ms();
+        let last = self.inner.warned_at.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= WARN_EVERY_MS
+            && self
+                .inner
+                .warned_at
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                tenant = account.tenant(),
+                error = %e,
+                fail_closed = self.inner.fail_closed,
+                "rate-limit counters unreachable; requests are {}",
+                if self.inner.fail_closed { "refused (503)" } else { "let through unlimited" }
+            );
+        }
+        if self.inner.fail_closed {
+            Err(Refused::Unavailable)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Inner {
+    /// One check of `counters` (each with its cost) at `now`: whether the costs were applied,
+    /// and each counter's use (after them, if applied).
+    async fn check(
+        &self,
+        op: Op,
+        counters: &[(&Counter, f64)],
+        member: &str,
+        now: u64,
+    ) -> Result<(bool, Vec<f64>), crate::store::StoreError> {
+        match &self.backend {
+            Backend::Local(map) => Ok(check_local(
+                &mut map.lock().expect("limits poisoned"),
+                op,
+                counters,
+                now,
+            )),
+            Backend::Redis(conn) => {
+                let keys: Vec<String> = counters.iter().map(|(c, _)| c.key.clone()).collect();
+                let mut cmd = crate::store::redis::script(SCRIPT, &keys);
+                cmd.arg(op.as_str()).arg(now).arg(member).arg(LEASE_MS);
+                for (c, cost) in counters {
+                    let rule = match c.limit.rule() {
+                        Rule::Rate { .. } => "r",
+                        Rule::Day => "d",
+                        Rule::Slots => "s",
+                    };
+                    let period = match c.limit.rule() {
+                        Rule::Rate { period_ms } => period_ms,
+                        _ => bucket::DAY_MS,
+                    };
+                    cmd.arg(rule).arg(c.max).arg(period).arg(*cost);
+                }
+                let out: Vec<String> = conn.query(&cmd).await?;
+                let applied = out.first().is_some_and(|v| v == "1");
+                let used = out[1..]
+                    .iter()
+                    .map(|v| v.parse::<f64>().unwrap_or(0.0))
+                    .collect();
+                Ok((applied, used))
+            }
+        }
+    }
+
+    /// A slot taken under `member` in `keys`, kept (and, in Redis, renewed) until dropped.
+    fn hold(self: &Arc<Self>, member: String, keys: Vec<String>) -> Lease {
+        if let Backend::Redis(_) = self.backend {
+            self.live
+                .lock()
+                .expect("limits poisoned")
+                .insert(member.clone(), keys.clone());
+        }
+        Lease {
+            limiter: Arc::downgrade(self),
+            member,
+            keys,
+        }
+    }
+
+    fn release(&self, member: &str, keys: &[String]) {
+        match &self.backend {
+            Backend::Local(map) => {
+                let mut map = map.lock().expect("limits poisoned");
+                for k in keys {
+                    if let Some(level) = map.get_mut(k) {
+                        level.used = (level.used - 1.0).max(0.0);
+                    }
+                }
+            }
+            Backend::Redis(conn) => {
+                self.live.lock().expect("limits poisoned").remove(member);
+                let Ok(rt) = tokio::runtime::Handle::try_current() else {
+                    return; // The lease lapses by itself.
+                };
+                let mut cmd = ::redis::cmd("EVAL");
+                cmd.arg(
+                    "for i, key in ipairs(KEYS) do redis.call('ZREM', key, ARGV[1]) end return 1",
+                )
+                .arg(keys.len())
+                .arg(keys)
+                .arg(member);
+                let conn = conn.clone();
+                rt.spawn(async move {
+                    if let Err(e) = conn.query::<i64>(&cmd).await {
+                        tracing::debug!(error = %e, "a concurrent-run slot was not released (it lapses by itself)");
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// The in-process check: the arithmetic of `bucket`, under the map's lock.
+fn check_local(
+    map: &mut HashMap<String, Level>,
+    op: Op,
+    counters: &[(&Counter, f64)],
+    now: u64,
+) -> (bool, Vec<f64>) {
+    let mut used: Vec<f64> = counters
+        .iter()
+        .map(|(c, _)| {
+            let level = map.get(&c.key).copied().unwrap_or_default();
+            c.limit.rule().used_now(level, c.max, now)
+        })
+        .collect();
+    let fits = op != Op::Try
+        || counters
+            .iter()
+            .zip(&used)
+            .all(|((c, cost), &u)| bucket::fits(u, *cost, c.max));
+    if op == Op::Peek || !fits {
+        return (fits, used);
+    }
+    for ((c, cost), u) in counters.iter().zip(used.iter_mut()) {
+        if *cost > 0.0 {
+            let level = c.limit.rule().add(*u, *cost, now);
+            map.insert(c.key.clone(), level);
+            *u = level.used;
+        }
+    }
+    (true, used)
+}
+
+/// A counter's reading at a use of `used`.
+fn reading(c: &Counter, used: f64, now: u64) -> Reading {
+    Reading {
+        max: c.max,
+        remaining: bucket::remaining(used, c.max),
+        reset_ms: bucket::reset_ms(c.limit.rule(), used, c.max, now),
+    }
+}
+
+/// The headers' view of checked counters: the tightest requests and tokens limits.
+fn snapshot(counters: &[(&Counter, f64)], used: &[f64], now: u64) -> Snapshot {
+    let mut s = Snapshot::default();
+    for ((c, _), &u) in counters.iter().zip(used) {
+        match c.limit {
+            Limit::Requests => Snapshot::tighten(&mut s.requests, reading(c, u, now)),
+            Limit::Tokens | Limit::TokensPerDay => {
+                Snapshot::tighten(&mut s.tokens, reading(c, u, now))
+            }
+            _ => {}
+        }
+    }
+    s
+}
+
+/// Renews this relay's live Redis slots until the limiter is gone.
+async fn renew_leases(inner: Weak<Inner>) {
+    loop {
+        tokio::time::sleep(RENEW_EVERY).await;
+        let Some(inner) = inner.upgrade() else { return };
+        let Backend::Redis(conn) = &inner.backend else {
+            return;
+        };
+        let held: Vec<(String, String)> = inner
+            .live
+            .lock()
+            .expect("limits poisoned")
+            .iter()
+            .flat_map(|(m, keys)| keys.iter().map(|k| (k.clone(), m.clone())))
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let keys: Vec<&String> = held.iter().map(|(k, _)| k).collect();
+        let mut cmd = ::redis::cmd("EVAL");
+        cmd.arg(RENEW)
+            .arg(keys.len())
+            .arg(keys)
+            .arg(inner.clock.now_ms() + LEASE_MS);
+        for (_, member) in &held {
+            cmd.arg(member);
+        }
+        if let Err(e) = conn.query::<i64>(&cmd).await {
+            tracing::debug!(error = %e, "concurrent-run slots not renewed");
+        }
+    }
+}
