@@ -8,6 +8,7 @@
 #   bash scripts/bench.sh --store sqlite:/tmp/bench.db
 #   bash scripts/bench.sh --compare REV        # this checkout's relay beside revision REV's
 #   bash scripts/bench.sh --scenario peers     # the relay beside SMG and agentic-api (issue 34)
+#   bash scripts/bench.sh --compare-limits     # this build beside itself with every limit set
 # `--compare REV` builds REV's relay (release, from `git archive` into a temporary directory, its
 # build kept in target/compare/) and runs the `compare` scenario: both relays in the same
 # windows, half the clients each, the ratios printed per workload. Other arguments go on to
@@ -44,6 +45,13 @@ while (($#)); do
       rm -rf "$src"
     fi
     args+=(--scenario compare --compare-relay "$other" --compare-label "$rev")
+  elif [[ "$1" == "--compare-limits" ]]; then
+    # This build beside itself with every limit configured (too high to refuse anything).
+    shift
+    args+=(--scenario compare --compare-relay "$(realpath -m "$target")/release/responses-relay"
+      --compare-label "with limits" --compare-args "--key-requests-per-minute 1000000000
+      --key-tokens-per-minute 1000000000000 --key-tokens-per-day 1000000000000
+      --key-concurrent-runs 1000000 --key-mcp-calls-per-minute 1000000000")
   else
     [[ "$1" == "--scenario=peers" || ( "$1" == "--scenario" && "${2:-}" == "peers" ) ]] && peers=1
     args+=("$1")

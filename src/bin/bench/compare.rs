@@ -51,11 +51,13 @@ const WORKLOADS: [Workload; 3] = [
 pub async fn scenario(
     env: &Env,
     plan: &Plan,
-    other: &Path,
+    (other, other_flags): (&Path, &[String]),
     label: &str,
     rows: &mut Vec<Row>,
 ) -> Result<Vec<(&'static str, Vec<Option<f64>>)>, String> {
-    let this = env.bin_dir.join("responses-relay");
+    let this = (env.bin_dir.join("responses-relay"), Vec::new());
+    let this = (this.0.as_path(), this.1.as_slice());
+    let other = (other, other_flags);
     let mut ratios = Vec::new();
     for w in &WORKLOADS {
         eprintln!(
@@ -68,11 +70,11 @@ pub async fn scenario(
         let mut per_rep = Vec::new();
         for rep in 0..plan.reps {
             let (a, b) = if rep % 2 == 0 {
-                let a = side(env, plan, w, &this, THIS).await?;
+                let a = side(env, plan, w, this, THIS).await?;
                 (a, side(env, plan, w, other, label).await?)
             } else {
                 let b = side(env, plan, w, other, label).await?;
-                (side(env, plan, w, &this, THIS).await?, b)
+                (side(env, plan, w, this, THIS).await?, b)
             };
             let (ra, rb) = tokio::join!(a.measure(env, plan), b.measure(env, plan));
             a.end(env);
@@ -115,11 +117,11 @@ async fn side(
     env: &Env,
     plan: &Plan,
     w: &Workload,
-    bin: &Path,
+    (bin, flags): (&Path, &[String]),
     name: &str,
 ) -> Result<Side, String> {
     let store = env.store(Store::Sqlite).map_err(StoreErr::into_msg)?;
-    let relay = env.relay_from(bin, &store.url, &[])?;
+    let relay = env.relay_from(bin, &store.url, flags)?;
     let (body, deltas) = if w.mcp {
         (mcp_body(env, plan, w.store), plan.mcp_deltas)
     } else {

@@ -248,6 +248,12 @@ async fn bench(o: Opts) -> ExitCode {
         match &o.compare_relay {
             None => failures.push("compare: --compare-relay PATH is needed".into()),
             Some(other) => {
+                let extra: Vec<String> = o
+                    .compare_args
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect();
+                let other = (other.as_path(), extra.as_slice());
                 match compare::scenario(&env, &plan, other, &o.compare_label, &mut rows).await {
                     Ok(r) => compared = Some(r),
                     Err(e) => failures.push(format!("compare: {e}")),

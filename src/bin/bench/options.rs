@@ -100,6 +100,15 @@ pub struct Opts {
     /// `compare`: what to call the other relay in the table (its revision).
     #[arg(long, default_value = "other")]
     pub compare_label: String,
+    /// `compare`: flags for the other relay (split on spaces), e.g. this build with limits
+    /// configured, to measure what they cost (`bash scripts/bench.sh --compare-limits`).
+    #[arg(
+        long,
+        value_name = "FLAGS",
+        allow_hyphen_values = true,
+        default_value = ""
+    )]
+    pub compare_args: String,
     /// `peers`: the Python virtual environment holding `smg` and `agentic-server` (made by
     /// `scripts/bench.sh`); without it the peers' rows say they are not installed.
     #[arg(long, value_name = "DIR")]
