@@ -336,7 +336,8 @@ impl Run {
         }
         for arguments in &outcome.web_searches {
             let (app, mcp, em) = (&self.app, &self.p.mcp, &mut self.em);
-            match web_search::web_search(app, mcp, em, arguments, &self.signal).await {
+            let account = self.p.relay.account.as_deref();
+            match web_search::web_search(app, (mcp, account), em, arguments, &self.signal).await {
                 Ok(items) => self.conversation.extend(items),
                 Err(stop) => return ControlFlow::Break(ending_for(stop)),
             }

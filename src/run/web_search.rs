@@ -4,8 +4,9 @@
 //! done) whose `action` carries the query; the tool's text goes back to the model as the
 //! function's output.
 //!
-//! Invariant: the call is counted in the MCP metrics as any tool call is, and a stop while it
-//! runs ends the run (the item is left for the terminal event to close).
+//! Invariant: the call is counted in the MCP metrics and against the key's MCP limits as any tool
+//! call is (over them, the search fails and the model is told why), and a stop while it runs
+//! ends the run (the item is left for the terminal event to close).
 
 use super::stop::{Stop, StopSignal, stopped};
 use super::tools::McpSetup;
@@ -20,7 +21,7 @@ use crate::eventlog::emitter::Emitter;
 /// the query; the tool's text goes back to the model as the function's output.
 pub(super) async fn web_search(
     app: &App,
-    mcp: &McpSetup,
+    (mcp, account): (&McpSetup, Option<&crate::limits::Account>),
     em: &mut Emitter,
     arguments: &str,
     signal: &StopSignal,
@@ -62,10 +63,20 @@ pub(super) async fn web_search(
     let cfg = &app.config().mcp;
     let args = serde_json::json!({ argument.as_str(): query }).to_string();
     let started = std::time::Instant::now();
-    let called = tokio::select! {
-        biased;
-        stop = stopped(app, signal) => return Err(stop),
-        r = app.mcp().call_tool(spec, &tool, &args, cfg.call_timeout) => r,
+    let refused = match account {
+        Some(a) => app.limiter().mcp_call(a, Some(&spec.label)).await.err(),
+        None => None,
+    };
+    let called = match refused {
+        Some(refused) => Err(crate::api::response::McpCallError::HttpError {
+            code: 429,
+            message: refused.message(),
+        }),
+        None => tokio::select! {
+            biased;
+            stop = stopped(app, signal) => return Err(stop),
+            r = app.mcp().call_tool(spec, &tool, &args, cfg.call_timeout) => r,
+        },
     };
     let result = if called.is_ok() { "ok" } else { "error" };
     app.metrics().mcp_called(

@@ -365,7 +365,7 @@ calls_per_minute = 1
 "#,
         server.url()
     );
-    let (relay, _clock) = limited(&up, &[], &toml).await;
+    let (relay, clock) = limited(&up, &[], &toml).await;
     let two_calls = "CALL add {\"a\":1,\"b\":1}\nCALL add {\"a\":2,\"b\":2}";
     let request = json!({"model": "fake-model", "input": two_calls,
         "tools": [mcp_tool("other", &server.url())]});
@@ -389,6 +389,13 @@ calls_per_minute = 1
     // The model was told, like any failed call.
     let last = up.requests().last().unwrap().body.to_string();
     assert!(last.contains("MCP calls per minute"), "{last}");
+    // A minute later the key may call again.
+    clock.advance(Duration::from_secs(60));
+    let one_call = json!({"model": "fake-model", "input": "CALL add {\"a\":1,\"b\":1}",
+        "tools": [mcp_tool("other", &server.url())]});
+    let (_, _, r) = create(&relay, "ka", &one_call).await;
+    assert_eq!(r["output"][1]["status"], "completed", "{r}");
+    clock.advance(Duration::from_secs(60));
 
     // A registered server's calls_per_minute holds every key, each on its own.
     let request = json!({"model": "fake-model", "input": two_calls,
@@ -694,4 +701,33 @@ limits = { tokens_per_day = 1 }
         json!({"code": "insufficient_quota", "type": "insufficient_quota", "statuses": [429]}),
         "{r}"
     );
+}
+
+#[tokio::test]
+async fn a_web_search_through_a_registered_server_counts_against_its_calls_per_minute() {
+    let (up, server) = (upstream().await, mcp_server(Default::default()).await);
+    let toml = format!(
+        "[[keys]]\nkey = \"kb\"\ntenant = \"team-b\"\n[mcp_servers.search]\nurl = \"{}\"\ncalls_per_minute = 1\n[hosted_tools]\nweb_search = \"search:echo\"\n",
+        server.url()
+    );
+    let (relay, _clock) = limited(&up, &[], &toml).await;
+    let web = json!({"type": "web_search"});
+    let two = "CALL web_search {\"query\":\"a\"}\nCALL web_search {\"query\":\"b\"}";
+    let (status, _, r) = create(
+        &relay,
+        "kb",
+        &json!({"model": "fake-model", "input": two, "tools": [web]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{r}");
+    let searches: Vec<&str> = r["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "web_search_call")
+        .map(|i| i["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(searches, ["completed", "failed"], "{r}");
+    let told = up.requests().last().unwrap().body.to_string();
+    assert!(told.contains("MCP server 'search'"), "{told}");
 }
