@@ -208,7 +208,7 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
     let result = match access {
         Err(e) => Err(e),
         Ok(access) => match Route::parse(&method, &path) {
-            Some(Route::Health) => Ok(json_response(StatusCode::OK, r#"{"status":"ok"}"#)),
+            Some(Route::Health) => Ok(health(&app).await),
             Some(Route::Metrics) => metrics(&app, &req),
             Some(Route::Create) => responses::create(&app, req, access).await,
             Some(Route::WebSocket) if websocket::is_upgrade(&req) => {
@@ -295,6 +295,16 @@ async fn route(app: App, req: Request<Incoming>) -> Response<Body> {
     }
     app.metrics().http_request(template, resp.status().as_u16());
     resp
+}
+
+/// `GET /healthz`: always 200 while the relay serves; `degraded` (with why) when its store
+/// cannot keep runs now (new stored runs get 503, `store: false` ones are served).
+async fn health(app: &App) -> Response<Body> {
+    let body = match app.store().available().await {
+        Ok(()) => serde_json::json!({"status": "ok"}),
+        Err(e) => serde_json::json!({"status": "degraded", "store": e.to_string()}),
+    };
+    json_response(StatusCode::OK, body.to_string())
 }
 
 /// `GET /v1/limits`: every limit the key is held to (its own, its tenant's, the registered

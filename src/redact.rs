@@ -58,6 +58,20 @@ pub fn mask_password(url: &str) -> String {
             u.to_string()
         }
         Ok(u) => u.to_string(),
-        Err(_) => "<unparsable URL>".into(),
+        // Several hosts (`redis+sentinel://:PW@h1:1,h2:2/name`) are no URL to the parser: the
+        // userinfo is masked by hand.
+        Err(_) => match url.split_once("://") {
+            Some((scheme, rest)) => {
+                let authority = rest.split('/').next().unwrap_or_default();
+                match authority.rsplit_once('@') {
+                    Some((userinfo, _)) if userinfo.contains(':') => {
+                        let user = userinfo.split(':').next().unwrap_or_default();
+                        format!("{scheme}://{user}:***@{}", &rest[userinfo.len() + 1..])
+                    }
+                    _ => url.to_string(),
+                }
+            }
+            None => "<unparsable URL>".into(),
+        },
     }
 }

@@ -11,8 +11,8 @@ use crate::redact::mask_password;
 pub enum StoreKind {
     Memory,
     Sqlite(PathBuf),
-    /// `redis://` or `rediss://` URL (it may carry a password: show it only through
-    /// [`mask_password`]; `Debug` masks it).
+    /// `redis://` or `rediss://` URL, or `redis+sentinel://` / `rediss+sentinel://` (it may carry
+    /// a password: show it only through [`mask_password`]; `Debug` masks it).
     Redis(String),
 }
 
@@ -35,8 +35,16 @@ impl StoreKind {
             s if s.starts_with("sqlite:") && s.len() > "sqlite:".len() => {
                 StoreKind::Sqlite(PathBuf::from(&s["sqlite:".len()..]))
             }
-            s if s.starts_with("redis://") || s.starts_with("rediss://") => {
-                if let Err(e) = redis::Client::open(s) {
+            s if [
+                "redis://",
+                "rediss://",
+                "redis+sentinel://",
+                "rediss+sentinel://",
+            ]
+            .iter()
+            .any(|p| s.starts_with(p)) =>
+            {
+                if let Err(e) = super::redis::check_url(s) {
                     return Err(format!("'{}': {e}", mask_password(s)));
                 }
                 StoreKind::Redis(s.to_string())
@@ -48,7 +56,7 @@ impl StoreKind {
                     other.to_string()
                 };
                 return Err(format!(
-                    "'{shown}': expected 'sqlite:PATH', 'memory' or 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS)"
+                    "'{shown}': expected 'sqlite:PATH', 'memory', 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS) or 'redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]'"
                 ));
             }
         })

@@ -44,7 +44,8 @@
 //! renews their leases every 250 ms and acts on cancel flags in the same call; any relay finishes
 //! a run whose lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
 //! (`XREAD BLOCK`, to tail a run live on another relay) use a dedicated connection without a
-//! response timeout. Redis Cluster is not supported (scripts touch keys of several slots).
+//! response timeout. Behind Sentinel (`target`), the connection follows the primary the
+//! Sentinels name. Redis Cluster is not supported (scripts touch keys of several slots).
 //!
 //! Here: the [`Redis`] type, opening it, and its reads and deletes. Beside it: `scripts` (every
 //! Lua script), `conn` (the connection), `writer` (the batching writer and packing), `lease`
@@ -57,6 +58,7 @@ mod kept;
 mod lease;
 mod scripts;
 mod tail;
+mod target;
 mod usage;
 mod writer;
 
@@ -64,7 +66,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::redis::{AsyncConnectionConfig, Client};
+use ::redis::AsyncConnectionConfig;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -73,6 +75,7 @@ use self::kept::{Kept, fold_entries, kept_of};
 use self::lease::{LEASE_MS, Owned, keep_leases};
 use self::scripts::{DELETE, INSERT, KEEP_TURNS, READ, READ_LOG};
 use self::tail::{TAIL, tail};
+use self::target::Target;
 pub use self::usage::usage_at;
 pub use self::writer::Sink;
 use self::writer::{Cmd, write_loop};
@@ -102,7 +105,6 @@ fn item_prefix(tenant: &Tenant) -> String {
 }
 
 struct Inner {
-    client: Client,
     conn: Arc<Conn>,
     tx: mpsc::UnboundedSender<Cmd>,
     /// This process's name as an owner.
@@ -126,12 +128,12 @@ impl Redis {
     pub fn open(url: &str, ttl: Option<Duration>) -> Result<Self, StoreError> {
         crate::install_tls();
         let shown = mask_password(url);
-        let client = Client::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
+        let target = Target::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::Internal("the Redis store needs a tokio runtime".into()))?;
         // Fail fast on a wrong address or password (one short blocking round trip at start-up).
-        let mut probe = client
-            .get_connection_with_timeout(Duration::from_secs(2))
+        let mut probe = target
+            .probe(Duration::from_secs(2))
             .map_err(|e| StoreError::Redis(format!("cannot reach Redis at {shown}: {e}")))?;
         ::redis::cmd("PING")
             .query::<String>(&mut probe)
@@ -140,12 +142,11 @@ impl Redis {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_secs(5)));
-        let conn = Arc::new(Conn::new(client.clone(), config));
+        let conn = Arc::new(Conn::new(target, config));
         let (tx, rx) = mpsc::unbounded_channel();
         let owned: Arc<Mutex<HashMap<String, Owned>>> = Arc::default();
         let instance = format!("relay-{:016x}", rand::random::<u64>());
         let inner = Arc::new(Inner {
-            client,
             conn: conn.clone(),
             tx,
             instance,
@@ -153,6 +154,9 @@ impl Redis {
             owned: owned.clone(),
             tails: Mutex::default(),
         });
+        if conn.target().follows_sentinels() {
+            rt.spawn(follow_primary(Arc::downgrade(&conn)));
+        }
         rt.spawn(write_loop(conn, rx, owned, inner.instance.clone()));
         rt.spawn(keep_leases(Arc::downgrade(&inner)));
         tracing::info!(redis = %shown, instance = %inner.instance, "Redis store ready");
@@ -518,9 +522,38 @@ impl Redis {
         }
     }
 
-    /// Whether Redis answers now (for new stored requests while it is away).
+    /// Whether Redis answers now, within a second (for new stored requests while it is away,
+    /// paused or asleep, and for `/healthz`).
     pub async fn available(&self) -> Result<(), StoreError> {
-        let _: String = self.inner.conn.query(&::redis::cmd("PING")).await?;
-        Ok(())
+        let cmd = ::redis::cmd("PING");
+        let ping = self.inner.conn.query::<String>(&cmd);
+        match tokio::time::timeout(AVAILABLE_WITHIN, ping).await {
+            Ok(answered) => answered.map(|_| ()),
+            Err(_) => Err(StoreError::Unavailable(
+                "Redis did not answer within a second".into(),
+            )),
+        }
+    }
+}
+
+/// Whether `url` names a Redis the store can use (checked, not connected to).
+pub fn check_url(url: &str) -> Result<(), String> {
+    Target::open(url).map(|_| ())
+}
+
+/// How long a new stored run waits to learn whether Redis answers.
+const AVAILABLE_WITHIN: Duration = Duration::from_secs(1);
+
+/// How often a relay behind Sentinel asks the Sentinels which server is the primary.
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
+/// Behind Sentinel, until the store is gone: drops the connection as soon as the Sentinels name
+/// another primary, so writes go where they will be kept (a demoted primary may accept writes
+/// for a moment, and loses them).
+async fn follow_primary(conn: std::sync::Weak<Conn>) {
+    loop {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        let Some(conn) = conn.upgrade() else { return };
+        conn.follow_primary().await;
     }
 }

@@ -16,6 +16,7 @@ mod quotas;
 mod redis;
 mod registered;
 mod safety;
+mod sentinel;
 mod ssrf;
 mod stored;
 mod support;

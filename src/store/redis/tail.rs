@@ -182,13 +182,16 @@ impl Tail {
                 let config = AsyncConnectionConfig::new()
                     .set_connection_timeout(Some(Duration::from_secs(1)))
                     .set_response_timeout(None);
-                match self
-                    .store
-                    .inner
-                    .client
-                    .get_multiplexed_async_connection_with_config(&config)
-                    .await
-                {
+                let primary = self.store.inner.conn.target().primary().await;
+                let connected = match primary {
+                    Ok(client) => {
+                        client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match connected {
                     Ok(c) => self.conn.insert(c),
                     Err(e) => {
                         tracing::warn!(response_id = %id, error = %e, "cannot tail a run: Redis is unavailable; retrying");

@@ -12,7 +12,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ::redis::{AsyncConnectionConfig, Client};
+use ::redis::AsyncConnectionConfig;
 
 use super::conn::{Conn, unavailable};
 use super::{Redis, StoreError, Tenant};
@@ -180,11 +180,12 @@ pub async fn usage_at(
 ) -> Result<Vec<UsageRow>, StoreError> {
     crate::install_tls();
     let shown = mask_password(url);
-    let client = Client::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
+    let target =
+        super::target::Target::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
     let config = AsyncConnectionConfig::new()
         .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
         .set_response_timeout(Some(std::time::Duration::from_secs(30)));
-    let conn = Conn::new(client, config);
+    let conn = Conn::new(target, config);
     let mut c = conn
         .get()
         .await

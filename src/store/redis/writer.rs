@@ -414,6 +414,9 @@ pub(super) fn append_call(instance: &str, events: &[(&str, &[String])]) -> ::red
     cmd
 }
 
+/// How long a batch waits for a replica to acknowledge it (behind Sentinel, with a replica).
+const REPLICA_WAIT_MS: u64 = 250;
+
 /// Sends the writer's pipeline; one result per write: per insert its reply, per appended event
 /// its code (every write of a command that failed gets that command's error).
 pub(super) async fn send(
@@ -421,15 +424,35 @@ pub(super) async fn send(
     pipe: &::redis::Pipeline,
     calls: &[usize],
 ) -> Vec<Result<i64, String>> {
+    // Behind Sentinel, with a replica attached, the batch counts as kept once a replica has it
+    // too (or the wait lapsed): what a failover then loses is what the replica did not get.
+    let waited;
+    let pipe = match conn.replicas() {
+        0 => pipe,
+        _ => {
+            let mut p = pipe.clone();
+            p.cmd("WAIT").arg(1).arg(REPLICA_WAIT_MS);
+            waited = p;
+            &waited
+        }
+    };
     let replies: Vec<Result<::redis::Value, String>> = match conn.get().await {
         Ok(mut c) => match pipe
             .query_async::<Vec<::redis::RedisResult<::redis::Value>>>(&mut c)
             .await
         {
-            Ok(v) => v
-                .into_iter()
-                .map(|r| r.map_err(|e| e.to_string()))
-                .collect(),
+            Ok(mut v) => {
+                if v.len() > calls.len()
+                    && let Some(Ok(::redis::Value::Int(0))) = v.pop()
+                {
+                    tracing::debug!(
+                        "a batch was kept by the primary; no replica acknowledged it in time"
+                    );
+                }
+                v.into_iter()
+                    .map(|r| r.map_err(|e| e.to_string()))
+                    .collect()
+            }
             Err(e) => {
                 conn.failed(&e).await;
                 vec![Err(e.to_string()); calls.len()]

@@ -1,0 +1,230 @@
+//! Where the store's Redis is: one server (`redis://`, `rediss://`), or the primary that a set of
+//! Sentinels names (`redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]`,
+//! `rediss+sentinel://` for TLS to the primary and the Sentinels).
+//!
+//! Invariant: behind Sentinel, the primary is whatever the Sentinels say now, never the server a
+//! connection happens to reach: a connection is made to the address they give (after it
+//! confirms its role), and [`Target::primary`] asks them again, so the store can drop a
+//! connection to a server they no longer name. A URL's password is shown only masked.
+
+use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use ::redis::{Client, ConnectionAddr, RedisResult, TlsMode};
+
+/// The Sentinels' default port.
+const SENTINEL_PORT: u16 = 26379;
+
+/// A Redis the store connects to.
+pub enum Target {
+    Direct(Client),
+    Sentinel {
+        client: tokio::sync::Mutex<SentinelClient>,
+        /// The URL, for a blocking client of its own (the start-up probe).
+        url: String,
+    },
+}
+
+/// A `redis+sentinel://` URL, parsed.
+#[derive(Debug, PartialEq, Eq)]
+struct SentinelUrl {
+    sentinels: Vec<(String, u16)>,
+    master: String,
+    db: i64,
+    username: Option<String>,
+    password: Option<String>,
+    tls: bool,
+}
+
+impl Target {
+    /// Whether `url` names Redis through Sentinel.
+    pub fn is_sentinel(url: &str) -> bool {
+        url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
+    }
+
+    /// The target `url` names (checked, not connected to); the error says why, without the URL.
+    pub fn open(url: &str) -> Result<Self, String> {
+        if Self::is_sentinel(url) {
+            let client = sentinel_client(&parse_sentinel(url)?).map_err(|e| e.to_string())?;
+            Ok(Target::Sentinel {
+                client: tokio::sync::Mutex::new(client),
+                url: url.to_string(),
+            })
+        } else {
+            Client::open(url)
+                .map(Target::Direct)
+                .map_err(|e| e.to_string())
+        }
+    }
+
+    /// A client of the primary: the one server, or the one the Sentinels name now (which
+    /// confirmed it is a primary).
+    pub async fn primary(&self) -> RedisResult<Client> {
+        match self {
+            Target::Direct(c) => Ok(c.clone()),
+            Target::Sentinel { client, .. } => client.lock().await.async_get_client().await,
+        }
+    }
+
+    /// A blocking connection to the primary within `timeout` (the start-up probe).
+    pub fn probe(&self, timeout: std::time::Duration) -> RedisResult<::redis::Connection> {
+        match self {
+            Target::Direct(c) => c.get_connection_with_timeout(timeout),
+            Target::Sentinel { url, .. } => {
+                let parsed = parse_sentinel(url).map_err(|m| {
+                    ::redis::RedisError::from((::redis::ErrorKind::InvalidClientConfig, "URL", m))
+                })?;
+                sentinel_client(&parsed)?.get_connection()
+            }
+        }
+    }
+
+    /// Whether connections follow the Sentinels (and so should be checked against their word).
+    pub fn follows_sentinels(&self) -> bool {
+        matches!(self, Target::Sentinel { .. })
+    }
+}
+
+/// The client asking the Sentinels of `u` for its primary.
+fn sentinel_client(u: &SentinelUrl) -> RedisResult<SentinelClient> {
+    let addrs = u.sentinels.iter().map(|(host, port)| match u.tls {
+        true => ConnectionAddr::TcpTls {
+            host: host.clone(),
+            port: *port,
+            insecure: false,
+            tls_params: None,
+        },
+        false => ConnectionAddr::Tcp(host.clone(), *port),
+    });
+    let mut b = SentinelClientBuilder::new(addrs, &u.master, SentinelServerType::Master)?
+        .set_client_to_redis_db(u.db);
+    if let Some(user) = &u.username {
+        b = b.set_client_to_redis_username(user);
+    }
+    if let Some(password) = &u.password {
+        b = b.set_client_to_redis_password(password);
+    }
+    if u.tls {
+        b = b
+            .set_client_to_redis_tls_mode(TlsMode::Secure)
+            .set_client_to_sentinel_tls_mode(TlsMode::Secure);
+    }
+    b.build()
+}
+
+/// `redis+sentinel://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_NAME[/DB]`: the
+/// password (and user) is the primary's; the Sentinels are reached without one.
+fn parse_sentinel(url: &str) -> Result<SentinelUrl, String> {
+    let (tls, rest) = match url.split_once("://") {
+        Some(("redis+sentinel", rest)) => (false, rest),
+        Some(("rediss+sentinel", rest)) => (true, rest),
+        _ => return Err("expected redis+sentinel:// or rediss+sentinel://".into()),
+    };
+    let (authority, path) = rest
+        .split_once('/')
+        .ok_or("no master name: expected .../MASTER_NAME[/DB]")?;
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or(("", u))) {
+        Some((user, pass)) => (
+            (!user.is_empty()).then(|| user.to_string()),
+            (!pass.is_empty()).then(|| pass.to_string()),
+        ),
+        None => (None, None),
+    };
+    let mut sentinels = Vec::new();
+    for h in hosts.split(',').filter(|h| !h.is_empty()) {
+        sentinels.push(host_port(h)?);
+    }
+    if sentinels.is_empty() {
+        return Err("no Sentinel address: expected HOST:PORT[,HOST:PORT...]".into());
+    }
+    let mut parts = path.trim_end_matches('/').split('/');
+    let master = parts.next().unwrap_or_default().to_string();
+    if master.is_empty() {
+        return Err("no master name: expected .../MASTER_NAME[/DB]".into());
+    }
+    let db = match parts.next() {
+        None => 0,
+        Some(d) => d
+            .parse()
+            .map_err(|_| format!("'{d}': the database is a number"))?,
+    };
+    if parts.next().is_some() {
+        return Err("expected .../MASTER_NAME[/DB] after the Sentinels".into());
+    }
+    Ok(SentinelUrl {
+        sentinels,
+        master,
+        db,
+        username,
+        password,
+        tls,
+    })
+}
+
+/// `HOST[:PORT]` or `[V6]:PORT`.
+fn host_port(h: &str) -> Result<(String, u16), String> {
+    let (host, port) = match h.strip_prefix('[') {
+        Some(v6) => {
+            let (host, after) = v6.split_once(']').ok_or(format!("'{h}': unclosed '['"))?;
+            (host, after.strip_prefix(':'))
+        }
+        None => match h.rsplit_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (h, None),
+        },
+    };
+    let port = match port {
+        None => SENTINEL_PORT,
+        Some(p) => p
+            .parse()
+            .map_err(|_| format!("'{h}': the port is a number"))?,
+    };
+    if host.is_empty() {
+        return Err(format!("'{h}': no host"));
+    }
+    Ok((host.to_string(), port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_master_database_and_the_primarys_password() {
+        let u = parse_sentinel("redis+sentinel://:s3cret@10.0.0.1:26380,h2,[::1]:5/mymaster/2")
+            .unwrap();
+        assert_eq!(
+            u,
+            SentinelUrl {
+                sentinels: vec![
+                    ("10.0.0.1".into(), 26380),
+                    ("h2".into(), 26379),
+                    ("::1".into(), 5)
+                ],
+                master: "mymaster".into(),
+                db: 2,
+                username: None,
+                password: Some("s3cret".into()),
+                tls: false,
+            }
+        );
+        let u = parse_sentinel("rediss+sentinel://h:1/m").unwrap();
+        assert_eq!((u.tls, u.db, u.master.as_str()), (true, 0, "m"));
+    }
+
+    #[test]
+    fn a_sentinel_url_without_a_master_or_sentinels_is_refused() {
+        for bad in [
+            "redis+sentinel://h:1",
+            "redis+sentinel://h:1/",
+            "redis+sentinel:///m",
+            "redis+sentinel://h:x/m",
+            "redis+sentinel://h:1/m/notanumber",
+            "redis+sentinel://h:1/m/0/extra",
+        ] {
+            assert!(parse_sentinel(bad).is_err(), "{bad}");
+        }
+    }
+}
