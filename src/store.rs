@@ -46,6 +46,9 @@ pub enum StoreError {
     /// retrying.
     #[error("store error: {prefix}: {0}", prefix = UNAVAILABLE)]
     Unavailable(String),
+    /// The disk is full (SQLite's `SQLITE_FULL`): nothing new can be kept until space is freed.
+    #[error("store error: the disk is full: {0}")]
+    Full(String),
     /// A kept record does not decode (a Response, input items, an item, a conversation, turns,
     /// an event, a packed log), or kept events do not make a log.
     #[error("store error: {0}")]
@@ -70,8 +73,16 @@ pub enum StoreError {
 }
 
 impl From<rusqlite::Error> for StoreError {
+    /// `SQLITE_FULL` is [`Full`](StoreError::Full), an I/O error
+    /// [`Unavailable`](StoreError::Unavailable) (the disk may take writes again), the rest
+    /// [`Sqlite`](StoreError::Sqlite).
     fn from(e: rusqlite::Error) -> Self {
-        StoreError::Sqlite(e.to_string())
+        use rusqlite::ErrorCode as C;
+        match e.sqlite_error_code() {
+            Some(C::DiskFull) => StoreError::Full(e.to_string()),
+            Some(C::SystemIoFailure) => StoreError::Unavailable(format!("SQLite: {e}")),
+            _ => StoreError::Sqlite(e.to_string()),
+        }
     }
 }
 
@@ -315,11 +326,23 @@ impl Store {
         }
     }
 
-    /// Fails fast (before a stored run starts) when the backend cannot keep it now.
+    /// Fails fast (before a stored run starts) when the backend cannot keep it now: Redis away,
+    /// SQLite's disk full since a commit failed for lack of space.
     pub async fn available(&self) -> Result<(), StoreError> {
         match &self.backend {
             Backend::Redis(r) => r.available().await,
-            _ => Ok(()),
+            Backend::Sqlite(s) => s.available(),
+            Backend::Memory(_) => Ok(()),
+        }
+    }
+
+    /// For tests: a SQLite store's full disk at a chosen size (see
+    /// [`sqlite::Sqlite::set_max_page_count`]); `None` for other backends.
+    #[doc(hidden)]
+    pub async fn set_sqlite_max_page_count(&self, pages: u64) -> Option<Result<u64, StoreError>> {
+        match &self.backend {
+            Backend::Sqlite(s) => Some(s.set_max_page_count(pages).await),
+            _ => None,
         }
     }
 

@@ -60,6 +60,9 @@ pub enum ErrorKind {
     ShuttingDown,
     /// The store cannot be reached (Redis away): worth a retry.
     StoreUnavailable,
+    /// The store's disk is full: no new stored run until space is freed (`store: false` is
+    /// served).
+    StoreFull,
     /// The store failed otherwise.
     StoreFailed,
     /// The upstream model server refused the request (a 4xx): its status, and its envelope's
@@ -148,6 +151,7 @@ impl ErrorKind {
                 Some("store_unavailable"),
                 Some(1),
             ),
+            K::StoreFull => (S::SERVICE_UNAVAILABLE, SERVER, Some("store_full"), Some(10)),
             K::StoreFailed => server(S::INTERNAL_SERVER_ERROR, "store_error"),
             K::UpstreamRejected {
                 status,
@@ -248,6 +252,15 @@ impl ApiError {
         )
     }
 
+    /// The store's disk is full.
+    pub fn store_full() -> Self {
+        Self::new(
+            ErrorKind::StoreFull,
+            "The relay's disk is full: it cannot keep new stored responses until space is freed. \
+             Send `store: false` to run without keeping the response, or retry later.",
+        )
+    }
+
     /// The store failed otherwise.
     pub fn store_failed() -> Self {
         Self::new(
@@ -338,6 +351,7 @@ impl From<crate::store::StoreError> for ApiError {
         tracing::error!(error = %e, "store failure");
         match e {
             E::Unavailable(_) => Self::store_unavailable(),
+            E::Full(_) => Self::store_full(),
             E::Corrupt(_)
             | E::ChainTooLong
             | E::Sqlite(_)

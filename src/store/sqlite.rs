@@ -23,12 +23,20 @@
 //! `VACUUM_PAGES` of them back to the file system per pass, so the file tracks what it holds
 //! without a long full `VACUUM`. (A file made before keeps its own vacuum mode.)
 //!
-//! Here: the [`Sqlite`] type, opening a database, recovery at start-up, the checkpointer.
-//! Beside it: `schema` (tables and migrations), `writer` (the writer thread), `journal` (what it
-//! knows of the journal), `reads` (reads and `export`), `conversations`, `usage` (the usage
-//! tallies' table).
+//! The files on disk are what the store holds (rule and numbers in `disk`): the WAL is cut to
+//! 64 MiB whenever it starts again, the writer checkpoints itself past 64 MiB of it, and after
+//! 1 s without a commit the checkpointer truncates it to nothing; so a second or two after a load
+//! the files are the database, an empty WAL and its index. A commit that fails for a full disk
+//! (or an I/O error) fails its batch's runs as above, and new stored runs are refused
+//! ([`Sqlite::available`], a 503) until a probe write succeeds.
+//!
+//! Here: the [`Sqlite`] type, opening a database, recovery at start-up. Beside it: `schema`
+//! (tables and migrations), `writer` (the writer thread), `disk` (the checkpointer, the WAL's
+//! bound, a full disk), `journal` (what it knows of the journal), `reads` (reads and `export`),
+//! `conversations`, `usage` (the usage tallies' table).
 
 mod conversations;
+mod disk;
 mod journal;
 mod reads;
 mod schema;
@@ -42,6 +50,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::Connection;
 use tokio::sync::oneshot;
 
+use self::disk::{CHECKPOINT_BUSY, Disk, WAL_AUTOCHECKPOINT, WAL_LIMIT, checkpoints};
 pub use self::reads::export;
 use self::reads::{fold_entries, read_entries};
 use self::schema::{SCHEMA, migrate};
@@ -53,15 +62,14 @@ use crate::api::response::Usage;
 use crate::eventlog::emitter::end_as_failed;
 use crate::eventlog::log::RunLog;
 
-/// How often the checkpointer copies the WAL into the database.
-const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
-
 /// The SQLite store of this process: the writer's channel and the read connection. Cheap to
 /// clone.
 #[derive(Clone)]
 pub struct Sqlite {
     tx: mpsc::Sender<Cmd>,
     read: Arc<Mutex<Connection>>,
+    /// Whether the disk takes writes (shared with the writer and the checkpointer).
+    disk: Arc<Disk>,
     /// The checkpointer stops once every clone of the store is gone.
     _alive: Arc<()>,
 }
@@ -97,31 +105,57 @@ impl Sqlite {
         // (SQLite's default) held every event behind it for the checkpoint's copy and fsync,
         // most of the p99 added latency with `store: true` (`bench --scenario stream`: p99
         // 164 -> 64 ms, p50 4.8 -> 2.8 ms without them). The writer still checkpoints itself
-        // past 65,536 WAL pages (256 MB), should the checkpointer fall behind.
+        // past 64 MiB of WAL, which starts the WAL again, cut to 64 MiB (see `disk`).
         writer.pragma_update(None, "cache_size", -16384)?;
-        writer.pragma_update(None, "wal_autocheckpoint", 65536)?;
+        writer.pragma_update(None, "wal_autocheckpoint", WAL_AUTOCHECKPOINT)?;
+        writer.pragma_update(None, "journal_size_limit", WAL_LIMIT)?;
         writer.execute_batch(SCHEMA)?;
         migrate(&writer)?;
         let read = connect(path)?;
         let (tx, rx) = mpsc::channel();
+        let disk = Arc::new(Disk::default());
+        let shared = disk.clone();
         std::thread::Builder::new()
             .name("sqlite-writer".into())
-            .spawn(move || write_loop(writer, rx))
+            .spawn(move || write_loop(writer, rx, shared))
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         let alive = Arc::new(());
         let checkpointer = connect(path)?;
-        let weak = Arc::downgrade(&alive);
+        // A TRUNCATE checkpoint holds the writer back while it waits: never long.
+        checkpointer.busy_timeout(CHECKPOINT_BUSY)?;
+        let (weak, shared, db) = (Arc::downgrade(&alive), disk.clone(), path.to_path_buf());
         std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
-            .spawn(move || checkpoints(checkpointer, weak))
+            .spawn(move || checkpoints(checkpointer, db, shared, weak))
             .map_err(|e| StoreError::Internal(e.to_string()))?;
         let store = Sqlite {
             tx,
             read: Arc::new(Mutex::new(read)),
+            disk,
             _alive: alive,
         };
         store.recover()?;
         Ok(store)
+    }
+
+    /// Fails when the disk took no write since a commit failed for lack of space
+    /// ([`StoreError::Full`]) or an I/O error ([`StoreError::Unavailable`]): a new stored run
+    /// is refused rather than failed once started.
+    pub fn available(&self) -> Result<(), StoreError> {
+        self.disk.unwritable().map_or(Ok(()), Err)
+    }
+
+    /// For tests: sets the writer's `max_page_count`, so that a commit growing the database
+    /// past `pages` pages fails with `SQLITE_FULL`, as on a full disk; answers the limit SQLite
+    /// took (never below the database's size).
+    #[doc(hidden)]
+    pub async fn set_max_page_count(&self, pages: u64) -> Result<u64, StoreError> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Cmd::MaxPages { pages, reply })
+            .map_err(|_| StoreError::Internal("writer gone".into()))?;
+        rx.await
+            .map_err(|_| StoreError::Internal("writer gone".into()))?
     }
 
     pub fn sink(&self, tenant: &Tenant, id: &str) -> Sink {
@@ -239,17 +273,6 @@ impl Sqlite {
         let _ = self.tx.send(Cmd::Recovered { reply });
         let _ = rx.recv();
         Ok(())
-    }
-}
-
-/// Copies the WAL's new pages into the database every [`CHECKPOINT_EVERY`] without blocking the
-/// writer or readers (a passive checkpoint), until the store is dropped.
-fn checkpoints(conn: Connection, alive: std::sync::Weak<()>) {
-    while alive.strong_count() > 0 {
-        std::thread::sleep(CHECKPOINT_EVERY);
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(error = %e, "SQLite checkpoint failed");
-        }
     }
 }
 

@@ -66,6 +66,7 @@ CREATE TABLE IF NOT EXISTS usage (
     mcp_calls INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (tenant, day, model)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS disk_probe (bytes BLOB);
 ";
 
 /// A database made before tenants existed: its rows go to the default tenant (`responses` gets

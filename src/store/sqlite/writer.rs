@@ -1,7 +1,8 @@
 //! The SQLite writer thread: takes every write from the channel and commits them in batches
 //! (group commit: a batch is gathered for a time sized by what the last one cost), then makes
 //! the batch's events visible to readers; after a commit it gives free pages back to the file
-//! system, a few at a time.
+//! system, a few at a time. While a full disk keeps new stored runs out, it probes the disk
+//! every second (see `disk`).
 //!
 //! Invariants: an event is visible only once committed; a run a failed commit broke is failed
 //! through its hook once, its later events are shown to its live clients unkept (its end never
@@ -16,6 +17,7 @@ use rusqlite::{Connection, params};
 use tokio::sync::oneshot;
 
 use super::conversations::{ConvOp, apply_conv};
+use super::disk::{Disk, PROBE_EVERY};
 use super::journal::Journal;
 use super::{StoreError, status_of};
 use crate::api::Response;
@@ -88,6 +90,12 @@ pub(super) enum Cmd {
     Recovered {
         reply: mpsc::Sender<()>,
     },
+    /// For tests: the writer's `max_page_count` (a full disk at a chosen size); answers the
+    /// limit SQLite took.
+    MaxPages {
+        pages: u64,
+        reply: oneshot::Sender<Result<u64, StoreError>>,
+    },
 }
 
 /// Appends one run's events through the writer.
@@ -113,21 +121,30 @@ impl LogSink for Sink {
 }
 
 /// The writer thread: gathers a batch, commits it, settles each of its writes; until every
-/// sender is gone.
-pub(super) fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>) {
-    let Some(mut writer) = Writer::new(&conn) else {
+/// sender is gone. While the disk is full it probes it every [`PROBE_EVERY`] (see `disk`).
+pub(super) fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>, disk: Arc<Disk>) {
+    let Some(mut writer) = Writer::new(&conn, disk) else {
         return;
     };
     let mut batch = Vec::with_capacity(BATCH);
     // How long the writer gathers a batch before committing it (see [`group_window`]).
     let mut window = std::time::Duration::ZERO;
+    let mut probed = std::time::Instant::now();
     while let Some(busy_from) = writer.gather(&rx, &mut batch, window) {
         let writes = batch.len();
         let (result, counts) = writer.commit(&mut conn, &batch);
+        if writer.disk.note(&result) {
+            tracing::error!(error = %result.as_ref().unwrap_err(), "the SQLite store cannot write; new stored runs are refused until a write succeeds");
+            probed = std::time::Instant::now();
+        }
         for (cmd, count) in batch.drain(..).zip(counts) {
-            writer.settle(cmd, count, &result);
+            writer.settle(&mut conn, cmd, count, &result);
         }
         window = group_window(busy_from.elapsed(), writes);
+        if writer.disk.unwritable().is_some() && probed.elapsed() >= PROBE_EVERY {
+            writer.disk.probe(&mut conn);
+            probed = std::time::Instant::now();
+        }
     }
 }
 
@@ -145,11 +162,13 @@ struct Writer {
     /// Broken runs that ended while their removal could not be committed: removed by the next
     /// batch that commits.
     to_remove: HashSet<String>,
+    /// Commits made, and whether the disk takes writes (shared with the store).
+    disk: Arc<Disk>,
 }
 
 impl Writer {
     /// The writer for `conn`'s database; `None` if it cannot start (logged).
-    fn new(conn: &Connection) -> Option<Self> {
+    fn new(conn: &Connection, disk: Arc<Disk>) -> Option<Self> {
         // 2: INCREMENTAL (a new database; an older file keeps its mode).
         let incremental = conn
             .query_row("PRAGMA auto_vacuum", [], |r| r.get::<_, i64>(0))
@@ -168,21 +187,23 @@ impl Writer {
             hooks: HashMap::new(),
             broken: HashSet::new(),
             to_remove: HashSet::new(),
+            disk,
         })
     }
 
     /// Gathers the next batch into `batch`: waits for a first write, sleeps `window` (group
-    /// commit), then takes what is queued (up to [`BATCH`]). With removals pending, an idle
-    /// writer still comes back every second (with an empty batch) to retry them. Answers when
-    /// the batch's work began; `None` once every sender is gone.
+    /// commit), then takes what is queued (up to [`BATCH`]). With removals pending, or the disk
+    /// full, an idle writer still comes back every second (with an empty batch) to retry them or
+    /// probe it. Answers when the batch's work began; `None` once every sender is gone.
     fn gather(
         &mut self,
         rx: &mpsc::Receiver<Cmd>,
         batch: &mut Vec<Cmd>,
         window: std::time::Duration,
     ) -> Option<std::time::Instant> {
-        // With removals pending, an idle writer still retries them every second.
-        let first = if self.to_remove.is_empty() {
+        // With removals pending or the disk full, an idle writer still comes back every second.
+        let waking = !self.to_remove.is_empty() || self.disk.unwritable().is_some();
+        let first = if !waking {
             rx.recv().ok()
         } else {
             match rx.recv_timeout(std::time::Duration::from_secs(1)) {
@@ -199,7 +220,7 @@ impl Writer {
         let busy_from = std::time::Instant::now();
         match first {
             Some(c) => batch.push(c),
-            None if self.to_remove.is_empty() => return None,
+            None if !waking => return None,
             None => {}
         }
         while batch.len() < BATCH {
@@ -250,6 +271,7 @@ impl Writer {
             tx.commit()?;
             Ok(())
         })();
+        self.disk.committed();
         self.journal.settle(result.is_ok());
         if let Err(e) = &result {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
@@ -264,7 +286,13 @@ impl Writer {
 
     /// Settles one write of a batch by how its commit went: events are made visible, callers
     /// answered, runs the failure broke failed through their hooks.
-    fn settle(&mut self, cmd: Cmd, count: usize, result: &Result<(), StoreError>) {
+    fn settle(
+        &mut self,
+        conn: &mut Connection,
+        cmd: Cmd,
+        count: usize,
+        result: &Result<(), StoreError>,
+    ) {
         match cmd {
             Cmd::Insert { id, fail, .. } => {
                 if let Err(e) = result
@@ -299,6 +327,15 @@ impl Writer {
             }
             Cmd::Expire { reply, .. } => {
                 let _ = reply.send(result.clone().map(|_| count));
+            }
+            Cmd::MaxPages { pages, reply } => {
+                let set = conn
+                    .query_row(&format!("PRAGMA max_page_count = {pages}"), [], |r| {
+                        r.get::<_, i64>(0)
+                    })
+                    .map(|n| n as u64)
+                    .map_err(StoreError::from);
+                let _ = reply.send(set);
             }
         }
     }
@@ -473,7 +510,7 @@ pub(super) fn apply(
             tx.execute("DELETE FROM journal", [])?;
             journal.trimmed_to(0);
         }
-        Cmd::Flush { .. } => {}
+        Cmd::Flush { .. } | Cmd::MaxPages { .. } => {}
         Cmd::Usage { rows, .. } => super::usage::add(tx, rows)?,
         Cmd::Turns { id, tenant, turns } => {
             tx.execute(

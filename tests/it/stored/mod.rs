@@ -5,6 +5,7 @@
 //! packed logs, disk space) are in `sqlite`.
 
 mod sqlite;
+mod sqlite_disk;
 
 use serde_json::{Value, json};
 
