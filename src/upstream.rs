@@ -1,10 +1,12 @@
-//! The upstream model: an OpenAI-compatible Chat Completions or stateless Responses endpoint,
-//! driven turn by turn and always streamed. Both adapters produce the same [`ModelEvent`]s.
+//! The upstream model: an OpenAI-compatible Chat Completions or stateless Responses endpoint, or
+//! Anthropic's Messages API, driven turn by turn and always streamed. Every adapter produces the
+//! same [`ModelEvent`]s.
 //!
 //! Invariant: nothing here knows about Responses events, output indexes or the store; a turn is
 //! a request in and a stream of model events out. Failures before the stream opens are
 //! [`UpstreamError`]s the HTTP layer maps to a status; failures inside it end the run.
 
+pub mod anthropic;
 pub mod chat;
 pub mod responses;
 mod routes;
@@ -44,6 +46,12 @@ pub enum ModelEvent {
     /// The `phase` of the assistant message the model opens next (a Responses upstream's
     /// `output_item.added` of a `message`; `None` when it gives none).
     MessagePhase(Option<crate::api::response::Phase>),
+    /// A reasoning block the model server signed and needs back verbatim in a later turn
+    /// (Anthropic's `thinking` with its `signature`, or `redacted_thinking`), given when the
+    /// block ends. Its text, if any, came before as [`ModelEvent::Reasoning`]; the run keeps the
+    /// block sealed in the reasoning item's `encrypted_content`, and a later turn gets it back
+    /// in [`TurnRequest::signed_reasoning`].
+    SignedReasoning(Value),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -145,6 +153,10 @@ pub struct TurnRequest {
     pub client_bearer: Option<String>,
     /// Options only a Responses upstream has a place for (a chat upstream does not get them).
     pub responses_only: ResponsesOptions,
+    /// The signed reasoning blocks ([`ModelEvent::SignedReasoning`]) of the reasoning items of
+    /// `items`, by the item's index, opened from their seals: an Anthropic upstream gets them
+    /// back verbatim where the items stand (filled only for a turn that goes to one).
+    pub signed_reasoning: std::collections::HashMap<usize, Vec<Value>>,
 }
 
 /// Request fields a Responses upstream takes as they are; Chat Completions has no equivalent.
@@ -225,6 +237,8 @@ pub type ModelStream = Pin<Box<dyn Stream<Item = Result<ModelEvent, UpstreamErro
 pub enum UpstreamApi {
     Chat,
     Responses,
+    /// Anthropic's Messages API (`POST /messages`, `x-api-key`, `anthropic-version`).
+    Anthropic,
 }
 
 #[derive(Debug, Clone)]
@@ -309,6 +323,11 @@ impl Upstream {
                 b.fields.insert(model.0, model.1);
                 serde_json::to_vec(&b)
             }),
+            UpstreamApi::Anthropic => ("/messages", {
+                let mut b = anthropic::request_body(req);
+                b.fields.insert(model.0, model.1);
+                serde_json::to_vec(&b)
+            }),
         };
         let body = bytes::Bytes::from(body.expect("request bodies always serialize"));
         let resp = self.post(path, body, req.client_bearer.as_deref()).await?;
@@ -316,7 +335,33 @@ impl Upstream {
         Ok(match self.api {
             UpstreamApi::Chat => chat::events(resp, idle),
             UpstreamApi::Responses => responses::events(resp, idle),
+            UpstreamApi::Anthropic => anthropic::events(resp, idle),
         })
+    }
+
+    /// `rb` with this upstream's credentials: the key (or the client's bearer) as the bearer, or,
+    /// to an Anthropic upstream, as `x-api-key` with the `anthropic-version` it speaks (never as
+    /// `Authorization`).
+    fn authorized(
+        &self,
+        mut rb: reqwest::RequestBuilder,
+        client_bearer: Option<&str>,
+    ) -> reqwest::RequestBuilder {
+        let key = self.bearer(client_bearer);
+        match self.api {
+            UpstreamApi::Anthropic => {
+                rb = rb.header("anthropic-version", anthropic::VERSION);
+                if let Some(k) = key {
+                    rb = rb.header("x-api-key", k);
+                }
+            }
+            UpstreamApi::Chat | UpstreamApi::Responses => {
+                if let Some(k) = key {
+                    rb = rb.bearer_auth(k);
+                }
+            }
+        }
+        rb
     }
 
     /// Sends a turn, retrying (with backoff, honouring `Retry-After` up to a bound) while the
@@ -341,9 +386,7 @@ impl Upstream {
             if let Some(tp) = &traceparent {
                 rb = rb.header("traceparent", tp);
             }
-            if let Some(k) = self.bearer(client_bearer) {
-                rb = rb.bearer_auth(k);
-            }
+            rb = self.authorized(rb, client_bearer);
             let result = match tokio::time::timeout(self.timeouts.first_byte, rb.send()).await {
                 Err(_) => Err(UpstreamError::Timeout(format!(
                     "no response within {:?}",
@@ -384,16 +427,19 @@ impl Upstream {
         client_bearer: Option<&str>,
         wait: Duration,
     ) -> Result<Vec<Value>, UpstreamError> {
-        let mut rb = self.http().get(format!("{}/models", self.base));
-        if let Some(k) = self.bearer(client_bearer) {
-            rb = rb.bearer_auth(k);
-        }
+        let rb = self.authorized(
+            self.http().get(format!("{}/models", self.base)),
+            client_bearer,
+        );
         let wait = wait.min(self.timeouts.first_byte);
         let listed = async {
             let resp = check_status(rb.send().await.map_err(transport_error)?).await?;
             let body: Value = resp.json().await.map_err(transport_error)?;
             match body {
                 Value::Object(mut o) => match o.remove("data") {
+                    Some(Value::Array(data)) if self.api == UpstreamApi::Anthropic => {
+                        Ok(data.into_iter().map(anthropic::model_object).collect())
+                    }
                     Some(Value::Array(data)) => Ok(data),
                     _ => Err(UpstreamError::Protocol(
                         "the model list has no 'data' array".into(),

@@ -51,7 +51,8 @@ pub fn output_as_input(item: &OutputItem) -> Option<InputItem> {
             id: r.id.clone(),
             summary: r.summary.clone(),
             content: Some(r.content.clone()),
-            encrypted_content: None,
+            // Kept: it may seal what the model server needs back (signed reasoning blocks).
+            encrypted_content: r.encrypted_content.clone(),
             status: None,
         }),
         OutputItem::McpListTools(l) => InputItem::McpListTools(l.clone()),

@@ -165,6 +165,8 @@ fn switch() -> clap::builder::BoolishValueParser {
 pub enum ApiArg {
     Chat,
     Responses,
+    /// Anthropic's Messages API (`POST /messages`).
+    Anthropic,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]

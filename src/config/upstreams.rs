@@ -122,7 +122,8 @@ pub(super) fn resolve(
 pub(super) fn api(a: Option<ApiArg>) -> UpstreamApi {
     match a {
         Some(ApiArg::Responses) => UpstreamApi::Responses,
-        _ => UpstreamApi::Chat,
+        Some(ApiArg::Anthropic) => UpstreamApi::Anthropic,
+        Some(ApiArg::Chat) | None => UpstreamApi::Chat,
     }
 }
 

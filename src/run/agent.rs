@@ -285,7 +285,9 @@ impl Run {
                 let sealing = (self.p.request.include.iter())
                     .any(|i| i == "reasoning.encrypted_content")
                     .then(|| self.app.sealer().clone());
-                let tc = Transcoder::with_clients(self.p.clients.clone()).sealing(sealing);
+                let tc = Transcoder::with_clients(self.p.clients.clone())
+                    .sealing(sealing)
+                    .signing(self.app.sealer().clone());
                 let (em, tools) = (&mut self.em, &self.p.mcp.tools);
                 run_turn(&self.app, stream, em, (tools, tc), &self.signal).await
             }

@@ -98,6 +98,8 @@ struct OpenText {
     /// The open content part: its index, whether it is a refusal, and its text so far.
     part: Option<(usize, bool, String)>,
     parts: Vec<ContentPart>,
+    /// A reasoning item's signed blocks ([`ModelEvent::SignedReasoning`]), in order.
+    signed: Vec<Value>,
 }
 
 #[derive(Debug)]
@@ -154,6 +156,9 @@ pub struct Transcoder {
     /// Seals each reasoning item's content into its `encrypted_content`
     /// (`include: ["reasoning.encrypted_content"]`).
     seal: Option<Arc<crate::seal::Sealer>>,
+    /// Seals a reasoning item's signed blocks (with its content) into its `encrypted_content`
+    /// whether the client asked for it or not: a later turn must send them back verbatim.
+    signer: Option<Arc<crate::seal::Sealer>>,
     /// The `phase` the upstream gave the assistant message it opened last.
     phase: Option<crate::api::response::Phase>,
 }
@@ -174,6 +179,13 @@ impl Transcoder {
     /// Reasoning items get an `encrypted_content` sealed with `sealer`.
     pub fn sealing(mut self, sealer: Option<Arc<crate::seal::Sealer>>) -> Self {
         self.seal = sealer;
+        self
+    }
+
+    /// Reasoning items holding signed blocks get an `encrypted_content` sealed with `sealer`
+    /// (always: the model server needs those blocks back).
+    pub fn signing(mut self, sealer: Arc<crate::seal::Sealer>) -> Self {
+        self.signer = Some(sealer);
         self
     }
 
@@ -198,6 +210,27 @@ impl Transcoder {
             // Response's.
             ModelEvent::ResponseId(_) => {}
             ModelEvent::MessagePhase(phase) => self.phase = phase,
+            ModelEvent::SignedReasoning(block) => self.signed_reasoning(block, em),
+        }
+    }
+
+    /// A signed reasoning block: kept with the open reasoning item (one is opened for a block
+    /// that had no text, such as `redacted_thinking`).
+    fn signed_reasoning(&mut self, block: Value, em: &mut Emitter) {
+        if self
+            .text
+            .as_ref()
+            .is_none_or(|t| t.kind != TextKind::Reasoning)
+        {
+            self.close_text(em, ItemStatus::Completed);
+            self.open_text(TextKind::Reasoning, em);
+        }
+        if let Some(open) = &mut self.text {
+            // The next block's text is a part of its own.
+            if open.part.is_some() {
+                close_part(open, em);
+            }
+            open.signed.push(block);
         }
     }
 
@@ -208,44 +241,10 @@ impl Transcoder {
         if self.text.as_ref().is_some_and(|t| t.kind != kind) {
             self.close_text(em, ItemStatus::Completed);
         }
-        let open = match &mut self.text {
-            Some(t) => t,
-            None => {
-                let output_index = em.next_output_index();
-                let (item_id, item) = match kind {
-                    TextKind::Message => {
-                        let id = em.mint("msg");
-                        let item = OutputItem::Message(MessageItem {
-                            id: id.clone(),
-                            status: ItemStatus::InProgress,
-                            role: "assistant".into(),
-                            content: Vec::new(),
-                            phase: self.phase,
-                        });
-                        (id, item)
-                    }
-                    TextKind::Reasoning => {
-                        let id = em.mint("rs");
-                        let item = OutputItem::Reasoning(ReasoningItem {
-                            id: id.clone(),
-                            summary: Vec::new(),
-                            content: Vec::new(),
-                            encrypted_content: None,
-                            status: ItemStatus::InProgress,
-                        });
-                        (id, item)
-                    }
-                };
-                em.emit(Event::OutputItemAdded { output_index, item });
-                self.text.insert(OpenText {
-                    kind,
-                    output_index,
-                    item_id,
-                    part: None,
-                    parts: Vec::new(),
-                })
-            }
-        };
+        if self.text.is_none() {
+            self.open_text(kind, em);
+        }
+        let open = self.text.as_mut().expect("a text item is open");
         if open.part.as_ref().is_some_and(|(_, r, _)| *r != refusal) {
             close_part(open, em);
         }
@@ -287,6 +286,44 @@ impl Transcoder {
         });
     }
 
+    /// Opens a text item of `kind` (added, with no content part yet).
+    fn open_text(&mut self, kind: TextKind, em: &mut Emitter) {
+        let output_index = em.next_output_index();
+        let (item_id, item) = match kind {
+            TextKind::Message => {
+                let id = em.mint("msg");
+                let item = OutputItem::Message(MessageItem {
+                    id: id.clone(),
+                    status: ItemStatus::InProgress,
+                    role: "assistant".into(),
+                    content: Vec::new(),
+                    phase: self.phase,
+                });
+                (id, item)
+            }
+            TextKind::Reasoning => {
+                let id = em.mint("rs");
+                let item = OutputItem::Reasoning(ReasoningItem {
+                    id: id.clone(),
+                    summary: Vec::new(),
+                    content: Vec::new(),
+                    encrypted_content: None,
+                    status: ItemStatus::InProgress,
+                });
+                (id, item)
+            }
+        };
+        em.emit(Event::OutputItemAdded { output_index, item });
+        self.text = Some(OpenText {
+            kind,
+            output_index,
+            item_id,
+            part: None,
+            parts: Vec::new(),
+            signed: Vec::new(),
+        });
+    }
+
     fn close_text(&mut self, em: &mut Emitter, status: ItemStatus) {
         let Some(mut open) = self.text.take() else {
             return;
@@ -303,10 +340,16 @@ impl Transcoder {
                 phase: self.phase,
             }),
             TextKind::Reasoning => {
-                let encrypted_content = self.seal.as_ref().map(|s| {
-                    s.seal(
-                        &serde_json::to_vec(&json!({"content": open.parts})).expect("serializes"),
-                    )
+                let sealer = match (&self.signer, open.signed.is_empty()) {
+                    (Some(signer), false) => Some(signer),
+                    _ => self.seal.as_ref(),
+                };
+                let encrypted_content = sealer.map(|s| {
+                    let mut sealed = json!({"content": open.parts});
+                    if !open.signed.is_empty() {
+                        sealed["signed"] = Value::Array(std::mem::take(&mut open.signed));
+                    }
+                    s.seal(&serde_json::to_vec(&sealed).expect("serializes"))
                 });
                 OutputItem::Reasoning(ReasoningItem {
                     id: open.item_id.clone(),

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::transcode::ClientKind;
 use super::{Prepared, transcode};
@@ -33,7 +33,37 @@ pub(super) fn open<'a>(
 ) -> impl Future<Output = Result<ModelStream, UpstreamError>> + use<'a> {
     let mut turn = turn_request_at(p, items, step, found);
     turn.max_output_tokens = max_output_tokens;
+    turn.signed_reasoning = signed_reasoning(app, &turn);
     async move { app.upstream().open(&turn).await }
+}
+
+/// The signed reasoning blocks sealed in `turn`'s reasoning items, by item index, for a turn
+/// that goes to an Anthropic upstream (the only kind that takes them back); none otherwise. A
+/// seal that does not open holds none (a client's seals were checked in `context`).
+pub(super) fn signed_reasoning(app: &App, turn: &TurnRequest) -> HashMap<usize, Vec<Value>> {
+    let (upstream, _) = app.upstream().route(&turn.model);
+    if upstream.api != crate::upstream::UpstreamApi::Anthropic {
+        return HashMap::new();
+    }
+    let mut signed = HashMap::new();
+    for (i, item) in turn.items.iter().enumerate() {
+        let InputItem::Reasoning(r) = item else {
+            continue;
+        };
+        let blocks = r
+            .encrypted_content
+            .as_deref()
+            .and_then(|sealed| app.sealer().open(sealed).ok())
+            .and_then(|plain| serde_json::from_slice::<Value>(&plain).ok())
+            .and_then(|mut v| match v.get_mut("signed").map(Value::take) {
+                Some(Value::Array(blocks)) if !blocks.is_empty() => Some(blocks),
+                _ => None,
+            });
+        if let Some(blocks) = blocks {
+            signed.insert(i, blocks);
+        }
+    }
+    signed
 }
 
 /// The model turn for the given conversation.
@@ -132,6 +162,7 @@ fn turn_request_inner(p: &Prepared, items: &[InputItem]) -> TurnRequest {
             prompt_cache_options: r.prompt_cache_options.clone(),
             safety_identifier: r.safety_identifier.clone(),
         },
+        signed_reasoning: HashMap::new(),
     }
 }
 

@@ -89,6 +89,7 @@ fn turn(model: &str) -> TurnRequest {
         user: None,
         client_bearer: None,
         responses_only: Default::default(),
+        signed_reasoning: Default::default(),
     }
 }
 

@@ -1,0 +1,799 @@
+//! Anthropic's Messages API (`POST /v1/messages`): the conversation as `system` and
+//! `messages` of content blocks, and its streamed events as model events.
+//!
+//! What maps: text, images (URL and base64), PDFs as documents, function calls as `tool_use`
+//! blocks and their outputs as `tool_result` blocks (ids made safe for Anthropic, the same on
+//! both), `tool_choice` (`auto`, `any`, `tool`, `none`; `disable_parallel_tool_use`),
+//! `reasoning.effort` as a `thinking` budget, `temperature`, `top_p`, the user as
+//! `metadata.user_id`. Consecutive messages of one role merge into one message, as Anthropic
+//! requires; system and developer messages join the instructions in `system`. A reasoning item's
+//! signed blocks (`thinking` with its `signature`, `redacted_thinking`) go back verbatim where the
+//! item stands, before the calls they led to. What does not map: a structured-output
+//! `text.format`, files by id, and the Responses-only options.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use super::{
+    Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice,
+    UpstreamError,
+};
+use crate::api::Usage;
+use crate::api::request::{InputItem, InputPart, MessageContent, Role, ToolOutput};
+
+/// The `anthropic-version` header every request carries.
+pub const VERSION: &str = "2023-06-01";
+
+/// `max_tokens` when the request sets no `max_output_tokens` (Anthropic requires one): the most
+/// a model answers in one turn, reasoning budget not counted (it is added on top).
+pub const DEFAULT_MAX_TOKENS: u64 = 8192;
+
+/// The least thinking budget Anthropic takes.
+const MIN_THINKING_BUDGET: u64 = 1024;
+
+/// A tool as Anthropic takes it.
+#[derive(Serialize)]
+pub struct AnthropicTool<'a> {
+    name: &'a str,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    description: &'a str,
+    input_schema: &'a Value,
+}
+
+/// The thinking budget for a `reasoning.effort` (`none`, or an unknown effort: no thinking).
+pub fn thinking_budget(effort: &str) -> Option<u64> {
+    Some(match effort {
+        "minimal" => 1024,
+        "low" => 2048,
+        "medium" => 8192,
+        "high" => 16384,
+        "xhigh" => 32768,
+        _ => return None,
+    })
+}
+
+/// The `POST /messages` body for a turn.
+pub fn request_body(req: &TurnRequest) -> Body<AnthropicTool<'_>> {
+    let mut body = Map::new();
+    body.insert("model".into(), json!(req.model));
+    let (system, messages) = messages(req.instructions.as_deref(), &req.items, |i| {
+        req.signed_reasoning.get(&i).map(Vec::as_slice)
+    });
+    if !system.is_empty() {
+        body.insert("system".into(), json!(system));
+    }
+    body.insert("messages".into(), Value::Array(messages));
+    body.insert("stream".into(), json!(true));
+    let budget = req.reasoning_effort.as_deref().and_then(thinking_budget);
+    let (max_tokens, budget) = match (req.max_output_tokens, budget) {
+        // The client's bound covers reasoning and answer, as OpenAI's does.
+        (Some(n), b) => {
+            let n = n.max(1);
+            (
+                n,
+                b.map(|b| b.min(n - 1))
+                    .filter(|b| *b >= MIN_THINKING_BUDGET),
+            )
+        }
+        (None, Some(b)) => (DEFAULT_MAX_TOKENS + b, Some(b)),
+        (None, None) => (DEFAULT_MAX_TOKENS, None),
+    };
+    body.insert("max_tokens".into(), json!(max_tokens));
+    if let Some(b) = budget {
+        body.insert(
+            "thinking".into(),
+            json!({"type": "enabled", "budget_tokens": b}),
+        );
+    }
+    if let Some(t) = req.temperature {
+        body.insert("temperature".into(), json!(t));
+    }
+    if let Some(p) = req.top_p {
+        body.insert("top_p".into(), json!(p));
+    }
+    if let Some(u) = &req.user {
+        body.insert("metadata".into(), json!({"user_id": u}));
+    }
+    let tools: Vec<AnthropicTool<'_>> = req
+        .tools
+        .iter()
+        .map(|t| AnthropicTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.parameters,
+        })
+        .collect();
+    if !tools.is_empty() {
+        let mut choice = match &req.tool_choice {
+            TurnToolChoice::Auto => json!({"type": "auto"}),
+            TurnToolChoice::None => json!({"type": "none"}),
+            TurnToolChoice::Required => json!({"type": "any"}),
+            TurnToolChoice::Function(name) => json!({"type": "tool", "name": name}),
+        };
+        if !req.parallel_tool_calls && req.tool_choice != TurnToolChoice::None {
+            choice["disable_parallel_tool_use"] = json!(true);
+        }
+        body.insert("tool_choice".into(), choice);
+    }
+    Body {
+        fields: body,
+        tools,
+    }
+}
+
+/// A call id as Anthropic takes a `tool_use` id (letters, digits, `_` and `-`): anything else
+/// becomes `_`, the same on the call and its result.
+pub fn tool_id(call_id: &str) -> String {
+    let id: String = call_id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if id.is_empty() { "call".into() } else { id }
+}
+
+/// The conversation as Anthropic's `system` text and `messages`: instructions, system and
+/// developer messages joined into `system`; every other item a content block of a user or
+/// assistant message, consecutive blocks of one role in one message. `signed(i)` gives the signed
+/// reasoning blocks of item `i` (a reasoning item without them is left out).
+pub fn messages<'s>(
+    instructions: Option<&str>,
+    items: &[InputItem],
+    signed: impl Fn(usize) -> Option<&'s [Value]>,
+) -> (String, Vec<Value>) {
+    let mut system: Vec<String> = instructions
+        .filter(|i| !i.is_empty())
+        .map(str::to_string)
+        .into_iter()
+        .collect();
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::with_capacity(items.len());
+    let mut push = |role: &'static str, blocks: Vec<Value>| {
+        if blocks.is_empty() {
+            return;
+        }
+        match out.last_mut() {
+            Some((r, b)) if *r == role => b.extend(blocks),
+            _ => out.push((role, blocks)),
+        }
+    };
+    for (i, item) in items.iter().enumerate() {
+        match item {
+            InputItem::Message(m) => match m.role {
+                Role::System | Role::Developer => {
+                    let t = m.content.text();
+                    if !t.is_empty() {
+                        system.push(t);
+                    }
+                }
+                Role::User => push("user", content_blocks(&m.content)),
+                Role::Assistant => push("assistant", content_blocks(&m.content)),
+            },
+            InputItem::Reasoning(_) => {
+                if let Some(blocks) = signed(i) {
+                    push("assistant", blocks.to_vec());
+                }
+            }
+            InputItem::FunctionCall(f) => {
+                let input = match serde_json::from_str::<Value>(&f.arguments) {
+                    Ok(v @ Value::Object(_)) => v,
+                    _ => json!({}),
+                };
+                push(
+                    "assistant",
+                    vec![
+                        json!({"type": "tool_use", "id": tool_id(&f.call_id), "name": f.name, "input": input}),
+                    ],
+                );
+            }
+            InputItem::FunctionCallOutput(o) => {
+                let content = match &o.output {
+                    ToolOutput::Text(t) => json!(t),
+                    ToolOutput::Parts(parts) => {
+                        Value::Array(parts.iter().filter_map(output_part).collect())
+                    }
+                };
+                push(
+                    "user",
+                    vec![
+                        json!({"type": "tool_result", "tool_use_id": tool_id(&o.call_id), "content": content}),
+                    ],
+                );
+            }
+            // Every tool's calls reach the upstream as function calls and outputs
+            // (`run::turn::model_view`); the rest is not the model's business.
+            _ => {}
+        }
+    }
+    let messages = out
+        .into_iter()
+        .map(|(role, content)| json!({"role": role, "content": content}))
+        .collect();
+    (system.join("\n\n"), messages)
+}
+
+/// A message's content as Anthropic blocks (empty text left out: Anthropic refuses it).
+fn content_blocks(c: &MessageContent) -> Vec<Value> {
+    match c {
+        MessageContent::Text(t) if t.is_empty() => Vec::new(),
+        MessageContent::Text(t) => vec![json!({"type": "text", "text": t})],
+        MessageContent::Parts(parts) => parts.iter().filter_map(part_block).collect(),
+    }
+}
+
+fn part_block(p: &InputPart) -> Option<Value> {
+    match p {
+        InputPart::InputText { text, .. } | InputPart::OutputText { text, .. } => {
+            (!text.is_empty()).then(|| json!({"type": "text", "text": text}))
+        }
+        InputPart::Refusal { refusal } => {
+            (!refusal.is_empty()).then(|| json!({"type": "text", "text": refusal}))
+        }
+        InputPart::InputImage { image_url, .. } => {
+            Some(json!({"type": "image", "source": source(image_url.as_deref()?)}))
+        }
+        InputPart::InputFile {
+            file_data,
+            file_url,
+            ..
+        } => {
+            let src = match (file_data, file_url) {
+                (Some(d), _) => source(d),
+                (None, Some(u)) => source(u),
+                (None, None) => return None,
+            };
+            Some(json!({"type": "document", "source": src}))
+        }
+    }
+}
+
+/// A part of a tool's output: text and images as Anthropic takes them.
+fn output_part(p: &Value) -> Option<Value> {
+    match p.get("type")?.as_str()? {
+        "input_text" | "output_text" | "text" => {
+            let t = p.get("text")?.as_str()?;
+            (!t.is_empty()).then(|| json!({"type": "text", "text": t}))
+        }
+        "input_image" => {
+            let url = p.get("image_url")?.as_str()?;
+            Some(json!({"type": "image", "source": source(url)}))
+        }
+        _ => None,
+    }
+}
+
+/// An image or document source: a `data:` URL as base64 with its media type, else a URL.
+fn source(url: &str) -> Value {
+    if let Some(rest) = url.strip_prefix("data:")
+        && let Some((meta, data)) = rest.split_once(',')
+        && let Some(media) = meta.strip_suffix(";base64")
+    {
+        return json!({"type": "base64", "media_type": media, "data": data});
+    }
+    json!({"type": "url", "url": url})
+}
+
+/// An Anthropic model object (`{type, id, display_name, created_at}`) as the relay lists models
+/// (`object: "model"`, `owned_by`), its own fields kept.
+pub fn model_object(mut m: Value) -> Value {
+    if let Some(o) = m.as_object_mut() {
+        o.entry("object").or_insert_with(|| json!("model"));
+        o.entry("created").or_insert_with(|| json!(0));
+        o.entry("owned_by").or_insert_with(|| json!("anthropic"));
+    }
+    m
+}
+
+/// One content block of the answer being streamed.
+#[derive(Debug)]
+enum Block {
+    Text,
+    /// A tool call: its call index, and whether any argument bytes were passed on.
+    ToolUse {
+        index: u32,
+        args: bool,
+    },
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    Redacted {
+        data: Value,
+    },
+    Other,
+}
+
+/// Turns Anthropic stream events into model events. Pure; one per turn.
+#[derive(Debug, Default)]
+pub struct EventParser {
+    finished: bool,
+    blocks: HashMap<u64, Block>,
+    next_call: u32,
+    saw_call: bool,
+    stop_reason: Option<String>,
+    /// Counts as Anthropic reports them: `message_start`'s, updated by each `message_delta`.
+    usage: Map<String, Value>,
+}
+
+impl EventParser {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether `message_stop` was seen.
+    pub fn finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Parses one event's `data`.
+    pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        let ev: Value = serde_json::from_str(data).map_err(|e| {
+            UpstreamError::Protocol(format!(
+                "event is not valid JSON ({e}): {}",
+                super::chat::preview(data)
+            ))
+        })?;
+        let at = ev["index"].as_u64().unwrap_or(0);
+        match ev["type"].as_str().unwrap_or_default() {
+            "message_start" => {
+                let m = &ev["message"];
+                if let Some(id) = m["id"].as_str().filter(|id| !id.is_empty()) {
+                    out.push(ModelEvent::ResponseId(id.to_string()));
+                }
+                self.note_usage(&m["usage"]);
+            }
+            "content_block_start" => self.block_start(at, &ev["content_block"], out),
+            "content_block_delta" => self.block_delta(at, &ev["delta"], out)?,
+            "content_block_stop" => self.block_stop(at, out),
+            "message_delta" => {
+                if let Some(r) = ev.pointer("/delta/stop_reason").and_then(Value::as_str) {
+                    self.stop_reason = Some(r.to_string());
+                }
+                self.note_usage(&ev["usage"]);
+            }
+            "message_stop" => self.finish(out),
+            "error" => return Err(stream_error(ev.get("error").unwrap_or(&ev))),
+            // `ping` keeps the answer alive (any event re-dates the idle timer); unknown events
+            // are for newer clients.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn note_usage(&mut self, u: &Value) {
+        if let Some(u) = u.as_object() {
+            for (k, v) in u {
+                if v.is_u64() {
+                    self.usage.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+
+    fn block_start(&mut self, at: u64, b: &Value, out: &mut Vec<ModelEvent>) {
+        let s = |k: &str| b[k].as_str().unwrap_or_default().to_string();
+        let block = match b["type"].as_str().unwrap_or_default() {
+            "text" => {
+                let t = s("text");
+                if !t.is_empty() {
+                    out.push(ModelEvent::Text(t));
+                }
+                Block::Text
+            }
+            "tool_use" => {
+                let index = self.next_call;
+                self.next_call = self.next_call.saturating_add(1);
+                self.saw_call = true;
+                out.push(ModelEvent::ToolCall {
+                    index,
+                    id: b["id"].as_str().map(str::to_string),
+                    name: b["name"].as_str().map(str::to_string),
+                    arguments: String::new(),
+                });
+                Block::ToolUse { index, args: false }
+            }
+            "thinking" => {
+                let text = s("thinking");
+                if !text.is_empty() {
+                    out.push(ModelEvent::Reasoning(text.clone()));
+                }
+                Block::Thinking {
+                    text,
+                    signature: s("signature"),
+                }
+            }
+            "redacted_thinking" => Block::Redacted {
+                data: b["data"].clone(),
+            },
+            _ => Block::Other,
+        };
+        self.blocks.insert(at, block);
+    }
+
+    fn block_delta(
+        &mut self,
+        at: u64,
+        d: &Value,
+        out: &mut Vec<ModelEvent>,
+    ) -> Result<(), UpstreamError> {
+        let s = |k: &str| d[k].as_str().unwrap_or_default().to_string();
+        let Some(block) = self.blocks.get_mut(&at) else {
+            return Err(UpstreamError::Protocol(format!(
+                "a delta for content block {at}, which did not start"
+            )));
+        };
+        match (d["type"].as_str().unwrap_or_default(), block) {
+            ("text_delta", _) => {
+                let t = s("text");
+                if !t.is_empty() {
+                    out.push(ModelEvent::Text(t));
+                }
+            }
+            ("input_json_delta", Block::ToolUse { index, args }) => {
+                let piece = s("partial_json");
+                if !piece.is_empty() {
+                    *args = true;
+                    out.push(ModelEvent::ToolCall {
+                        index: *index,
+                        id: None,
+                        name: None,
+                        arguments: piece,
+                    });
+                }
+            }
+            ("thinking_delta", Block::Thinking { text, .. }) => {
+                let t = s("thinking");
+                if !t.is_empty() {
+                    text.push_str(&t);
+                    out.push(ModelEvent::Reasoning(t));
+                }
+            }
+            ("signature_delta", Block::Thinking { signature, .. }) => {
+                signature.push_str(&s("signature"))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn block_stop(&mut self, at: u64, out: &mut Vec<ModelEvent>) {
+        match self.blocks.remove(&at) {
+            // A call with no input streamed: its arguments are the empty object.
+            Some(Block::ToolUse { index, args: false }) => out.push(ModelEvent::ToolCall {
+                index,
+                id: None,
+                name: None,
+                arguments: "{}".into(),
+            }),
+            Some(Block::Thinking { text, signature }) => out.push(ModelEvent::SignedReasoning(
+                json!({"type": "thinking", "thinking": text, "signature": signature}),
+            )),
+            Some(Block::Redacted { data }) => out.push(ModelEvent::SignedReasoning(
+                json!({"type": "redacted_thinking", "data": data}),
+            )),
+            _ => {}
+        }
+    }
+
+    /// `message_stop`: the turn's usage, then why it ended.
+    fn finish(&mut self, out: &mut Vec<ModelEvent>) {
+        if !self.usage.is_empty() {
+            out.push(ModelEvent::Usage(usage(&self.usage)));
+        }
+        let reason = match self.stop_reason.as_deref() {
+            Some("max_tokens" | "model_context_window_exceeded") => FinishReason::Length,
+            Some("refusal") => FinishReason::ContentFilter,
+            Some("tool_use") => FinishReason::ToolCalls,
+            _ if self.saw_call => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        self.finished = true;
+        out.push(ModelEvent::Finish(reason));
+    }
+}
+
+/// Anthropic's counts as OpenAI's: input counts every prompt token (Anthropic's `input_tokens`
+/// leaves out those read from or written to its cache), `cached_tokens` those read from the
+/// cache, `cache_write_tokens` those written. Anthropic does not count thinking tokens apart from
+/// the answer's, so `reasoning_tokens` stays 0.
+pub fn usage(u: &Map<String, Value>) -> Usage {
+    let n = |k: &str| u.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let (read, written) = (
+        n("cache_read_input_tokens"),
+        n("cache_creation_input_tokens"),
+    );
+    let mut usage = Usage {
+        input_tokens: n("input_tokens")
+            .saturating_add(read)
+            .saturating_add(written),
+        output_tokens: n("output_tokens"),
+        ..Usage::default()
+    };
+    usage.input_tokens_details.cached_tokens = read;
+    usage.input_tokens_details.cache_write_tokens = written;
+    usage.total_tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+    usage
+}
+
+/// The HTTP status Anthropic gives an error `type`.
+pub fn error_status(kind: &str) -> u16 {
+    match kind {
+        "invalid_request_error" => 400,
+        "authentication_error" => 401,
+        "permission_error" => 403,
+        "not_found_error" => 404,
+        "request_too_large" => 413,
+        "rate_limit_error" => 429,
+        "overloaded_error" => 529,
+        _ => 500,
+    }
+}
+
+/// An `error` event inside the stream (`{"type": "overloaded_error", "message": ...}`).
+fn stream_error(e: &Value) -> UpstreamError {
+    let kind = e["type"].as_str().unwrap_or("api_error");
+    UpstreamError::Status {
+        status: error_status(kind),
+        message: e["message"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("upstream {kind}")),
+        body: Some(e.clone()),
+        retry_after: None,
+    }
+}
+
+/// The model events of a streaming Messages answer.
+pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
+    use futures::StreamExt;
+    let data = super::sse_data(resp, idle);
+    Box::pin(async_stream::stream! {
+        let mut parser = EventParser::new();
+        let mut buf = Vec::new();
+        futures::pin_mut!(data);
+        while let Some(item) = data.next().await {
+            match item {
+                Err(e) => { yield Err(e); return; }
+                Ok(SseData::Done) | Ok(SseData::End) => {
+                    if !parser.finished() {
+                        yield Err(UpstreamError::Cut("the stream ended without message_stop".into()));
+                    }
+                    return;
+                }
+                Ok(SseData::Event { data, .. }) => {
+                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
+                    for ev in buf.drain(..) { yield Ok(ev); }
+                    if parser.finished() { return; }
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(events: &[Value]) -> Vec<ModelEvent> {
+        let mut p = EventParser::new();
+        let mut out = Vec::new();
+        for e in events {
+            p.parse(&e.to_string(), &mut out).unwrap();
+        }
+        assert!(p.finished());
+        out
+    }
+
+    #[test]
+    fn thinking_then_a_tool_call_gives_its_signed_block_and_the_call() {
+        let out = parse(&[
+            json!({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 10, "cache_read_input_tokens": 4, "output_tokens": 1}}}),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me "}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "think."}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "SIG=="}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "OPAQUE"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "ping"}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "{\"a\":"}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "input_json_delta", "partial_json": "1}"}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "content_block_start", "index": 3, "content_block": {"type": "tool_use", "id": "toolu_2", "name": "g", "input": {}}}),
+            json!({"type": "content_block_stop", "index": 3}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 30}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let call = |index, id: Option<&str>, name: Option<&str>, args: &str| ModelEvent::ToolCall {
+            index,
+            id: id.map(str::to_string),
+            name: name.map(str::to_string),
+            arguments: args.into(),
+        };
+        let mut usage = Usage {
+            input_tokens: 14,
+            output_tokens: 30,
+            total_tokens: 44,
+            ..Usage::default()
+        };
+        usage.input_tokens_details.cached_tokens = 4;
+        assert_eq!(
+            out,
+            vec![
+                ModelEvent::ResponseId("msg_1".into()),
+                ModelEvent::Reasoning("Let me ".into()),
+                ModelEvent::Reasoning("think.".into()),
+                ModelEvent::SignedReasoning(
+                    json!({"type": "thinking", "thinking": "Let me think.", "signature": "SIG=="})
+                ),
+                ModelEvent::SignedReasoning(json!({"type": "redacted_thinking", "data": "OPAQUE"})),
+                call(0, Some("toolu_1"), Some("f"), ""),
+                call(0, None, None, "{\"a\":"),
+                call(0, None, None, "1}"),
+                call(1, Some("toolu_2"), Some("g"), ""),
+                call(1, None, None, "{}"),
+                ModelEvent::Usage(usage),
+                ModelEvent::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn stop_reasons_map_to_finish_reasons() {
+        for (stop, want) in [
+            ("end_turn", FinishReason::Stop),
+            ("stop_sequence", FinishReason::Stop),
+            ("max_tokens", FinishReason::Length),
+            ("refusal", FinishReason::ContentFilter),
+            ("tool_use", FinishReason::ToolCalls),
+        ] {
+            let out = parse(&[
+                json!({"type": "message_start", "message": {"id": "m", "usage": {"input_tokens": 1, "output_tokens": 1}}}),
+                json!({"type": "message_delta", "delta": {"stop_reason": stop}, "usage": {"output_tokens": 2}}),
+                json!({"type": "message_stop"}),
+            ]);
+            assert_eq!(out.last(), Some(&ModelEvent::Finish(want)), "{stop}");
+        }
+    }
+
+    #[test]
+    fn an_error_event_is_an_error_with_anthropics_status() {
+        let mut p = EventParser::new();
+        let e = p
+            .parse(
+                r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+                &mut Vec::new(),
+            )
+            .unwrap_err();
+        assert!(
+            matches!(&e, UpstreamError::Status { status: 529, message, .. } if message == "Overloaded"),
+            "{e:?}"
+        );
+        assert!(
+            p.parse(r#"{"type": "content_block_delta", "index": 5, "delta": {"type": "text_delta", "text": "x"}}"#, &mut Vec::new())
+                .is_err()
+        );
+    }
+
+    fn turn() -> TurnRequest {
+        TurnRequest {
+            model: "claude".into(),
+            instructions: Some("Be brief.".into()),
+            items: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: TurnToolChoice::Auto,
+            parallel_tool_calls: true,
+            max_output_tokens: None,
+            temperature: None,
+            top_p: None,
+            text_format: None,
+            reasoning_effort: None,
+            user: None,
+            client_bearer: None,
+            responses_only: Default::default(),
+            signed_reasoning: HashMap::new(),
+        }
+    }
+
+    fn items(v: Value) -> Vec<InputItem> {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_body_merges_roles_and_puts_signed_blocks_before_the_calls() {
+        let mut req = turn();
+        req.items = items(json!([
+            {"type": "message", "role": "developer", "content": "Use tools."},
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Look:"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="},
+                {"type": "input_image", "image_url": "https://example.com/cat.jpg"}]},
+            {"type": "message", "role": "user", "content": "and this"},
+            {"type": "reasoning", "id": "rs_1", "summary": []},
+            {"type": "function_call", "call_id": "call.1", "name": "f", "arguments": "{\"a\":1}"},
+            {"type": "function_call", "call_id": "call_2", "name": "g", "arguments": "not json"},
+            {"type": "function_call_output", "call_id": "call.1", "output": "one"},
+            {"type": "function_call_output", "call_id": "call_2", "output": [{"type": "input_text", "text": "two"}]},
+        ]));
+        let block = json!({"type": "thinking", "thinking": "hm", "signature": "S"});
+        req.signed_reasoning.insert(3, vec![block.clone()]);
+        req.reasoning_effort = Some("low".into());
+        req.tools = vec![super::super::FunctionDef {
+            name: "f".into(),
+            description: "F.".into(),
+            parameters: std::sync::Arc::new(json!({"type": "object"})),
+            strict: None,
+            custom: None,
+        }];
+        req.tool_choice = TurnToolChoice::Function("f".into());
+        req.parallel_tool_calls = false;
+        let b = serde_json::to_value(request_body(&req)).unwrap();
+        assert_eq!(b["system"], "Be brief.\n\nUse tools.");
+        assert_eq!(b["max_tokens"], 8192 + 2048);
+        assert_eq!(
+            b["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert_eq!(b["stream"], true);
+        assert_eq!(
+            b["tool_choice"],
+            json!({"type": "tool", "name": "f", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(
+            b["tools"],
+            json!([{"name": "f", "description": "F.", "input_schema": {"type": "object"}}])
+        );
+        assert_eq!(
+            b["messages"],
+            json!([
+                {"role": "user", "content": [
+                    {"type": "text", "text": "Look:"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.jpg"}},
+                    {"type": "text", "text": "and this"}]},
+                {"role": "assistant", "content": [
+                    block,
+                    {"type": "tool_use", "id": "call_1", "name": "f", "input": {"a": 1}},
+                    {"type": "tool_use", "id": "call_2", "name": "g", "input": {}}]},
+                {"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": "call_1", "content": "one"},
+                    {"type": "tool_result", "tool_use_id": "call_2", "content": [{"type": "text", "text": "two"}]}]},
+            ])
+        );
+    }
+
+    #[test]
+    fn max_tokens_bounds_the_thinking_budget() {
+        let mut req = turn();
+        req.max_output_tokens = Some(3000);
+        req.reasoning_effort = Some("high".into());
+        let b = serde_json::to_value(request_body(&req)).unwrap();
+        assert_eq!(
+            (
+                b["max_tokens"].clone(),
+                b["thinking"]["budget_tokens"].clone()
+            ),
+            (json!(3000), json!(2999))
+        );
+        req.max_output_tokens = Some(500);
+        let b = serde_json::to_value(request_body(&req)).unwrap();
+        assert!(b.get("thinking").is_none(), "{b}");
+        req.reasoning_effort = Some("none".into());
+        req.max_output_tokens = None;
+        let b = serde_json::to_value(request_body(&req)).unwrap();
+        assert_eq!(b["max_tokens"], DEFAULT_MAX_TOKENS);
+        assert!(
+            b.get("thinking").is_none()
+                && b.get("tools").is_none()
+                && b.get("tool_choice").is_none()
+        );
+    }
+}
