@@ -76,12 +76,9 @@ impl Conn {
         if !self.target.follows_sentinels() {
             return;
         }
-        let named = match self.target.primary().await {
-            Ok(c) => c.get_connection_info().addr().to_string(),
-            Err(e) => {
-                tracing::debug!(error = %e, "the Sentinels name no primary now");
-                return;
-            }
+        let Some(named) = self.target.named_primary().await else {
+            tracing::debug!("no Sentinel names a primary now");
+            return;
         };
         {
             let mut cur = self.cur.lock().await;

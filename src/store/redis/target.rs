@@ -20,6 +20,11 @@ pub enum Target {
         client: tokio::sync::Mutex<SentinelClient>,
         /// The URL, for a blocking client of its own (the start-up probe).
         url: String,
+        /// The Sentinels and the master's name, and a connection kept to one Sentinel (with
+        /// its index) to ask which server is the primary.
+        sentinels: Vec<ConnectionAddr>,
+        master: String,
+        asking: tokio::sync::Mutex<Option<(usize, ::redis::aio::MultiplexedConnection)>>,
     },
 }
 
@@ -43,10 +48,14 @@ impl Target {
     /// The target `url` names (checked, not connected to); the error says why, without the URL.
     pub fn open(url: &str) -> Result<Self, String> {
         if Self::is_sentinel(url) {
-            let client = sentinel_client(&parse_sentinel(url)?).map_err(|e| e.to_string())?;
+            let parsed = parse_sentinel(url)?;
+            let client = sentinel_client(&parsed).map_err(|e| e.to_string())?;
             Ok(Target::Sentinel {
                 client: tokio::sync::Mutex::new(client),
                 url: url.to_string(),
+                sentinels: sentinel_addrs(&parsed).collect(),
+                master: parsed.master,
+                asking: tokio::sync::Mutex::new(None),
             })
         } else {
             Client::open(url)
@@ -81,11 +90,60 @@ impl Target {
     pub fn follows_sentinels(&self) -> bool {
         matches!(self, Target::Sentinel { .. })
     }
+
+    /// Behind Sentinel, the `HOST:PORT` the Sentinels name the primary now (`None` for a plain
+    /// Redis, or when no Sentinel answers): asked over one kept connection to a Sentinel, moving
+    /// on to the next one when it fails.
+    pub async fn named_primary(&self) -> Option<String> {
+        let Target::Sentinel {
+            sentinels,
+            master,
+            asking,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let mut asking = asking.lock().await;
+        for _ in 0..sentinels.len() {
+            let (at, conn) = match asking.take() {
+                Some(kept) => kept,
+                None => {
+                    let at = rand::random::<u32>() as usize % sentinels.len();
+                    let config = ::redis::AsyncConnectionConfig::new()
+                        .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
+                        .set_response_timeout(Some(std::time::Duration::from_millis(500)));
+                    let connected = match Client::open(sentinels[at].clone()) {
+                        Ok(c) => {
+                            c.get_multiplexed_async_connection_with_config(&config)
+                                .await
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match connected {
+                        Ok(c) => (at, c),
+                        Err(_) => continue,
+                    }
+                }
+            };
+            let mut c = conn.clone();
+            let named: RedisResult<Option<(String, u16)>> = ::redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(master)
+                .query_async(&mut c)
+                .await;
+            if let Ok(Some((host, port))) = named {
+                *asking = Some((at, conn));
+                return Some(format!("{host}:{port}"));
+            }
+        }
+        None
+    }
 }
 
-/// The client asking the Sentinels of `u` for its primary.
-fn sentinel_client(u: &SentinelUrl) -> RedisResult<SentinelClient> {
-    let addrs = u.sentinels.iter().map(|(host, port)| match u.tls {
+/// The Sentinels' addresses of `u`.
+fn sentinel_addrs(u: &SentinelUrl) -> impl Iterator<Item = ConnectionAddr> + '_ {
+    u.sentinels.iter().map(|(host, port)| match u.tls {
         true => ConnectionAddr::TcpTls {
             host: host.clone(),
             port: *port,
@@ -93,9 +151,14 @@ fn sentinel_client(u: &SentinelUrl) -> RedisResult<SentinelClient> {
             tls_params: None,
         },
         false => ConnectionAddr::Tcp(host.clone(), *port),
-    });
-    let mut b = SentinelClientBuilder::new(addrs, &u.master, SentinelServerType::Master)?
-        .set_client_to_redis_db(u.db);
+    })
+}
+
+/// The client asking the Sentinels of `u` for its primary.
+fn sentinel_client(u: &SentinelUrl) -> RedisResult<SentinelClient> {
+    let mut b =
+        SentinelClientBuilder::new(sentinel_addrs(u), &u.master, SentinelServerType::Master)?
+            .set_client_to_redis_db(u.db);
     if let Some(user) = &u.username {
         b = b.set_client_to_redis_username(user);
     }
