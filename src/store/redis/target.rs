@@ -15,17 +15,20 @@ const SENTINEL_PORT: u16 = 26379;
 
 /// A Redis the store connects to.
 pub enum Target {
-    Direct(Client),
-    Sentinel {
-        client: tokio::sync::Mutex<SentinelClient>,
-        /// The URL, for a blocking client of its own (the start-up probe).
-        url: String,
-        /// The Sentinels and the master's name, and a connection kept to one Sentinel (with
-        /// its index) to ask which server is the primary.
-        sentinels: Vec<ConnectionAddr>,
-        master: String,
-        asking: tokio::sync::Mutex<Option<(usize, ::redis::aio::MultiplexedConnection)>>,
-    },
+    Direct(Box<Client>),
+    Sentinel(Box<Watched>),
+}
+
+/// A primary found through its Sentinels.
+pub struct Watched {
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// The URL, for a blocking client of its own (the start-up probe).
+    url: String,
+    /// The Sentinels and the master's name, and a connection kept to one Sentinel (with
+    /// its index) to ask which server is the primary.
+    sentinels: Vec<ConnectionAddr>,
+    master: String,
+    asking: tokio::sync::Mutex<Option<(usize, ::redis::aio::MultiplexedConnection)>>,
 }
 
 /// A `redis+sentinel://` URL, parsed.
@@ -50,16 +53,16 @@ impl Target {
         if Self::is_sentinel(url) {
             let parsed = parse_sentinel(url)?;
             let client = sentinel_client(&parsed).map_err(|e| e.to_string())?;
-            Ok(Target::Sentinel {
+            Ok(Target::Sentinel(Box::new(Watched {
                 client: tokio::sync::Mutex::new(client),
                 url: url.to_string(),
                 sentinels: sentinel_addrs(&parsed).collect(),
                 master: parsed.master,
                 asking: tokio::sync::Mutex::new(None),
-            })
+            })))
         } else {
             Client::open(url)
-                .map(Target::Direct)
+                .map(|c| Target::Direct(Box::new(c)))
                 .map_err(|e| e.to_string())
         }
     }
@@ -68,8 +71,8 @@ impl Target {
     /// confirmed it is a primary).
     pub async fn primary(&self) -> RedisResult<Client> {
         match self {
-            Target::Direct(c) => Ok(c.clone()),
-            Target::Sentinel { client, .. } => client.lock().await.async_get_client().await,
+            Target::Direct(c) => Ok(c.as_ref().clone()),
+            Target::Sentinel(w) => w.client.lock().await.async_get_client().await,
         }
     }
 
@@ -77,8 +80,8 @@ impl Target {
     pub fn probe(&self, timeout: std::time::Duration) -> RedisResult<::redis::Connection> {
         match self {
             Target::Direct(c) => c.get_connection_with_timeout(timeout),
-            Target::Sentinel { url, .. } => {
-                let parsed = parse_sentinel(url).map_err(|m| {
+            Target::Sentinel(w) => {
+                let parsed = parse_sentinel(&w.url).map_err(|m| {
                     ::redis::RedisError::from((::redis::ErrorKind::InvalidClientConfig, "URL", m))
                 })?;
                 sentinel_client(&parsed)?.get_connection()
@@ -88,22 +91,17 @@ impl Target {
 
     /// Whether connections follow the Sentinels (and so should be checked against their word).
     pub fn follows_sentinels(&self) -> bool {
-        matches!(self, Target::Sentinel { .. })
+        matches!(self, Target::Sentinel(_))
     }
 
     /// Behind Sentinel, the `HOST:PORT` the Sentinels name the primary now (`None` for a plain
     /// Redis, or when no Sentinel answers): asked over one kept connection to a Sentinel, moving
     /// on to the next one when it fails.
     pub async fn named_primary(&self) -> Option<String> {
-        let Target::Sentinel {
-            sentinels,
-            master,
-            asking,
-            ..
-        } = self
-        else {
+        let Target::Sentinel(w) = self else {
             return None;
         };
+        let (sentinels, master, asking) = (&w.sentinels, &w.master, &w.asking);
         let mut asking = asking.lock().await;
         for _ in 0..sentinels.len() {
             let (at, conn) = match asking.take() {
