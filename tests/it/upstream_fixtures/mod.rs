@@ -53,6 +53,36 @@ fn every_recorded_responses_stream_becomes_well_ordered_events() {
 }
 
 #[test]
+fn every_anthropic_stream_becomes_well_ordered_events() {
+    let ts = transcripts(Api::Anthropic);
+    assert!(
+        ts.len() >= 7,
+        "expected every Anthropic transcript, found {}",
+        ts.len()
+    );
+    let all: Vec<Expected> = ts.iter().map(anthropic_expected).collect();
+    assert!(all.iter().any(|e| !e.text.is_empty() && e.usage.is_some()));
+    assert!(all.iter().any(|e| !e.reasoning.is_empty()));
+    assert!(all.iter().any(|e| e.calls.len() >= 2));
+    assert!(all.iter().any(|e| e.error.is_some()));
+    check_all(&ts, check_transcript);
+    // A refusal and a cut-off answer end incomplete, with OpenAI's reasons.
+    for (file, reason) in [
+        ("refusal.sse", "content_filter"),
+        ("max-tokens.sse", "max_output_tokens"),
+    ] {
+        let o = run(&load(&fixtures_dir().join("anthropic").join(file)));
+        assert_eq!(o.response.status, ResponseStatus::Incomplete, "{file}");
+        let details = serde_json::to_value(&o.response.incomplete_details).unwrap();
+        assert_eq!(details["reason"], reason, "{file}");
+    }
+    let o = run(&load(
+        &fixtures_dir().join("anthropic/error-overloaded.sse"),
+    ));
+    assert_eq!(o.response.status, ResponseStatus::Failed);
+}
+
+#[test]
 fn a_recorded_mid_stream_error_fails_the_response() {
     let t = load(&fixtures_dir().join("openai-responses/error-response-failed.chunks.txt"));
     let o = run(&t);
@@ -108,10 +138,11 @@ async fn replayed_transcripts_reach_the_adapters_exactly_as_recorded() {
         let api = match t.api {
             Api::Chat => UpstreamApi::Chat,
             Api::Responses => UpstreamApi::Responses,
+            Api::Anthropic => UpstreamApi::Anthropic,
         };
         let upstream = Upstream::new(api, &fake.base_url(), None, test_timeouts());
         let (want, want_err) = parse_all(&t);
-        if t.api == Api::Responses && want_err.is_none() {
+        if t.api != Api::Chat && want_err.is_none() {
             // The Responses adapter stops at the terminal event; nothing follows it in these files.
             assert!(
                 want.last()
@@ -160,6 +191,7 @@ async fn sse_transcripts_replay_byte_for_byte_on_their_own_route_only() {
         let (route, other) = match t.api {
             Api::Chat => ("chat/completions", "responses"),
             Api::Responses => ("responses", "chat/completions"),
+            Api::Anthropic => ("messages", "responses"),
         };
         let body = json!({"model": format!("replay:{}", t.name), "stream": true, "messages": [], "input": []});
         let resp = http

@@ -26,10 +26,12 @@ pub(super) fn parse_all(t: &Transcript) -> (Vec<ModelEvent>, Option<UpstreamErro
     let mut events = Vec::new();
     let mut chat = ChunkParser::new();
     let mut resp = EventParser::new();
+    let mut anthropic = responses_relay::upstream::anthropic::EventParser::new();
     for p in &t.payloads {
         let r = match t.api {
             Api::Chat => chat.parse(p, &mut events),
             Api::Responses => resp.parse(p, &mut events),
+            Api::Anthropic => anthropic.parse(p, &mut events),
         };
         if let Err(e) = r {
             return (events, Some(e));
@@ -177,7 +179,7 @@ pub(super) fn actual(t: &Transcript, o: &Outcome, expected: &Expected) -> Expect
             .as_ref()
             .and(o.finish)
             .map(|f| format!("{f:?}")),
-        Api::Responses => expected
+        Api::Responses | Api::Anthropic => expected
             .finish
             .as_ref()
             .and(Some(format!("response.{}", status_word(r.status)))),
@@ -269,6 +271,7 @@ pub(super) fn check_transcript(t: &Transcript) {
     let expected = match t.api {
         Api::Chat => chat_expected(t),
         Api::Responses => responses_expected(t),
+        Api::Anthropic => anthropic_expected(t),
     };
     let o = run(t);
     let got = actual(t, &o, &expected);

@@ -14,6 +14,7 @@ pub(super) fn fixtures_dir() -> PathBuf {
 pub(super) enum Api {
     Chat,
     Responses,
+    Anthropic,
 }
 
 pub(super) struct Transcript {
@@ -73,10 +74,10 @@ pub(super) fn load(path: &Path) -> Transcript {
     };
     let first: Value =
         serde_json::from_str(&payloads[0]).unwrap_or_else(|e| panic!("{name}: first payload: {e}"));
-    let api = if first.get("type").is_some() {
-        Api::Responses
-    } else {
-        Api::Chat
+    let api = match first.get("type").and_then(Value::as_str) {
+        Some(t) if t.starts_with("message_") => Api::Anthropic,
+        Some(_) => Api::Responses,
+        None => Api::Chat,
     };
     Transcript {
         name,
@@ -91,7 +92,7 @@ pub(super) fn all_transcripts() -> Vec<Transcript> {
             let p = entry.unwrap().path();
             if p.is_dir() {
                 walk(&p, out);
-            } else {
+            } else if p.extension().is_none_or(|e| e != "md") {
                 out.push(p);
             }
         }
@@ -256,6 +257,76 @@ pub(super) fn responses_expected(t: &Transcript) -> Expected {
             }
             _ => {}
         }
+    }
+    e
+}
+
+/// What an Anthropic Messages stream says, read straight from its events: Anthropic's counts as
+/// OpenAI's (input with the cache's tokens, `cached_tokens` those read), the finish as the
+/// Response's terminal event (`max_tokens` and `refusal` end it incomplete).
+pub(super) fn anthropic_expected(t: &Transcript) -> Expected {
+    let mut e = Expected::default();
+    let mut usage = serde_json::Map::new();
+    let mut note = |u: &Value| {
+        for (k, v) in u.as_object().into_iter().flatten() {
+            usage.insert(k.clone(), v.clone());
+        }
+    };
+    let mut calls: Vec<(u64, usize)> = Vec::new();
+    let mut stop = None;
+    for p in &t.payloads {
+        let v: Value = serde_json::from_str(p).unwrap_or_else(|err| panic!("{}: {err}", t.name));
+        let d = &v["delta"];
+        match v["type"].as_str().unwrap_or("") {
+            "message_start" => note(&v["message"]["usage"]),
+            "content_block_start" if v["content_block"]["type"] == "tool_use" => {
+                calls.push((v["index"].as_u64().unwrap(), e.calls.len()));
+                e.calls.push((
+                    v["content_block"]["name"].as_str().unwrap().to_string(),
+                    String::new(),
+                ));
+            }
+            "content_block_delta" => match d["type"].as_str().unwrap_or("") {
+                "text_delta" => e.text.push_str(d["text"].as_str().unwrap()),
+                "thinking_delta" => e.reasoning.push_str(d["thinking"].as_str().unwrap()),
+                "input_json_delta" => {
+                    let at = calls.iter().find(|(i, _)| Some(*i) == v["index"].as_u64());
+                    e.calls[at.unwrap().1]
+                        .1
+                        .push_str(d["partial_json"].as_str().unwrap());
+                }
+                _ => {}
+            },
+            "message_delta" => {
+                stop = d["stop_reason"].as_str().map(str::to_string);
+                note(&v["usage"]);
+            }
+            "message_stop" => {
+                e.finish = Some(match stop.as_deref() {
+                    Some("max_tokens" | "refusal") => "response.incomplete".into(),
+                    _ => "response.completed".into(),
+                });
+            }
+            "error" => {
+                e.error = Some(v["error"]["message"].as_str().unwrap_or("").into());
+                break;
+            }
+            _ => {}
+        }
+    }
+    if !usage.is_empty() && e.error.is_none() {
+        let n = |k: &str| usage.get(k).and_then(Value::as_u64).unwrap_or(0);
+        let input =
+            n("input_tokens") + n("cache_read_input_tokens") + n("cache_creation_input_tokens");
+        let mut x = Usage {
+            input_tokens: input,
+            output_tokens: n("output_tokens"),
+            total_tokens: input + n("output_tokens"),
+            ..Usage::default()
+        };
+        x.input_tokens_details.cached_tokens = n("cache_read_input_tokens");
+        x.input_tokens_details.cache_write_tokens = n("cache_creation_input_tokens");
+        e.usage = Some(x);
     }
     e
 }

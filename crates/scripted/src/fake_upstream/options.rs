@@ -1,5 +1,5 @@
 //! The model string's options (`NAME?k=v&k=v`): pacing, reasoning, refusal, finish reason,
-//! Chat quirks and the injected fault. An unknown option or value is an error (HTTP 400).
+//! Chat quirks, Anthropic's pings and redacted thinking, and the injected fault. An unknown option or value is an error (HTTP 400).
 
 use std::time::Duration;
 
@@ -9,6 +9,9 @@ pub(super) enum Fault {
     Status500,
     Status429,
     Status429Once,
+    /// Anthropic's `overloaded_error` (HTTP 529), every time or once per model string.
+    Status529,
+    Status529Once,
     Status400,
     Cut,
     Malformed,
@@ -39,6 +42,10 @@ pub(super) struct Opts {
     pub(super) phase: Option<&'static str>,
     /// The fault hits only a turn that carries tool results (the model's turn after tools ran).
     pub(super) fault_after_tools: bool,
+    /// Anthropic: `ping` events after `message_start` (each `delay` apart, as every frame is).
+    pub(super) pings: usize,
+    /// Anthropic: a `redacted_thinking` block after the thinking.
+    pub(super) redacted: bool,
 }
 
 impl Default for Opts {
@@ -54,6 +61,8 @@ impl Default for Opts {
             fault: Fault::None,
             phase: None,
             fault_after_tools: false,
+            pings: 0,
+            redacted: false,
         }
     }
 }
@@ -84,6 +93,8 @@ pub(super) fn parse_model(model: &str) -> Result<(&str, Opts), String> {
             "usage_on_finish" => o.usage_on_finish = flag()?,
             "one_index" => o.one_index = flag()?,
             "fault_after_tools" => o.fault_after_tools = flag()?,
+            "pings" => o.pings = num()? as usize,
+            "redacted" => o.redacted = flag()?,
             "phase" => {
                 o.phase = Some(match v {
                     "commentary" => "commentary",
@@ -105,6 +116,8 @@ pub(super) fn parse_model(model: &str) -> Result<(&str, Opts), String> {
                     "status500" => Fault::Status500,
                     "status429" => Fault::Status429,
                     "status429_once" => Fault::Status429Once,
+                    "status529" => Fault::Status529,
+                    "status529_once" => Fault::Status529Once,
                     "status400" => Fault::Status400,
                     "cut" => Fault::Cut,
                     "malformed" => Fault::Malformed,

@@ -58,6 +58,7 @@ pub(super) async fn replay(
         let (what, route) = match replay.api {
             Api::Chat => ("a Chat Completions", "/v1/chat/completions"),
             Api::Responses => ("a Responses", "/v1/responses"),
+            Api::Anthropic => ("an Anthropic Messages", "/v1/messages"),
         };
         return bad_request(&format!(
             "replay file '{file}' is {what} transcript: POST it to {route}"
@@ -102,7 +103,7 @@ async fn load_replay(dir: &Path, file: &str) -> Result<Replay, (StatusCode, Stri
             .ok_or_else(|| bad("no JSON payload".into()))?;
         let mut frames: Vec<Bytes> = match api {
             Api::Chat => lines.iter().map(|l| data_frame(l)).collect(),
-            Api::Responses => lines
+            Api::Responses | Api::Anthropic => lines
                 .iter()
                 .map(|l| {
                     let kind = serde_json::from_str::<Value>(l)
@@ -177,8 +178,12 @@ fn detect_api<'a>(payloads: impl Iterator<Item = &'a [u8]>) -> Option<Api> {
         let Ok(v) = serde_json::from_slice::<Value>(p) else {
             continue;
         };
-        if v.get("type").and_then(Value::as_str).is_some() {
-            return Some(Api::Responses);
+        match v.get("type").and_then(Value::as_str) {
+            Some(t) if t.starts_with("message_") || t.starts_with("content_block_") => {
+                return Some(Api::Anthropic);
+            }
+            Some(_) => return Some(Api::Responses),
+            None => {}
         }
         if v.get("choices").is_some() || v.get("object").is_some() {
             return Some(Api::Chat);

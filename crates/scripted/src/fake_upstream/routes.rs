@@ -1,6 +1,8 @@
-//! Routing: the three routes (`GET /v1/models`, `POST /v1/chat/completions`, `POST
-//! /v1/responses`), the request log, the status faults answered before any body, and the choice
-//! between the scripted model and a replay. Every error body is OpenAI's `{"error": {...}}`.
+//! Routing: the four routes (`GET /v1/models`, `POST /v1/chat/completions`, `POST
+//! /v1/responses`, Anthropic's `POST /v1/messages`), the request log, the status faults answered
+//! before any body, and the choice between the scripted model and a replay. Every error body is
+//! OpenAI's `{"error": {...}}`, except on the Anthropic route (Anthropic's own shape), and a
+//! models list asked for with Anthropic's headers is in Anthropic's shape.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,6 +29,7 @@ use super::{Body, Recorded, State};
 pub(super) enum Api {
     Chat,
     Responses,
+    Anthropic,
 }
 
 pub(super) async fn handle(
@@ -35,6 +38,9 @@ pub(super) async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let anthropic_headers = ["x-api-key", "anthropic-version"]
+        .iter()
+        .any(|h| req.headers().contains_key(*h));
     let headers: Vec<(String, String)> = if state.record {
         req.headers()
             .iter()
@@ -68,12 +74,16 @@ pub(super) async fn handle(
         state.requests.lock().expect("requests lock").push(rec);
     }
     let resp = match (&method, path.as_str()) {
+        (&Method::GET, "/v1/models") if anthropic_headers => {
+            json_response(StatusCode::OK, &super::anthropic::models())
+        }
         (&Method::GET, "/v1/models") => json_response(
             StatusCode::OK,
             &json!({"object": "list", "data": [{"id": "fake-model", "object": "model", "created": 0, "owned_by": "fake"}]}),
         ),
         (&Method::POST, "/v1/chat/completions") => post(&state, Api::Chat, body).await,
         (&Method::POST, "/v1/responses") => post(&state, Api::Responses, body).await,
+        (&Method::POST, "/v1/messages") => post(&state, Api::Anthropic, body).await,
         _ => error_response(
             StatusCode::NOT_FOUND,
             &format!("Unknown route: {method} {path}"),
@@ -91,7 +101,7 @@ pub(super) fn full(bytes: impl Into<Bytes>) -> Body {
         .boxed_unsync()
 }
 
-fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
+pub(super) fn json_response(status: StatusCode, v: &Value) -> Response<Body> {
     let mut r = Response::new(full(serde_json::to_vec(v).expect("json serializes")));
     *r.status_mut() = status;
     r.headers_mut()
@@ -145,25 +155,27 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
         }
     };
     if opts.fault_after_tools {
-        let convo = match api {
-            Api::Chat => Convo::from_chat(&body),
-            Api::Responses => Convo::from_responses(&body),
-        };
+        let convo = convo_of(api, &body);
         if !matches!(convo.last, Last::ToolResults(_)) {
             opts.fault = Fault::None;
         }
     }
     if let Some(refused) = status_fault(state, model, &opts).await {
+        return match api {
+            Api::Anthropic => anthropic_error(refused).await,
+            _ => refused,
+        };
+    }
+    if api == Api::Anthropic
+        && let Some(refused) = super::anthropic::check_thinking(&body)
+    {
         return refused;
     }
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if let Some(file) = name.strip_prefix("replay:") {
         return replay(state, api, file, &opts).await;
     }
-    let convo = match api {
-        Api::Chat => Convo::from_chat(&body),
-        Api::Responses => Convo::from_responses(&body),
-    };
+    let convo = convo_of(api, &body);
     let script = Script::plan(&convo, &opts);
     let serial = state.serial.fetch_add(1, Ordering::Relaxed);
     match (api, stream) {
@@ -186,7 +198,42 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
             StatusCode::OK,
             &response_object(&script, &body, model, serial),
         ),
+        (Api::Anthropic, _) => {
+            let (frames, tail) =
+                super::anthropic::anthropic_frames(&script, &opts, model, serial, opts.redacted);
+            sse_response(state, frames, stream_delay(&opts), tail)
+        }
     }
+}
+
+fn convo_of(api: Api, body: &Value) -> Convo {
+    match api {
+        Api::Chat => Convo::from_chat(body),
+        Api::Responses => Convo::from_responses(body),
+        Api::Anthropic => Convo::from_anthropic(body),
+    }
+}
+
+/// A status fault's answer in Anthropic's error shape (its status kept).
+async fn anthropic_error(refused: Response<Body>) -> Response<Body> {
+    let status = refused.status();
+    let body = refused
+        .into_body()
+        .collect()
+        .await
+        .map(|c| c.to_bytes())
+        .unwrap_or_default();
+    let message = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.pointer("/error/message")?.as_str().map(str::to_string))
+        .unwrap_or_default();
+    let kind = match status.as_u16() {
+        400 => "invalid_request_error",
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        _ => "api_error",
+    };
+    super::anthropic::error(status, kind, &message)
 }
 
 /// The faults answered before any body (an HTTP error status), or `None` to go on; with
@@ -203,6 +250,17 @@ async fn status_fault(state: &State, model: &str, opts: &Opts) -> Option<Respons
             ));
         }
         Fault::Status429 => return Some(too_many_requests()),
+        Fault::Status529 => return Some(overloaded()),
+        Fault::Status529Once => {
+            let first = state
+                .failed_once
+                .lock()
+                .expect("failed_once lock")
+                .insert(model.to_string());
+            if first {
+                return Some(overloaded());
+            }
+        }
         Fault::Status429Once => {
             let first = state
                 .failed_once
@@ -234,6 +292,16 @@ fn stream_delay(opts: &Opts) -> Duration {
     } else {
         opts.delay
     }
+}
+
+fn overloaded() -> Response<Body> {
+    error_response(
+        StatusCode::from_u16(529).expect("a valid status"),
+        "Overloaded",
+        "overloaded_error",
+        None,
+        None,
+    )
 }
 
 fn too_many_requests() -> Response<Body> {
