@@ -1,6 +1,7 @@
 //! The one integration-test binary: the relay end to end on loopback, against the project's own
 //! fake upstream and MCP test servers.
 
+mod anthropic;
 mod approvals;
 mod cli;
 mod conversations;
