@@ -29,6 +29,8 @@ pub enum ModelEvent {
     Text(String),
     Refusal(String),
     Reasoning(String),
+    /// Summarized reasoning (Anthropic's thinking text): a reasoning item's `summary`.
+    ReasoningSummary(String),
     /// A tool-call fragment: `index` identifies the call within the turn; `id` and `name` come
     /// with the first fragment, `arguments` is the next piece of the JSON arguments.
     ToolCall {

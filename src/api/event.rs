@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::response::{ContentPart, OutputItem, Response};
+use super::response::{ContentPart, OutputItem, Response, SummaryText};
 
 /// One streaming event. Serialized as `{"type": "...", ...fields}`.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -89,6 +89,34 @@ pub enum Event {
         item_id: String,
         output_index: usize,
         content_index: usize,
+        text: String,
+    },
+    #[serde(rename = "response.reasoning_summary_part.added")]
+    ReasoningSummaryPartAdded {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        part: SummaryText,
+    },
+    #[serde(rename = "response.reasoning_summary_part.done")]
+    ReasoningSummaryPartDone {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        part: SummaryText,
+    },
+    #[serde(rename = "response.reasoning_summary_text.delta")]
+    ReasoningSummaryTextDelta {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
+        delta: String,
+    },
+    #[serde(rename = "response.reasoning_summary_text.done")]
+    ReasoningSummaryTextDone {
+        item_id: String,
+        output_index: usize,
+        summary_index: usize,
         text: String,
     },
 
@@ -202,6 +230,10 @@ impl Event {
             Event::RefusalDone { .. } => "response.refusal.done",
             Event::ReasoningTextDelta { .. } => "response.reasoning_text.delta",
             Event::ReasoningTextDone { .. } => "response.reasoning_text.done",
+            Event::ReasoningSummaryPartAdded { .. } => "response.reasoning_summary_part.added",
+            Event::ReasoningSummaryPartDone { .. } => "response.reasoning_summary_part.done",
+            Event::ReasoningSummaryTextDelta { .. } => "response.reasoning_summary_text.delta",
+            Event::ReasoningSummaryTextDone { .. } => "response.reasoning_summary_text.done",
             Event::FunctionCallArgumentsDelta { .. } => "response.function_call_arguments.delta",
             Event::FunctionCallArgumentsDone { .. } => "response.function_call_arguments.done",
             Event::CustomToolCallInputDelta { .. } => "response.custom_tool_call_input.delta",
@@ -281,6 +313,26 @@ impl Event {
                 ..
             }
             | Event::ReasoningTextDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ReasoningSummaryPartAdded {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ReasoningSummaryPartDone {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ReasoningSummaryTextDelta {
+                item_id,
+                output_index,
+                ..
+            }
+            | Event::ReasoningSummaryTextDone {
                 item_id,
                 output_index,
                 ..

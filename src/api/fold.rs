@@ -181,10 +181,50 @@ fn expect_kind(item: &OutputItem, kinds: &[&str]) -> Result<(), String> {
 
 /// Applies an event scoped to `item` (one whose [`Event::item_scope`] is the item's).
 fn apply_item_event(item: &mut OutputItem, event: &Event) -> Result<(), String> {
-    if apply_content_event(item, event)? {
+    if apply_content_event(item, event)? || apply_summary_event(item, event)? {
         return Ok(());
     }
     apply_call_event(item, event)
+}
+
+/// A reasoning summary's event (its parts, in order, and their text): whether `event` is one.
+fn apply_summary_event(item: &mut OutputItem, event: &Event) -> Result<bool, String> {
+    let (index, new) = match event {
+        Event::ReasoningSummaryPartAdded {
+            summary_index,
+            part,
+            ..
+        } => (*summary_index, Some(part)),
+        Event::ReasoningSummaryPartDone { summary_index, .. }
+        | Event::ReasoningSummaryTextDelta { summary_index, .. }
+        | Event::ReasoningSummaryTextDone { summary_index, .. } => (*summary_index, None),
+        _ => return Ok(false),
+    };
+    let OutputItem::Reasoning(r) = item else {
+        return expect_kind(item, &["reasoning"]).map(|_| true);
+    };
+    if let Some(part) = new {
+        if index != r.summary.len() {
+            return Err(format!(
+                "summary_index {index}, expected {}",
+                r.summary.len()
+            ));
+        }
+        r.summary.push(part.clone());
+        return Ok(true);
+    }
+    let len = r.summary.len();
+    let slot = r
+        .summary
+        .get_mut(index)
+        .ok_or_else(|| format!("summary_index {index} out of range ({len} parts)"))?;
+    match event {
+        Event::ReasoningSummaryPartDone { part, .. } => *slot = part.clone(),
+        Event::ReasoningSummaryTextDelta { delta, .. } => slot.text.push_str(delta),
+        Event::ReasoningSummaryTextDone { text, .. } => slot.text = text.clone(),
+        _ => unreachable!("matched above"),
+    }
+    Ok(true)
 }
 
 /// A content part's event (a message's or a reasoning item's parts and their text): whether

@@ -18,7 +18,7 @@ use serde_json::{Map, Value, json};
 use super::mcp_call::{self, McpCallStarted};
 use crate::api::response::{
     ClientCallItem, ContentPart, CustomToolCallItem, FunctionCallItem, McpApprovalRequestItem,
-    McpCallItem, MessageItem, ReasoningItem, ToolSearchCallItem,
+    McpCallItem, MessageItem, ReasoningItem, SummaryText, ToolSearchCallItem,
 };
 use crate::api::{Event, ItemStatus, OutputItem, Usage};
 use crate::eventlog::emitter::Emitter;
@@ -87,6 +87,8 @@ pub type ClientMap = HashMap<String, ClientTarget>;
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum TextKind {
     Reasoning,
+    /// A reasoning item whose text is its `summary` (summarized reasoning).
+    Summary,
     Message,
 }
 
@@ -98,6 +100,8 @@ struct OpenText {
     /// The open content part: its index, whether it is a refusal, and its text so far.
     part: Option<(usize, bool, String)>,
     parts: Vec<ContentPart>,
+    /// A summary reasoning item's summary parts.
+    summary: Vec<SummaryText>,
     /// A reasoning item's signed blocks ([`ModelEvent::SignedReasoning`]), in order.
     signed: Vec<Value>,
 }
@@ -193,6 +197,9 @@ impl Transcoder {
     pub fn on(&mut self, event: ModelEvent, em: &mut Emitter, tools: &ToolMap) {
         match event {
             ModelEvent::Reasoning(delta) => self.text_delta(TextKind::Reasoning, false, delta, em),
+            ModelEvent::ReasoningSummary(delta) => {
+                self.text_delta(TextKind::Summary, false, delta, em)
+            }
             ModelEvent::Text(delta) => self.text_delta(TextKind::Message, false, delta, em),
             ModelEvent::Refusal(delta) => self.text_delta(TextKind::Message, true, delta, em),
             ModelEvent::ToolCall {
@@ -220,10 +227,10 @@ impl Transcoder {
         if self
             .text
             .as_ref()
-            .is_none_or(|t| t.kind != TextKind::Reasoning)
+            .is_none_or(|t| t.kind == TextKind::Message)
         {
             self.close_text(em, ItemStatus::Completed);
-            self.open_text(TextKind::Reasoning, em);
+            self.open_text(TextKind::Summary, em);
         }
         if let Some(open) = &mut self.text {
             // The next block's text is a part of its own.
@@ -249,14 +256,26 @@ impl Transcoder {
             close_part(open, em);
         }
         if open.part.is_none() {
-            let index = open.parts.len();
-            let part = empty_part(kind, refusal);
-            em.emit(Event::ContentPartAdded {
-                item_id: open.item_id.clone(),
-                output_index: open.output_index,
-                content_index: index,
-                part,
-            });
+            let (item_id, output_index) = (open.item_id.clone(), open.output_index);
+            let index = if kind == TextKind::Summary {
+                let summary_index = open.summary.len();
+                em.emit(Event::ReasoningSummaryPartAdded {
+                    item_id,
+                    output_index,
+                    summary_index,
+                    part: summary_text(String::new()),
+                });
+                summary_index
+            } else {
+                let content_index = open.parts.len();
+                em.emit(Event::ContentPartAdded {
+                    item_id,
+                    output_index,
+                    content_index,
+                    part: empty_part(kind, refusal),
+                });
+                content_index
+            };
             open.part = Some((index, refusal, String::new()));
         }
         let (content_index, _, text) = open.part.as_mut().expect("part is open");
@@ -264,6 +283,12 @@ impl Transcoder {
         let (item_id, output_index, content_index) =
             (open.item_id.clone(), open.output_index, *content_index);
         em.emit(match (kind, refusal) {
+            (TextKind::Summary, _) => Event::ReasoningSummaryTextDelta {
+                item_id,
+                output_index,
+                summary_index: content_index,
+                delta,
+            },
             (TextKind::Reasoning, _) => Event::ReasoningTextDelta {
                 item_id,
                 output_index,
@@ -301,7 +326,7 @@ impl Transcoder {
                 });
                 (id, item)
             }
-            TextKind::Reasoning => {
+            TextKind::Reasoning | TextKind::Summary => {
                 let id = em.mint("rs");
                 let item = OutputItem::Reasoning(ReasoningItem {
                     id: id.clone(),
@@ -320,6 +345,7 @@ impl Transcoder {
             item_id,
             part: None,
             parts: Vec::new(),
+            summary: Vec::new(),
             signed: Vec::new(),
         });
     }
@@ -339,13 +365,16 @@ impl Transcoder {
                 content: open.parts,
                 phase: self.phase,
             }),
-            TextKind::Reasoning => {
+            TextKind::Reasoning | TextKind::Summary => {
                 let sealer = match (&self.signer, open.signed.is_empty()) {
                     (Some(signer), false) => Some(signer),
                     _ => self.seal.as_ref(),
                 };
                 let encrypted_content = sealer.map(|s| {
                     let mut sealed = json!({"content": open.parts});
+                    if !open.summary.is_empty() {
+                        sealed["summary"] = json!(open.summary);
+                    }
                     if !open.signed.is_empty() {
                         sealed["signed"] = Value::Array(std::mem::take(&mut open.signed));
                     }
@@ -353,7 +382,7 @@ impl Transcoder {
                 });
                 OutputItem::Reasoning(ReasoningItem {
                     id: open.item_id.clone(),
-                    summary: Vec::new(),
+                    summary: open.summary,
                     content: open.parts,
                     encrypted_content,
                     status,
@@ -671,9 +700,16 @@ fn open_item(target: &CallTarget, output_index: usize, em: &mut Emitter) -> (Str
     (item_id, call_id)
 }
 
+fn summary_text(text: String) -> SummaryText {
+    SummaryText {
+        kind: "summary_text".into(),
+        text,
+    }
+}
+
 fn empty_part(kind: TextKind, refusal: bool) -> ContentPart {
     match (kind, refusal) {
-        (TextKind::Reasoning, _) => ContentPart::ReasoningText {
+        (TextKind::Reasoning | TextKind::Summary, _) => ContentPart::ReasoningText {
             text: String::new(),
         },
         (TextKind::Message, false) => ContentPart::output_text(""),
@@ -688,8 +724,25 @@ fn close_part(open: &mut OpenText, em: &mut Emitter) {
         return;
     };
     let (item_id, output_index) = (open.item_id.clone(), open.output_index);
+    if open.kind == TextKind::Summary {
+        em.emit(Event::ReasoningSummaryTextDone {
+            item_id: item_id.clone(),
+            output_index,
+            summary_index: content_index,
+            text: text.clone(),
+        });
+        let part = summary_text(text);
+        em.emit(Event::ReasoningSummaryPartDone {
+            item_id,
+            output_index,
+            summary_index: content_index,
+            part: part.clone(),
+        });
+        open.summary.push(part);
+        return;
+    }
     let part = match (open.kind, refusal) {
-        (TextKind::Reasoning, _) => {
+        (TextKind::Reasoning | TextKind::Summary, _) => {
             em.emit(Event::ReasoningTextDone {
                 item_id: item_id.clone(),
                 output_index,

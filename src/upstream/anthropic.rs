@@ -8,7 +8,8 @@
 //! `metadata.user_id`. Consecutive messages of one role merge into one message, as Anthropic
 //! requires; system and developer messages join the instructions in `system`. A reasoning item's
 //! signed blocks (`thinking` with its `signature`, `redacted_thinking`) go back verbatim where the
-//! item stands, before the calls they led to. What does not map: a structured-output
+//! item stands, before the calls they led to; thinking text is the reasoning item's summary
+//! (Anthropic's models summarize their thinking). What does not map: a structured-output
 //! `text.format`, files by id, and the Responses-only options.
 
 use std::collections::HashMap;
@@ -402,7 +403,7 @@ impl EventParser {
             "thinking" => {
                 let text = s("thinking");
                 if !text.is_empty() {
-                    out.push(ModelEvent::Reasoning(text.clone()));
+                    out.push(ModelEvent::ReasoningSummary(text.clone()));
                 }
                 Block::Thinking {
                     text,
@@ -452,7 +453,7 @@ impl EventParser {
                 let t = s("thinking");
                 if !t.is_empty() {
                     text.push_str(&t);
-                    out.push(ModelEvent::Reasoning(t));
+                    out.push(ModelEvent::ReasoningSummary(t));
                 }
             }
             ("signature_delta", Block::Thinking { signature, .. }) => {
@@ -629,8 +630,8 @@ mod tests {
             out,
             vec![
                 ModelEvent::ResponseId("msg_1".into()),
-                ModelEvent::Reasoning("Let me ".into()),
-                ModelEvent::Reasoning("think.".into()),
+                ModelEvent::ReasoningSummary("Let me ".into()),
+                ModelEvent::ReasoningSummary("think.".into()),
                 ModelEvent::SignedReasoning(
                     json!({"type": "thinking", "thinking": "Let me think.", "signature": "SIG=="})
                 ),

@@ -300,12 +300,16 @@ async fn signed_thinking_comes_back_verbatim_before_the_tool_use_within_a_run() 
     );
     assert_eq!(redacted["type"], "redacted_thinking");
     assert_eq!(msgs[1]["content"][2]["type"], "tool_use");
-    // The reasoning item shows the thinking, and carries the signed blocks sealed (asked for
+    // The reasoning item shows the thinking as its summary, and carries the signed blocks sealed (asked for
     // or not: the next turn needs them).
     // (The fake thinks on each of the run's two turns.)
     let reasoning = output_of(&r, "reasoning");
     assert_eq!(reasoning.len(), 2, "{r}");
-    assert_eq!(reasoning[0]["content"][0]["text"], "think think ");
+    assert_eq!(
+        reasoning[0]["summary"],
+        json!([{"type": "summary_text", "text": "think think "}])
+    );
+    assert_eq!(reasoning[0]["content"], json!([]));
     let sealed = reasoning[0]["encrypted_content"].as_str().unwrap();
     assert!(sealed.starts_with("rr1."), "{sealed}");
     assert!(!sealed.contains("think"), "sealed, not shown");
@@ -516,4 +520,42 @@ async fn models_lists_an_anthropic_upstreams_models_as_name_slash_id_and_routes_
     )
     .unwrap();
     assert_eq!(c.upstream_api, UpstreamApi::Anthropic);
+}
+
+#[tokio::test]
+async fn thinking_streams_as_reasoning_summary_events() {
+    let (_up, relay) = anthropic_relay().await;
+    let s = relay
+        .stream(
+            &json!({"model": "fake-model?reasoning=2&deltas=2", "reasoning": {"effort": "minimal"},
+            "input": "hi", "stream": true}),
+        )
+        .await;
+    let r = check_events(&s.events);
+    assert_eq!(r["status"], "completed", "{r}");
+    let kinds: Vec<&str> = s
+        .events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap())
+        .filter(|k| k.contains("reasoning"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "response.reasoning_summary_part.added",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_text.delta",
+            "response.reasoning_summary_text.done",
+            "response.reasoning_summary_part.done",
+        ]
+    );
+    let done = s
+        .events
+        .iter()
+        .find(|e| e["type"] == "response.reasoning_summary_text.done")
+        .unwrap();
+    assert_eq!(done["text"], "think think ");
+    assert_eq!(done["summary_index"], 0);
+    assert_eq!(r["output"][0]["summary"][0]["text"], "think think ", "{r}");
+    assert_eq!(streamed_text(&s.events), "Hello! You said: hi");
 }

@@ -136,13 +136,16 @@ pub(super) fn refusal_of(r: &Response) -> String {
 }
 
 /// The refusal parts of `r`'s messages, or (`reasoning`) the reasoning text of its reasoning
-/// items, joined.
+/// items (their summaries' and their content's), joined.
 fn texts_of(r: &Response, reasoning: bool) -> String {
     let mut s = String::new();
     for item in &r.output {
         let parts = match (item, reasoning) {
             (OutputItem::Message(m), false) => &m.content,
-            (OutputItem::Reasoning(x), true) => &x.content,
+            (OutputItem::Reasoning(x), true) => {
+                x.summary.iter().for_each(|p| s.push_str(&p.text));
+                &x.content
+            }
             _ => continue,
         };
         for p in parts {
