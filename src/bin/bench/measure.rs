@@ -34,9 +34,12 @@ pub struct Row {
     pub ttfe: Vec<u32>,
     /// Whole-run times (µs), sorted.
     pub run_us: Vec<u32>,
-    /// `store-scale`: bytes the store holds per kept run (SQLite: every file of the database
-    /// after a checkpoint; Redis: `INFO memory` `used_memory`), over the runs of the fill.
+    /// `store-scale`: bytes the store holds per kept run (SQLite: every file of the database as
+    /// it lies a few seconds after the fill, no checkpoint forced; Redis: `INFO memory`
+    /// `used_memory`), over the runs of the fill.
     pub store_bytes_per_run: Option<f64>,
+    /// `store-scale`, SQLite: those files over the database after a full checkpoint.
+    pub store_files_to_checkpointed: Option<f64>,
     pub peak_rss_kib: Option<u64>,
     pub rss_per_stream_kib: Option<f64>,
     pub open_streams: Option<u64>,

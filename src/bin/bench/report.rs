@@ -164,8 +164,12 @@ fn print_store_lines(rows: &[Row]) {
                 .store_bytes_per_run
                 .map(|b| format!(", store holds {b:.0} bytes per run"))
                 .unwrap_or_default();
+            let ratio = r
+                .store_files_to_checkpointed
+                .map(|x| format!(" ({x:.3}x the database after a full checkpoint)"))
+                .unwrap_or_default();
             println!(
-                "- {}: {} runs, CPU {} ms per run, run time p50 {} / p99 {} ms{held}",
+                "- {}: {} runs, CPU {} ms per run, run time p50 {} / p99 {} ms{held}{ratio}",
                 r.side,
                 r.runs,
                 fmt_opt(r.cpu_ms_per_run(), 3),
