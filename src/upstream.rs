@@ -429,8 +429,13 @@ impl Upstream {
         client_bearer: Option<&str>,
         wait: Duration,
     ) -> Result<Vec<Value>, UpstreamError> {
+        // Anthropic pages its list (20 by default): one page of the most it gives.
+        let query = match self.api {
+            UpstreamApi::Anthropic => "?limit=1000",
+            UpstreamApi::Chat | UpstreamApi::Responses => "",
+        };
         let rb = self.authorized(
-            self.http().get(format!("{}/models", self.base)),
+            self.http().get(format!("{}/models{query}", self.base)),
             client_bearer,
         );
         let wait = wait.min(self.timeouts.first_byte);

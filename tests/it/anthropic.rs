@@ -497,6 +497,7 @@ async fn models_lists_an_anthropic_upstreams_models_as_name_slash_id_and_routes_
         .into_iter()
         .find(|r| r.method == "GET")
         .unwrap();
+    assert_eq!(asked.path, "/v1/models");
     assert_eq!(asked.header("x-api-key"), Some(KEY));
     assert_eq!(asked.header("anthropic-version"), Some("2023-06-01"));
 
