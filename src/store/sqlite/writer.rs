@@ -156,9 +156,9 @@ struct Writer {
     packer: Packer,
     /// Live stored runs' fail hooks.
     hooks: HashMap<String, crate::store::FailHook>,
-    /// The runs a failed commit broke: their later events are shown to their clients without
-    /// being kept, and at their end the run is removed.
-    broken: HashSet<String>,
+    /// The runs a failed commit broke, and what their clients are told: their later events are
+    /// shown to their clients without being kept, and at their end the run is removed.
+    broken: HashMap<String, String>,
     /// Broken runs that ended while their removal could not be committed: removed by the next
     /// batch that commits.
     to_remove: HashSet<String>,
@@ -185,7 +185,7 @@ impl Writer {
             incremental,
             packer,
             hooks: HashMap::new(),
-            broken: HashSet::new(),
+            broken: HashMap::new(),
             to_remove: HashSet::new(),
             disk,
         })
@@ -246,7 +246,7 @@ impl Writer {
                 id,
                 terminal: Some(_),
                 ..
-            } if broken.contains(id) => Some(id.clone()),
+            } if broken.contains_key(id) => Some(id.clone()),
             _ => None,
         });
         if !broken.is_empty() {
@@ -258,7 +258,7 @@ impl Writer {
             let tx = conn.transaction()?;
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
-                    Cmd::Append { id, .. } if broken.contains(id) => 0,
+                    Cmd::Append { id, .. } if broken.contains_key(id) => 0,
                     cmd => apply(&tx, cmd, journal, packer)?,
                 };
             }
@@ -296,8 +296,9 @@ impl Writer {
         match cmd {
             Cmd::Insert { id, fail, .. } => {
                 if let Err(e) = result
-                    && self.broken.insert(id.clone())
+                    && !self.broken.contains_key(&id)
                 {
+                    self.broken.insert(id.clone(), not_kept(e));
                     fail(not_kept(e));
                 }
                 self.hooks.insert(id, fail);
@@ -352,20 +353,17 @@ impl Writer {
         result: &Result<(), StoreError>,
     ) {
         if let Err(e) = result
-            && self.broken.insert(id.clone())
-            && let Some(fail) = self.hooks.get(&id)
+            && !self.broken.contains_key(&id)
         {
-            fail(not_kept(e));
+            self.broken.insert(id.clone(), not_kept(e));
+            if let Some(fail) = self.hooks.get(&id) {
+                fail(not_kept(e));
+            }
         }
-        if terminal && self.broken.contains(&id) {
-            // Not kept: the run's end must not tell its clients it completed.
-            log.fail_pending_terminal(&match result {
-                Err(e) => not_kept(e),
-                Ok(()) => {
-                    "The relay's store (SQLite) could not keep this response; it was not kept."
-                        .into()
-                }
-            });
+        if terminal && let Some(why) = self.broken.get(&id) {
+            // Not kept: the run's end must not tell its clients it completed, and says why (the
+            // failure that broke it: the run may have ended before its hook could stop it).
+            log.fail_pending_terminal(why);
         }
         log.publish(entry.seq as usize + 1, terminal);
         if terminal {
