@@ -99,7 +99,9 @@ async fn a_text_run_goes_to_messages_with_the_key_as_x_api_key_and_streams_the_a
         json!([{"role": "user", "content": [
             {"type": "text", "text": "hi"},
             {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}},
-            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]}])
+            // The conversation's end is a prompt-cache breakpoint (implicit caching).
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"},
+                "cache_control": {"type": "ephemeral"}}]}])
     );
 
     // The client's bound, temperature and top_p go as they are.
@@ -559,4 +561,84 @@ async fn thinking_streams_as_reasoning_summary_events() {
     assert_eq!(done["summary_index"], 0);
     assert_eq!(r["output"][0]["summary"][0]["text"], "think think ", "{r}");
     assert_eq!(streamed_text(&s.events), "Hello! You said: hi");
+}
+
+/// The blocks of a Messages request marked `cache_control`: (message index, block type, the
+/// mark).
+fn cache_marks(body: &Value) -> Vec<(usize, String, Value)> {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .enumerate()
+        .flat_map(|(i, m)| {
+            m["content"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(move |b| {
+                    let mark = b.get("cache_control")?.clone();
+                    Some((i, b["type"].as_str().unwrap().to_string(), mark))
+                })
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_agent_loops_later_turns_read_its_prompt_cache_and_report_cached_tokens() {
+    let (up, relay) = anthropic_relay().await;
+    let server = mcp_server(mcp_test_server::Options::default()).await;
+    let (status, r) = relay
+        .create(
+            &json!({"model": "fake-model", "input": "CALL add {\"a\":2,\"b\":3}",
+            "tools": [mcp_tool("math", &server.url())]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    let sent = messages_requests(&up);
+    assert_eq!(sent.len(), 2);
+    // Implicitly (as OpenAI caches): the conversation's end; then also the turn before the answer.
+    let ephemeral = json!({"type": "ephemeral"});
+    assert_eq!(
+        cache_marks(&sent[0].body),
+        [(0, "text".to_string(), ephemeral.clone())]
+    );
+    assert_eq!(
+        cache_marks(&sent[1].body),
+        [
+            (0, "text".to_string(), ephemeral.clone()),
+            (2, "tool_result".to_string(), ephemeral)
+        ]
+    );
+    // The second turn read the first one's prefix back: the run reports cached tokens.
+    let cached = r["usage"]["input_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(cached > 0, "{}", r["usage"]);
+}
+
+#[tokio::test]
+async fn explicit_breakpoints_are_the_clients_latest_four_with_the_longest_lifetime_asked() {
+    let (up, relay) = anthropic_relay().await;
+    let part = |t: &str| json!({"type": "input_text", "text": t, "prompt_cache_breakpoint": {}});
+    let request = json!({"model": "fake-model",
+        "prompt_cache_options": {"mode": "explicit", "ttl": "30m"},
+        "input": [{"role": "user", "content": [part("a"), part("b"), part("c"), part("d"), part("e"),
+            {"type": "input_text", "text": "not marked"}]}]});
+    // Five marks would be refused by Anthropic (and the fake): the four latest go.
+    let (status, r) = relay.create(&request).await;
+    assert_eq!(status, 200, "{r}");
+    let sent = messages_requests(&up);
+    let marks = cache_marks(&sent[0].body);
+    let hour = json!({"type": "ephemeral", "ttl": "1h"});
+    let texts: Vec<&str> = sent[0].body["messages"][0]["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b.get("cache_control").is_some())
+        .map(|b| b["text"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["b", "c", "d", "e"]);
+    assert!(marks.iter().all(|(_, _, m)| *m == hour), "{marks:?}");
 }

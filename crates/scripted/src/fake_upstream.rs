@@ -74,6 +74,8 @@ struct State {
     failed_once: Mutex<HashSet<String>>,
     replays: Mutex<HashMap<String, Arc<Replay>>>,
     serial: AtomicU64,
+    /// Anthropic's prompt cache: the prefixes written at `cache_control` breakpoints.
+    prompt_cache: Mutex<HashSet<u64>>,
 }
 
 /// A running fake upstream. Stops accepting and closes every connection on drop or [`shutdown`].
@@ -149,6 +151,7 @@ pub async fn start_with(
         failed_once: Mutex::new(HashSet::new()),
         replays: Mutex::new(HashMap::new()),
         serial: AtomicU64::new(1),
+            prompt_cache: Mutex::default(),
     });
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(accept_loop(listener, state.clone(), stopped));

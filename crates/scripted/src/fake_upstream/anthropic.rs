@@ -210,22 +210,25 @@ fn frame(v: &Value) -> Bytes {
     Bytes::from(format!("event: {kind}\ndata: {v}\n\n"))
 }
 
-/// The frames of a streamed Messages answer (`redacted`: a `redacted_thinking` block after the
-/// thinking).
+/// The frames of a streamed Messages answer (`o.redacted`: a `redacted_thinking` block after
+/// the thinking); `(read, written)`: its prompt's tokens read from and written to the cache.
 pub(super) fn anthropic_frames(
     s: &Script,
     o: &Opts,
     model: &str,
     serial: u64,
-    redacted: bool,
+    (read, written): (u64, u64),
 ) -> (Vec<Bytes>, Tail) {
+    let redacted = o.redacted;
+    // The prompt's tokens not read from or written to the cache (Anthropic's `input_tokens`).
+    let fresh = s.prompt_tokens.saturating_sub(read + written);
     let mut f = Frames { frames: Vec::new() };
     let mut push = |v: Value, delta: bool| f.frames.push((frame(&v), delta));
     push(
         json!({"type": "message_start", "message": {"id": format!("msg_fake{serial}"), "type": "message",
             "role": "assistant", "content": [], "model": model, "stop_reason": null, "stop_sequence": null,
-            "usage": {"input_tokens": s.prompt_tokens, "cache_creation_input_tokens": 0,
-                "cache_read_input_tokens": 0, "output_tokens": 1}}}),
+            "usage": {"input_tokens": fresh, "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read, "output_tokens": 1}}}),
         false,
     );
     for _ in 0..o.pings {
@@ -318,4 +321,64 @@ pub(super) fn models() -> Value {
     json!({"data": [{"type": "model", "id": "fake-model", "display_name": "Fake Model",
         "created_at": "2025-01-01T00:00:00Z"}], "has_more": false,
         "first_id": "fake-model", "last_id": "fake-model"})
+}
+
+/// Tokens a cached block stands for, in the fake's accounting.
+const BLOCK_TOKENS: u64 = 4;
+
+/// Anthropic's prompt cache, simplified: a request may mark at most four blocks `cache_control`
+/// (more is a 400, as Anthropic answers); the prefix up to each marked block is written to
+/// `cache`; the longest prefix (up to any block) an earlier request wrote is read back. Answers
+/// the tokens read and written (4 per block of the prefix).
+pub(super) fn cache_usage(
+    cache: &std::sync::Mutex<std::collections::HashSet<u64>>,
+    body: &Value,
+) -> Result<(u64, u64), Response<Body>> {
+    use std::hash::{Hash, Hasher};
+    let messages = body["messages"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    // Every block in order, with whether it is marked; the prefix hashes exclude the marks.
+    let mut prefix = std::collections::hash_map::DefaultHasher::new();
+    body["model"].to_string().hash(&mut prefix);
+    body["system"].to_string().hash(&mut prefix);
+    body["tools"].to_string().hash(&mut prefix);
+    let mut boundaries: Vec<(u64, bool)> = Vec::new();
+    for m in messages {
+        m["role"].to_string().hash(&mut prefix);
+        for b in blocks(m) {
+            let mut plain = b.clone();
+            let marked = plain
+                .as_object_mut()
+                .and_then(|o| o.remove("cache_control"))
+                .is_some();
+            plain.to_string().hash(&mut prefix);
+            boundaries.push((prefix.clone().finish(), marked));
+        }
+    }
+    let marks = boundaries.iter().filter(|(_, m)| *m).count();
+    if marks > 4 {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            &format!("A maximum of 4 blocks with cache_control may be provided. Found {marks}."),
+        ));
+    }
+    let mut cache = cache.lock().expect("prompt cache lock");
+    let read = boundaries
+        .iter()
+        .rposition(|(h, _)| cache.contains(h))
+        .map_or(0, |at| at as u64 + 1);
+    let last_mark = boundaries
+        .iter()
+        .rposition(|(_, m)| *m)
+        .map_or(0, |at| at as u64 + 1);
+    for (h, _) in boundaries.iter().filter(|(_, m)| *m) {
+        cache.insert(*h);
+    }
+    Ok((
+        read * BLOCK_TOKENS,
+        last_mark.saturating_sub(read) * BLOCK_TOKENS,
+    ))
 }

@@ -171,6 +171,13 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
     {
         return refused;
     }
+    let cached = match api {
+        Api::Anthropic => match super::anthropic::cache_usage(&state.prompt_cache, &body) {
+            Ok(c) => c,
+            Err(refused) => return refused,
+        },
+        _ => (0, 0),
+    };
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
     if let Some(file) = name.strip_prefix("replay:") {
         return replay(state, api, file, &opts).await;
@@ -200,7 +207,7 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
         ),
         (Api::Anthropic, _) => {
             let (frames, tail) =
-                super::anthropic::anthropic_frames(&script, &opts, model, serial, opts.redacted);
+                super::anthropic::anthropic_frames(&script, &opts, model, serial, cached);
             sse_response(state, frames, stream_delay(&opts), tail)
         }
     }
