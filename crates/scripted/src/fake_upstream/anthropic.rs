@@ -329,11 +329,11 @@ const BLOCK_TOKENS: u64 = 4;
 /// Anthropic's prompt cache, simplified: a request may mark at most four blocks `cache_control`
 /// (more is a 400, as Anthropic answers); the prefix up to each marked block is written to
 /// `cache`; the longest prefix (up to any block) an earlier request wrote is read back. Answers
-/// the tokens read and written (4 per block of the prefix).
+/// the tokens read and written (4 per block of the prefix), or the 400's message.
 pub(super) fn cache_usage(
     cache: &std::sync::Mutex<std::collections::HashSet<u64>>,
     body: &Value,
-) -> Result<(u64, u64), Response<Body>> {
+) -> Result<(u64, u64), String> {
     use std::hash::{Hash, Hasher};
     let messages = body["messages"]
         .as_array()
@@ -359,10 +359,8 @@ pub(super) fn cache_usage(
     }
     let marks = boundaries.iter().filter(|(_, m)| *m).count();
     if marks > 4 {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "invalid_request_error",
-            &format!("A maximum of 4 blocks with cache_control may be provided. Found {marks}."),
+        return Err(format!(
+            "A maximum of 4 blocks with cache_control may be provided. Found {marks}."
         ));
     }
     let mut cache = cache.lock().expect("prompt cache lock");

@@ -174,7 +174,13 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
     let cached = match api {
         Api::Anthropic => match super::anthropic::cache_usage(&state.prompt_cache, &body) {
             Ok(c) => c,
-            Err(refused) => return refused,
+            Err(message) => {
+                return super::anthropic::error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    &message,
+                );
+            }
         },
         _ => (0, 0),
     };
