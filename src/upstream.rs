@@ -1,5 +1,5 @@
-//! The upstream model: an OpenAI-compatible Chat Completions or stateless Responses endpoint, or
-//! Anthropic's Messages API, driven turn by turn and always streamed. Every adapter produces the
+//! The upstream model: an OpenAI-compatible Chat Completions or stateless Responses endpoint,
+//! Anthropic's Messages API or Google's Gemini API, driven turn by turn and always streamed. Every adapter produces the
 //! same [`ModelEvent`]s.
 //!
 //! Invariant: nothing here knows about Responses events, output indexes or the store; a turn is
@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod chat;
+pub mod gemini;
 pub mod responses;
 mod routes;
 pub mod sse;
@@ -49,8 +50,8 @@ pub enum ModelEvent {
     /// `output_item.added` of a `message`; `None` when it gives none).
     MessagePhase(Option<crate::api::response::Phase>),
     /// A reasoning block the model server signed and needs back verbatim in a later turn
-    /// (Anthropic's `thinking` with its `signature`, or `redacted_thinking`), given when the
-    /// block ends. Its text, if any, came before as [`ModelEvent::Reasoning`]; the run keeps the
+    /// (Anthropic's `thinking` with its `signature`, or `redacted_thinking`, given when the
+    /// block ends; a Gemini part's `thoughtSignature`, tagged `"gemini"` with what it was on). Its text, if any, came before as [`ModelEvent::Reasoning`]; the run keeps the
     /// block sealed in the reasoning item's `encrypted_content`, and a later turn gets it back
     /// in [`TurnRequest::signed_reasoning`].
     SignedReasoning(Value),
@@ -156,8 +157,9 @@ pub struct TurnRequest {
     /// Options only a Responses upstream has a place for (a chat upstream does not get them).
     pub responses_only: ResponsesOptions,
     /// The signed reasoning blocks ([`ModelEvent::SignedReasoning`]) of the reasoning items of
-    /// `items`, by the item's index, opened from their seals: an Anthropic upstream gets them
-    /// back verbatim where the items stand (filled only for a turn that goes to one).
+    /// `items`, by the item's index, opened from their seals: an Anthropic or Gemini upstream
+    /// gets them back verbatim where the items stand (filled only for a turn that goes to one,
+    /// with only that kind's blocks).
     pub signed_reasoning: std::collections::HashMap<usize, Vec<Value>>,
 }
 
@@ -241,6 +243,9 @@ pub enum UpstreamApi {
     Responses,
     /// Anthropic's Messages API (`POST /messages`, `x-api-key`, `anthropic-version`).
     Anthropic,
+    /// Google's Gemini API (`POST /models/{model}:streamGenerateContent?alt=sse`,
+    /// `x-goog-api-key`).
+    Gemini,
 }
 
 #[derive(Debug, Clone)]
@@ -315,35 +320,41 @@ impl Upstream {
     pub async fn open(&self, req: &TurnRequest, model: &str) -> Result<ModelStream, UpstreamError> {
         let model = ("model".to_string(), Value::from(model));
         let (path, body) = match self.api {
-            UpstreamApi::Chat => ("/chat/completions", {
+            UpstreamApi::Chat => ("/chat/completions".to_string(), {
                 let mut b = chat::request_body(req);
                 b.fields.insert(model.0, model.1);
                 serde_json::to_vec(&b)
             }),
-            UpstreamApi::Responses => ("/responses", {
+            UpstreamApi::Responses => ("/responses".to_string(), {
                 let mut b = responses::request_body(req);
                 b.fields.insert(model.0, model.1);
                 serde_json::to_vec(&b)
             }),
-            UpstreamApi::Anthropic => ("/messages", {
+            UpstreamApi::Anthropic => ("/messages".to_string(), {
                 let mut b = anthropic::request_body(req);
                 b.fields.insert(model.0, model.1);
                 serde_json::to_vec(&b)
             }),
+            // The model goes in the path, not the body.
+            UpstreamApi::Gemini => (
+                gemini::path(model.1.as_str().unwrap_or_default()),
+                serde_json::to_vec(&gemini::request_body(req)),
+            ),
         };
         let body = bytes::Bytes::from(body.expect("request bodies always serialize"));
-        let resp = self.post(path, body, req.client_bearer.as_deref()).await?;
+        let resp = self.post(&path, body, req.client_bearer.as_deref()).await?;
         let idle = self.timeouts.idle;
         Ok(match self.api {
             UpstreamApi::Chat => chat::events(resp, idle),
             UpstreamApi::Responses => responses::events(resp, idle),
             UpstreamApi::Anthropic => anthropic::events(resp, idle),
+            UpstreamApi::Gemini => gemini::events(resp, idle),
         })
     }
 
     /// `rb` with this upstream's credentials: the key (or the client's bearer) as the bearer, or,
-    /// to an Anthropic upstream, as `x-api-key` with the `anthropic-version` it speaks (never as
-    /// `Authorization`).
+    /// to an Anthropic upstream, as `x-api-key` with the `anthropic-version` it speaks, or, to a
+    /// Gemini upstream, as `x-goog-api-key` (never as `Authorization`, never in the URL).
     fn authorized(
         &self,
         mut rb: reqwest::RequestBuilder,
@@ -355,6 +366,11 @@ impl Upstream {
                 rb = rb.header("anthropic-version", anthropic::VERSION);
                 if let Some(k) = key {
                     rb = rb.header("x-api-key", k);
+                }
+            }
+            UpstreamApi::Gemini => {
+                if let Some(k) = key {
+                    rb = rb.header("x-goog-api-key", k);
                 }
             }
             UpstreamApi::Chat | UpstreamApi::Responses => {
@@ -429,9 +445,11 @@ impl Upstream {
         client_bearer: Option<&str>,
         wait: Duration,
     ) -> Result<Vec<Value>, UpstreamError> {
-        // Anthropic pages its list (20 by default): one page of the most it gives.
+        // Anthropic and Gemini page their lists (20 and 50 by default): one page of the most
+        // they give.
         let query = match self.api {
             UpstreamApi::Anthropic => "?limit=1000",
+            UpstreamApi::Gemini => "?pageSize=1000",
             UpstreamApi::Chat | UpstreamApi::Responses => "",
         };
         let rb = self.authorized(
@@ -443,6 +461,18 @@ impl Upstream {
             let resp = check_status(rb.send().await.map_err(transport_error)?).await?;
             let body: Value = resp.json().await.map_err(transport_error)?;
             match body {
+                // Gemini's `models`: those that generate content, by their short id.
+                Value::Object(mut o) if self.api == UpstreamApi::Gemini => match o.remove("models")
+                {
+                    Some(Value::Array(models)) => Ok(models
+                        .into_iter()
+                        .filter_map(gemini::model_object)
+                        .collect()),
+                    None => Ok(Vec::new()),
+                    Some(_) => Err(UpstreamError::Protocol(
+                        "the model list's 'models' is not an array".into(),
+                    )),
+                },
                 Value::Object(mut o) => match o.remove("data") {
                     Some(Value::Array(data)) if self.api == UpstreamApi::Anthropic => {
                         Ok(data.into_iter().map(anthropic::model_object).collect())
@@ -502,6 +532,7 @@ async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, Upst
         .map(Duration::from_secs_f64);
     let bytes = resp.bytes().await.unwrap_or_default();
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
+    let retry_after = retry_after.or_else(|| body.as_ref().and_then(retry_delay));
     let message = body
         .as_ref()
         .and_then(|b| {
@@ -521,6 +552,18 @@ async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, Upst
         body,
         retry_after,
     })
+}
+
+/// The wait an error body asks for when no `Retry-After` header does: Google's `RetryInfo`
+/// detail (`{"error": {"details": [{"retryDelay": "1.5s"}]}}`).
+fn retry_delay(body: &Value) -> Option<Duration> {
+    body.pointer("/error/details")?
+        .as_array()?
+        .iter()
+        .filter_map(|d| d.get("retryDelay")?.as_str()?.strip_suffix('s'))
+        .filter_map(|s| s.trim().parse::<f64>().ok())
+        .find(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 /// Reads SSE events from an upstream answer, with an idle timeout between events; `[DONE]` ends.

@@ -167,6 +167,8 @@ pub enum ApiArg {
     Responses,
     /// Anthropic's Messages API (`POST /messages`).
     Anthropic,
+    /// Google's Gemini API (`POST /models/{model}:streamGenerateContent`).
+    Gemini,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Deserialize)]

@@ -123,6 +123,7 @@ pub(super) fn api(a: Option<ApiArg>) -> UpstreamApi {
     match a {
         Some(ApiArg::Responses) => UpstreamApi::Responses,
         Some(ApiArg::Anthropic) => UpstreamApi::Anthropic,
+        Some(ApiArg::Gemini) => UpstreamApi::Gemini,
         Some(ApiArg::Chat) | None => UpstreamApi::Chat,
     }
 }

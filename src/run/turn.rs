@@ -38,13 +38,17 @@ pub(super) fn open<'a>(
 }
 
 /// The signed reasoning blocks sealed in `turn`'s reasoning items, by item index, for a turn
-/// that goes to an Anthropic upstream (the only kind that takes them back); none otherwise. A
-/// seal that does not open holds none (a client's seals were checked in `context`).
+/// that goes to an Anthropic or Gemini upstream (the kinds that take them back), only that kind's
+/// blocks (Gemini's are tagged `"gemini"`); none otherwise. A seal that does not open holds none
+/// (a client's seals were checked in `context`).
 pub(super) fn signed_reasoning(app: &App, turn: &TurnRequest) -> HashMap<usize, Vec<Value>> {
+    use crate::upstream::UpstreamApi;
     let (upstream, _) = app.upstream().route(&turn.model);
-    if upstream.api != crate::upstream::UpstreamApi::Anthropic {
-        return HashMap::new();
-    }
+    let gemini = match upstream.api {
+        UpstreamApi::Anthropic => false,
+        UpstreamApi::Gemini => true,
+        UpstreamApi::Chat | UpstreamApi::Responses => return HashMap::new(),
+    };
     let mut signed = HashMap::new();
     for (i, item) in turn.items.iter().enumerate() {
         let InputItem::Reasoning(r) = item else {
@@ -56,9 +60,15 @@ pub(super) fn signed_reasoning(app: &App, turn: &TurnRequest) -> HashMap<usize, 
             .and_then(|sealed| app.sealer().open(sealed).ok())
             .and_then(|plain| serde_json::from_slice::<Value>(&plain).ok())
             .and_then(|mut v| match v.get_mut("signed").map(Value::take) {
-                Some(Value::Array(blocks)) if !blocks.is_empty() => Some(blocks),
+                Some(Value::Array(blocks)) => Some(blocks),
                 _ => None,
-            });
+            })
+            .map(|blocks| {
+                (blocks.into_iter())
+                    .filter(|b| b.get("gemini").is_some() == gemini)
+                    .collect::<Vec<_>>()
+            })
+            .filter(|blocks| !blocks.is_empty());
         if let Some(blocks) = blocks {
             signed.insert(i, blocks);
         }

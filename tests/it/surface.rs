@@ -210,7 +210,9 @@ async fn a_custom_tool_call_streams_its_input_and_its_history_goes_back_as_a_fun
             }
             // A Responses upstream gets the tool as the client sent it.
             UpstreamApi::Responses => assert_eq!(def, custom),
-            UpstreamApi::Anthropic => unreachable!("not driven here (tests/it/anthropic.rs)"),
+            UpstreamApi::Anthropic | UpstreamApi::Gemini => {
+                unreachable!("not driven here (tests/it/anthropic.rs, gemini.rs)")
+            }
         }
         let (status, next) = post(
             &url,
@@ -475,7 +477,9 @@ async fn input_tokens_are_what_the_model_server_counts_for_the_request() {
         match api {
             UpstreamApi::Chat => assert_eq!(sent["max_tokens"], 1, "{sent}"),
             UpstreamApi::Responses => assert_eq!(sent["max_output_tokens"], 16, "{sent}"),
-            UpstreamApi::Anthropic => unreachable!("not driven here (tests/it/anthropic.rs)"),
+            UpstreamApi::Anthropic | UpstreamApi::Gemini => {
+                unreachable!("not driven here (tests/it/anthropic.rs, gemini.rs)")
+            }
         }
         assert_eq!(offered(&up)[0].0, "lookup");
         let (_, run) = relay.create(&body).await;
@@ -648,7 +652,9 @@ async fn phase_cache_breakpoints_and_reasoning_context_reach_a_responses_upstrea
                 }
                 assert!(message.get("phase").is_none(), "{r}");
             }
-            UpstreamApi::Anthropic => unreachable!("not driven here (tests/it/anthropic.rs)"),
+            UpstreamApi::Anthropic | UpstreamApi::Gemini => {
+                unreachable!("not driven here (tests/it/anthropic.rs, gemini.rs)")
+            }
         }
         // The stored input keeps the assistant message's phase.
         let id = r["id"].as_str().unwrap();
@@ -680,7 +686,7 @@ async fn phase_cache_breakpoints_and_reasoning_context_reach_a_responses_upstrea
             .collect();
         let model_phase = match api {
             UpstreamApi::Responses => json!("final_answer"),
-            UpstreamApi::Chat | UpstreamApi::Anthropic => Value::Null,
+            UpstreamApi::Chat | UpstreamApi::Anthropic | UpstreamApi::Gemini => Value::Null,
         };
         assert_eq!(
             phases,
