@@ -352,6 +352,39 @@ impl Upstream {
         })
     }
 
+    /// The prompt tokens of `req` (sent as `model`) from the model server's own count endpoint,
+    /// where its API has one (Anthropic's `POST /messages/count_tokens`, which generates
+    /// nothing); `None` for the others.
+    pub async fn count_tokens(
+        &self,
+        req: &TurnRequest,
+        model: &str,
+    ) -> Result<Option<u64>, UpstreamError> {
+        let body = match self.api {
+            UpstreamApi::Anthropic => {
+                let mut b = anthropic::count_body(req);
+                b.fields.insert("model".into(), Value::from(model));
+                serde_json::to_vec(&b).expect("request bodies always serialize")
+            }
+            _ => return Ok(None),
+        };
+        let resp = self
+            .post(
+                "/messages/count_tokens",
+                body.into(),
+                req.client_bearer.as_deref(),
+            )
+            .await?;
+        let counted: Value = resp
+            .json()
+            .await
+            .map_err(|e| UpstreamError::Protocol(format!("the token count is not JSON: {e}")))?;
+        counted["input_tokens"]
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| UpstreamError::Protocol("the token count has no input_tokens".into()))
+    }
+
     /// `rb` with this upstream's credentials: the key (or the client's bearer) as the bearer, or,
     /// to an Anthropic upstream, as `x-api-key` with the `anthropic-version` it speaks, or, to a
     /// Gemini upstream, as `x-goog-api-key` (never as `Authorization`, never in the URL).

@@ -2,7 +2,8 @@
 //! prepared as its run would be (context, function and MCP tools, listed), then one model turn is
 //! asked for a single output token, and the prompt tokens the model server reports for it are the
 //! count: exactly what that server counts for this request, tool definitions included, for chat
-//! and Responses upstreams alike.
+//! and Responses upstreams alike. An Anthropic upstream is asked its count endpoint instead
+//! (`/messages/count_tokens`: exact too, and nothing generated).
 
 use futures::StreamExt;
 
@@ -25,13 +26,16 @@ pub async fn count_input_tokens(
     request.stream = false;
     request.max_output_tokens = Some(1);
     let mut p = prepare_for(app, request, relay, client_bearer, tenant, Purpose::Inspect).await?;
+    let turn = turn::turn_request(&p, &p.history);
+    // The model server's own count, where its API has one (nothing generated).
+    if p.first_turn.is_none()
+        && let Some(counted) = app.upstream().count_tokens(&turn).await?
+    {
+        return Ok(counted);
+    }
     let stream = match p.first_turn.take() {
         Some(s) => s,
-        None => {
-            app.upstream()
-                .open(&turn::turn_request(&p, &p.history))
-                .await?
-        }
+        None => app.upstream().open(&turn).await?,
     };
     Ok(read_prompt_tokens(stream).await?)
 }

@@ -128,6 +128,24 @@ pub fn request_body(req: &TurnRequest) -> Body<AnthropicTool<'_>> {
     }
 }
 
+/// The `POST /messages/count_tokens` body for a turn: what counts (system, messages, tools,
+/// `tool_choice`), without what only a generation takes (`max_tokens`, `stream`, sampling,
+/// `thinking`: the history's signed thinking is not opened for a count).
+pub fn count_body(req: &TurnRequest) -> Body<AnthropicTool<'_>> {
+    let mut b = request_body(req);
+    for k in [
+        "stream",
+        "max_tokens",
+        "temperature",
+        "top_p",
+        "metadata",
+        "thinking",
+    ] {
+        b.fields.remove(k);
+    }
+    b
+}
+
 /// A call id as Anthropic takes a `tool_use` id (letters, digits, `_` and `-`): anything else
 /// becomes `_`, the same on the call and its result.
 pub fn tool_id(call_id: &str) -> String {

@@ -97,6 +97,13 @@ impl Upstreams {
         }
     }
 
+    /// The prompt tokens of `req` from the count endpoint of the upstream its model routes to,
+    /// where that upstream's API has one ([`Upstream::count_tokens`]).
+    pub async fn count_tokens(&self, req: &TurnRequest) -> Result<Option<u64>, UpstreamError> {
+        let (upstream, model) = self.route(&req.model);
+        upstream.count_tokens(req, model).await
+    }
+
     /// Every upstream's models, asked concurrently: a named upstream's as `NAME/id` (`owned_by:
     /// NAME`), the default's also bare. An upstream that fails is left out (logged); only when
     /// every one fails is the answer an error (the first one's).

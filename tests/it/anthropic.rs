@@ -642,3 +642,30 @@ async fn explicit_breakpoints_are_the_clients_latest_four_with_the_longest_lifet
     assert_eq!(texts, ["b", "c", "d", "e"]);
     assert!(marks.iter().all(|(_, _, m)| *m == hour), "{marks:?}");
 }
+
+#[tokio::test]
+async fn input_tokens_come_from_anthropics_count_endpoint_with_nothing_generated() {
+    let (up, relay) = anthropic_relay().await;
+    let body = json!({"model": "fake-model", "instructions": "Be brief.",
+        "input": [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"},
+            {"role": "user", "content": "count us"}]});
+    let (status, r) = relay.post("/v1/responses/input_tokens", &body).await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["object"], "response.input_tokens");
+    let sent = up.requests();
+    assert_eq!(sent.len(), 1, "one count, no generation");
+    assert_eq!(
+        (sent[0].path.as_str(), sent[0].header("x-api-key")),
+        ("/v1/messages/count_tokens", Some(KEY))
+    );
+    let counted = &sent[0].body;
+    assert!(
+        counted.get("max_tokens").is_none() && counted.get("stream").is_none(),
+        "{counted}"
+    );
+    assert_eq!(counted["messages"].as_array().unwrap().len(), 3);
+    // The count is what a turn of the same request reports.
+    let (status, run) = relay.create(&body).await;
+    assert_eq!(status, 200, "{run}");
+    assert_eq!(r["input_tokens"], run["usage"]["input_tokens"], "{run}");
+}

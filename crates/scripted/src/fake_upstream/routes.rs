@@ -84,6 +84,9 @@ pub(super) async fn handle(
         (&Method::POST, "/v1/chat/completions") => post(&state, Api::Chat, body).await,
         (&Method::POST, "/v1/responses") => post(&state, Api::Responses, body).await,
         (&Method::POST, "/v1/messages") => post(&state, Api::Anthropic, body).await,
+        (&Method::POST, "/v1/messages/count_tokens") => {
+            json_response(StatusCode::OK, &super::anthropic::count_tokens(&body))
+        }
         _ => error_response(
             StatusCode::NOT_FOUND,
             &format!("Unknown route: {method} {path}"),
