@@ -8,6 +8,7 @@ mod conversations;
 mod core;
 mod errors;
 mod faults;
+mod gemini;
 mod limits;
 mod mcp_client;
 mod mcp_loop;

@@ -1,16 +1,16 @@
 //! The fake upstream model server: a small, real HTTP server that speaks the OpenAI Chat
-//! Completions, stateless Responses and Anthropic Messages wire formats, with a deterministic scripted model,
+//! Completions, stateless Responses, Anthropic Messages and Gemini wire formats, with a deterministic scripted model,
 //! verbatim replay of recorded transcripts and fault injection, chosen by the `model` string.
 //! Used by the tests, the benchmark, the SDK conformance scripts and the `demo` command.
 //!
 //! Model strings: `NAME` or `NAME?k=v&k=v`. `replay:FILE` streams `FIXTURES/FILE`; any other
 //! name is the scripted model. Options: `deltas`, `delay_ms`, `reasoning`, `refusal`, `finish`,
-//! `usage_on_finish`, `one_index`, `phase`, `pings`, `redacted`, `fault`, `fault_after_tools`
+//! `usage_on_finish`, `one_index`, `phase`, `pings`, `redacted`, `cached`, `fault`, `fault_after_tools`
 //! (see `options.rs` and `fixtures/README.md`).
 //!
 //! This file: the handle a test holds (the requests received, the streams open) and the accept
 //! loop. A request goes `routes` (route, log, status faults) → `convo` (what the model sees) →
-//! `script` (what it answers) → `chat`, `responses` or `anthropic` (the wire format) → `sse` (pacing and
+//! `script` (what it answers) → `chat`, `responses`, `anthropic` or `gemini` (the wire format) → `sse` (pacing and
 //! mid-stream faults); `replay:` models go `routes` → `replay` → `sse`.
 
 use std::collections::{HashMap, HashSet};
@@ -35,6 +35,7 @@ use routes::handle;
 mod anthropic;
 mod chat;
 mod convo;
+mod gemini;
 mod options;
 mod replay;
 mod responses;

@@ -12,6 +12,9 @@ pub(super) enum Fault {
     /// Anthropic's `overloaded_error` (HTTP 529), every time or once per model string.
     Status529,
     Status529Once,
+    /// Gemini's `UNAVAILABLE` (HTTP 503), every time or once per model string.
+    Status503,
+    Status503Once,
     Status400,
     Cut,
     Malformed,
@@ -46,6 +49,8 @@ pub(super) struct Opts {
     pub(super) pings: usize,
     /// Anthropic: a `redacted_thinking` block after the thinking.
     pub(super) redacted: bool,
+    /// Gemini: prompt tokens reported read from its cache (`cachedContentTokenCount`).
+    pub(super) cached: u64,
 }
 
 impl Default for Opts {
@@ -63,6 +68,7 @@ impl Default for Opts {
             fault_after_tools: false,
             pings: 0,
             redacted: false,
+            cached: 0,
         }
     }
 }
@@ -95,6 +101,7 @@ pub(super) fn parse_model(model: &str) -> Result<(&str, Opts), String> {
             "fault_after_tools" => o.fault_after_tools = flag()?,
             "pings" => o.pings = num()? as usize,
             "redacted" => o.redacted = flag()?,
+            "cached" => o.cached = num()?,
             "phase" => {
                 o.phase = Some(match v {
                     "commentary" => "commentary",
@@ -118,6 +125,8 @@ pub(super) fn parse_model(model: &str) -> Result<(&str, Opts), String> {
                     "status429_once" => Fault::Status429Once,
                     "status529" => Fault::Status529,
                     "status529_once" => Fault::Status529Once,
+                    "status503" => Fault::Status503,
+                    "status503_once" => Fault::Status503Once,
                     "status400" => Fault::Status400,
                     "cut" => Fault::Cut,
                     "malformed" => Fault::Malformed,

@@ -59,6 +59,10 @@ pub(super) async fn replay(
             Api::Chat => ("a Chat Completions", "/v1/chat/completions"),
             Api::Responses => ("a Responses", "/v1/responses"),
             Api::Anthropic => ("an Anthropic Messages", "/v1/messages"),
+            Api::Gemini => (
+                "a Gemini",
+                "/v1beta/models/MODEL:streamGenerateContent?alt=sse",
+            ),
         };
         return bad_request(&format!(
             "replay file '{file}' is {what} transcript: POST it to {route}"
@@ -102,7 +106,7 @@ async fn load_replay(dir: &Path, file: &str) -> Result<Replay, (StatusCode, Stri
         let api = detect_api(lines.iter().map(|l| l.as_bytes()))
             .ok_or_else(|| bad("no JSON payload".into()))?;
         let mut frames: Vec<Bytes> = match api {
-            Api::Chat => lines.iter().map(|l| data_frame(l)).collect(),
+            Api::Chat | Api::Gemini => lines.iter().map(|l| data_frame(l)).collect(),
             Api::Responses | Api::Anthropic => lines
                 .iter()
                 .map(|l| {
@@ -184,6 +188,9 @@ fn detect_api<'a>(payloads: impl Iterator<Item = &'a [u8]>) -> Option<Api> {
             }
             Some(_) => return Some(Api::Responses),
             None => {}
+        }
+        if v.get("candidates").is_some() || v.get("usageMetadata").is_some() {
+            return Some(Api::Gemini);
         }
         if v.get("choices").is_some() || v.get("object").is_some() {
             return Some(Api::Chat);

@@ -1,8 +1,9 @@
-//! Routing: the four routes (`GET /v1/models`, `POST /v1/chat/completions`, `POST
-//! /v1/responses`, Anthropic's `POST /v1/messages`), the request log, the status faults answered
+//! Routing: the routes (`GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/responses`,
+//! Anthropic's `POST /v1/messages`, Gemini's `GET /v1beta/models` and `POST
+//! /v1beta/models/{model}:streamGenerateContent`), the request log, the status faults answered
 //! before any body, and the choice between the scripted model and a replay. Every error body is
-//! OpenAI's `{"error": {...}}`, except on the Anthropic route (Anthropic's own shape), and a
-//! models list asked for with Anthropic's headers is in Anthropic's shape.
+//! OpenAI's `{"error": {...}}`, except on the Anthropic and Gemini routes (their own shapes), and
+//! a models list asked for with Anthropic's headers is in Anthropic's shape.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -30,6 +31,7 @@ pub(super) enum Api {
     Chat,
     Responses,
     Anthropic,
+    Gemini,
 }
 
 pub(super) async fn handle(
@@ -38,6 +40,7 @@ pub(super) async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().map(str::to_string);
     let anthropic_headers = ["x-api-key", "anthropic-version"]
         .iter()
         .any(|h| req.headers().contains_key(*h));
@@ -84,6 +87,13 @@ pub(super) async fn handle(
         (&Method::POST, "/v1/chat/completions") => post(&state, Api::Chat, body).await,
         (&Method::POST, "/v1/responses") => post(&state, Api::Responses, body).await,
         (&Method::POST, "/v1/messages") => post(&state, Api::Anthropic, body).await,
+        (&Method::GET, "/v1beta/models") => json_response(StatusCode::OK, &super::gemini::models()),
+        (&Method::POST, p) if p.starts_with("/v1beta/models/") || p.starts_with("/v1/models/") => {
+            match super::gemini::route(p, query.as_deref(), body) {
+                Ok(body) => post(&state, Api::Gemini, body).await,
+                Err((status, message)) => super::gemini::error(status, &message),
+            }
+        }
         (&Method::POST, "/v1/messages/count_tokens") => {
             json_response(StatusCode::OK, &super::anthropic::count_tokens(&body))
         }
@@ -166,8 +176,14 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
     if let Some(refused) = status_fault(state, model, &opts).await {
         return match api {
             Api::Anthropic => anthropic_error(refused).await,
+            Api::Gemini => super::gemini::fault_error(refused).await,
             _ => refused,
         };
+    }
+    if api == Api::Gemini
+        && let Some(refused) = super::gemini::check_signatures(&body)
+    {
+        return refused;
     }
     if api == Api::Anthropic
         && let Some(refused) = super::anthropic::check_thinking(&body)
@@ -214,6 +230,10 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
             StatusCode::OK,
             &response_object(&script, &body, model, serial),
         ),
+        (Api::Gemini, _) => {
+            let (frames, tail) = super::gemini::gemini_frames(&script, &opts, model, serial);
+            sse_response(state, frames, stream_delay(&opts), tail)
+        }
         (Api::Anthropic, _) => {
             let (frames, tail) =
                 super::anthropic::anthropic_frames(&script, &opts, model, serial, cached);
@@ -227,6 +247,7 @@ fn convo_of(api: Api, body: &Value) -> Convo {
         Api::Chat => Convo::from_chat(body),
         Api::Responses => Convo::from_responses(body),
         Api::Anthropic => Convo::from_anthropic(body),
+        Api::Gemini => Convo::from_gemini(body),
     }
 }
 
@@ -267,6 +288,17 @@ async fn status_fault(state: &State, model: &str, opts: &Opts) -> Option<Respons
         }
         Fault::Status429 => return Some(too_many_requests()),
         Fault::Status529 => return Some(overloaded()),
+        Fault::Status503 => return Some(unavailable()),
+        Fault::Status503Once => {
+            let first = state
+                .failed_once
+                .lock()
+                .expect("failed_once lock")
+                .insert(model.to_string());
+            if first {
+                return Some(unavailable());
+            }
+        }
         Fault::Status529Once => {
             let first = state
                 .failed_once
@@ -315,6 +347,16 @@ fn overloaded() -> Response<Body> {
         StatusCode::from_u16(529).expect("a valid status"),
         "Overloaded",
         "overloaded_error",
+        None,
+        None,
+    )
+}
+
+fn unavailable() -> Response<Body> {
+    error_response(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "The model is overloaded. Please try again later.",
+        "server_error",
         None,
         None,
     )
