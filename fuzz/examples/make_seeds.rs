@@ -101,8 +101,8 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let p = entry.unwrap().path();
         if p.is_dir() {
-            // Anthropic's Messages streams have no fuzz target of their own yet.
-            if !p.ends_with("anthropic") {
+            // Anthropic's Messages and Gemini's streams have no fuzz target of their own yet.
+            if !p.ends_with("anthropic") && !p.ends_with("gemini") {
                 walk(&p, out);
             }
         } else {

@@ -83,6 +83,51 @@ fn every_anthropic_stream_becomes_well_ordered_events() {
 }
 
 #[test]
+fn every_gemini_stream_becomes_well_ordered_events() {
+    let ts = transcripts(Api::Gemini);
+    assert!(
+        ts.len() >= 10,
+        "expected every Gemini transcript, found {}",
+        ts.len()
+    );
+    let all: Vec<Expected> = ts.iter().map(gemini_expected).collect();
+    assert!(all.iter().any(|e| !e.text.is_empty() && e.usage.is_some()));
+    assert!(all.iter().any(|e| !e.reasoning.is_empty()));
+    assert!(all.iter().any(|e| e.calls.len() >= 2));
+    assert!(all.iter().any(|e| e.error.is_some()));
+    check_all(&ts, check_transcript);
+    // A blocked answer or prompt and a cut-off answer end incomplete, with OpenAI's reasons.
+    for (file, reason) in [
+        ("safety-blocked-answer.sse", "content_filter"),
+        ("prompt-blocked.sse", "content_filter"),
+        ("max-tokens.sse", "max_output_tokens"),
+    ] {
+        let o = run(&load(&fixtures_dir().join("gemini").join(file)));
+        assert_eq!(o.response.status, ResponseStatus::Incomplete, "{file}");
+        let details = serde_json::to_value(&o.response.incomplete_details).unwrap();
+        assert_eq!(details["reason"], reason, "{file}");
+    }
+    let o = run(&load(&fixtures_dir().join("gemini/error-unavailable.sse")));
+    assert_eq!(o.response.status, ResponseStatus::Failed);
+    // Every signature is kept as a signed reasoning block, on what it came on.
+    for (file, on) in [
+        ("function-call-signature.sse", vec!["functionCall"]),
+        ("parallel-function-calls.sse", vec!["functionCall"]),
+        ("text-signature-last-part.sse", vec!["text"]),
+    ] {
+        let (events, _) = parse_all(&load(&fixtures_dir().join("gemini").join(file)));
+        let signed: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                ModelEvent::SignedReasoning(b) => b["gemini"].as_str(),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(signed, on, "{file}");
+    }
+}
+
+#[test]
 fn a_recorded_mid_stream_error_fails_the_response() {
     let t = load(&fixtures_dir().join("openai-responses/error-response-failed.chunks.txt"));
     let o = run(&t);
@@ -139,6 +184,7 @@ async fn replayed_transcripts_reach_the_adapters_exactly_as_recorded() {
             Api::Chat => UpstreamApi::Chat,
             Api::Responses => UpstreamApi::Responses,
             Api::Anthropic => UpstreamApi::Anthropic,
+            Api::Gemini => UpstreamApi::Gemini,
         };
         let upstream = Upstream::new(api, &fake.base_url(), None, test_timeouts());
         let (want, want_err) = parse_all(&t);
@@ -189,9 +235,17 @@ async fn sse_transcripts_replay_byte_for_byte_on_their_own_route_only() {
         .filter(|t| t.name.ends_with(".sse"))
     {
         let (route, other) = match t.api {
-            Api::Chat => ("chat/completions", "responses"),
-            Api::Responses => ("responses", "chat/completions"),
-            Api::Anthropic => ("messages", "responses"),
+            Api::Chat => ("chat/completions".to_string(), "responses"),
+            Api::Responses => ("responses".into(), "chat/completions"),
+            Api::Anthropic => ("messages".into(), "responses"),
+            // The model in the path (`/` and `:` percent-encoded).
+            Api::Gemini => (
+                format!(
+                    "models/replay%3A{}:streamGenerateContent?alt=sse",
+                    t.name.replace('/', "%2F")
+                ),
+                "responses",
+            ),
         };
         let body = json!({"model": format!("replay:{}", t.name), "stream": true, "messages": [], "input": []});
         let resp = http

@@ -27,15 +27,23 @@ pub(super) fn parse_all(t: &Transcript) -> (Vec<ModelEvent>, Option<UpstreamErro
     let mut chat = ChunkParser::new();
     let mut resp = EventParser::new();
     let mut anthropic = responses_relay::upstream::anthropic::EventParser::new();
+    let mut gemini = responses_relay::upstream::gemini::ChunkParser::new();
     for p in &t.payloads {
         let r = match t.api {
             Api::Chat => chat.parse(p, &mut events),
             Api::Responses => resp.parse(p, &mut events),
             Api::Anthropic => anthropic.parse(p, &mut events),
+            Api::Gemini => gemini.parse(p, &mut events),
         };
         if let Err(e) = r {
             return (events, Some(e));
         }
+    }
+    // A Gemini stream ends when its body does: the usage and finish come then.
+    if t.api == Api::Gemini
+        && let Err(e) = gemini.end(&mut events)
+    {
+        return (events, Some(e));
     }
     (events, None)
 }
@@ -182,7 +190,7 @@ pub(super) fn actual(t: &Transcript, o: &Outcome, expected: &Expected) -> Expect
             .as_ref()
             .and(o.finish)
             .map(|f| format!("{f:?}")),
-        Api::Responses | Api::Anthropic => expected
+        Api::Responses | Api::Anthropic | Api::Gemini => expected
             .finish
             .as_ref()
             .and(Some(format!("response.{}", status_word(r.status)))),
@@ -275,6 +283,7 @@ pub(super) fn check_transcript(t: &Transcript) {
         Api::Chat => chat_expected(t),
         Api::Responses => responses_expected(t),
         Api::Anthropic => anthropic_expected(t),
+        Api::Gemini => gemini_expected(t),
     };
     let o = run(t);
     let got = actual(t, &o, &expected);

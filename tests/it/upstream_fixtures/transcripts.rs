@@ -15,6 +15,7 @@ pub(super) enum Api {
     Chat,
     Responses,
     Anthropic,
+    Gemini,
 }
 
 pub(super) struct Transcript {
@@ -74,7 +75,9 @@ pub(super) fn load(path: &Path) -> Transcript {
     };
     let first: Value =
         serde_json::from_str(&payloads[0]).unwrap_or_else(|e| panic!("{name}: first payload: {e}"));
+    let gemini = ["candidates", "promptFeedback", "usageMetadata"];
     let api = match first.get("type").and_then(Value::as_str) {
+        _ if gemini.iter().any(|k| first.get(k).is_some()) => Api::Gemini,
         Some(t) if t.starts_with("message_") => Api::Anthropic,
         Some(_) => Api::Responses,
         None => Api::Chat,
@@ -326,6 +329,84 @@ pub(super) fn anthropic_expected(t: &Transcript) -> Expected {
         };
         x.input_tokens_details.cached_tokens = n("cache_read_input_tokens");
         x.input_tokens_details.cache_write_tokens = n("cache_creation_input_tokens");
+        e.usage = Some(x);
+    }
+    e
+}
+
+/// What a Gemini stream says, read straight from its chunks: text and thought parts, function
+/// calls (their `args` as JSON), the last `usageMetadata` as OpenAI counts (input with the tool
+/// prompt, output with the thoughts), the finish as the Response's terminal event (a blocked
+/// prompt, `MAX_TOKENS` and the blocked reasons end it incomplete).
+pub(super) fn gemini_expected(t: &Transcript) -> Expected {
+    let mut e = Expected::default();
+    let (mut usage, mut finish, mut blocked) = (None, None, false);
+    for p in &t.payloads {
+        let v: Value = serde_json::from_str(p).unwrap_or_else(|err| panic!("{}: {err}", t.name));
+        if let Some(err) = v.get("error") {
+            e.error = Some(err["message"].as_str().unwrap_or("").into());
+            break;
+        }
+        blocked |= v.pointer("/promptFeedback/blockReason").is_some();
+        if let Some(u) = v.get("usageMetadata") {
+            usage = Some(u.clone());
+        }
+        let parts = v
+            .pointer("/candidates/0/content/parts")
+            .and_then(Value::as_array);
+        for part in parts.into_iter().flatten() {
+            if let Some(c) = part.get("functionCall") {
+                let name = c["name"].as_str().unwrap().to_string();
+                e.calls
+                    .push((name, serde_json::to_string(&c["args"]).unwrap()));
+            } else if part["thought"] == true {
+                e.reasoning.push_str(part["text"].as_str().unwrap_or(""));
+            } else if let Some(text) = part["text"].as_str() {
+                e.text.push_str(text);
+            }
+        }
+        if let Some(r) = v
+            .pointer("/candidates/0/finishReason")
+            .and_then(Value::as_str)
+        {
+            finish = Some(r.to_string());
+        }
+    }
+    if e.error.is_some() {
+        return e;
+    }
+    let cut = matches!(
+        finish.as_deref(),
+        Some(
+            "MAX_TOKENS"
+                | "SAFETY"
+                | "RECITATION"
+                | "LANGUAGE"
+                | "BLOCKLIST"
+                | "PROHIBITED_CONTENT"
+                | "SPII"
+        )
+    );
+    e.finish = Some(
+        if blocked || cut {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        }
+        .into(),
+    );
+    if let Some(u) = usage {
+        let n = |k: &str| u[k].as_u64().unwrap_or(0);
+        let input = n("promptTokenCount") + n("toolUsePromptTokenCount");
+        let output = n("candidatesTokenCount") + n("thoughtsTokenCount");
+        let mut x = Usage {
+            input_tokens: input,
+            output_tokens: output,
+            total_tokens: input + output,
+            ..Usage::default()
+        };
+        x.input_tokens_details.cached_tokens = n("cachedContentTokenCount");
+        x.output_tokens_details.reasoning_tokens = n("thoughtsTokenCount");
         e.usage = Some(x);
     }
     e
