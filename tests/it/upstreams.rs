@@ -327,10 +327,14 @@ async fn the_documented_complete_config_file_is_a_config_the_relay_starts_with()
     assert_eq!(c.lanes, 4);
     assert_eq!(c.upstream_url, "http://10.0.0.5:8000/v1");
     let names: Vec<&str> = c.upstreams.iter().map(|u| u.name.as_str()).collect();
-    assert_eq!(names, ["local", "ollama", "cloud", "claude"]);
+    assert_eq!(names, ["local", "ollama", "cloud", "claude", "gemini"]);
     assert_eq!(
         c.upstreams[3].api,
         responses_relay::upstream::UpstreamApi::Anthropic
+    );
+    assert_eq!(
+        c.upstreams[4].api,
+        responses_relay::upstream::UpstreamApi::Gemini
     );
     assert_eq!(c.keys.len(), 2);
     assert_eq!(c.mcp.registered.0.len(), 2);
