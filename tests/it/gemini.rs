@@ -565,3 +565,116 @@ async fn models_lists_a_gemini_upstreams_models_as_name_slash_id_and_routes_ther
     .unwrap();
     assert_eq!(c.upstream_api, UpstreamApi::Gemini);
 }
+
+#[tokio::test]
+async fn a_signed_last_text_part_comes_back_on_the_text_it_closed() {
+    let (up, relay) = gemini_relay().await;
+    let (status, first) = relay
+        .create(
+            &json!({"model": "fake-model?reasoning=1&deltas=2", "reasoning": {"effort": "low"},
+            "input": "hi"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{first}");
+    let kinds: Vec<&str> = first["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["reasoning", "message", "reasoning"], "{first}");
+    let (status, second) = relay
+        .create(
+            &json!({"model": "fake-model", "reasoning": {"effort": "low"},
+            "previous_response_id": first["id"], "input": "again"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{second}");
+    let contents = last_request(&up)["contents"].as_array().unwrap().clone();
+    assert_eq!(contents.len(), 3, "{contents:?}");
+    // The answer's text, then the empty part that carried the signature, as the model sent them.
+    let parts = contents[1]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2, "{parts:?}");
+    assert_eq!(parts[0], json!({"text": "Hello! You said: hi"}));
+    assert_eq!(parts[1]["text"], "");
+    assert!(parts[1]["thoughtSignature"].is_string(), "{parts:?}");
+}
+
+#[tokio::test]
+async fn the_fake_refuses_a_changed_signature_a_key_in_the_url_and_a_stream_without_sse() {
+    let up = upstream().await;
+    let url = |q: &str| {
+        format!(
+            "{}/models/fake-model:streamGenerateContent?{q}",
+            gemini_url(&up)
+        )
+    };
+    let http = reqwest::Client::new();
+    let send = |u: String, body: Value| {
+        let http = http.clone();
+        async move {
+            let r = http.post(u).json(&body).send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let changed = json!({"contents": [
+        {"role": "user", "parts": [{"text": "CALL get_weather {}"}]},
+        {"role": "model", "parts": [{"functionCall": {"name": "get_weather", "args": {}},
+            "thoughtSignature": "CiQBjz1rXchanged"}]},
+        {"role": "user", "parts": [{"functionResponse": {"name": "get_weather", "response": {"output": "sunny"}}}]}]});
+    let (status, e) = send(url("alt=sse"), changed).await;
+    assert_eq!(status, 400, "{e}");
+    assert_eq!(e["error"]["status"], "INVALID_ARGUMENT");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("signature"),
+        "{e}"
+    );
+    let hi = json!({"contents": [{"role": "user", "parts": [{"text": "hi"}]}]});
+    let (status, e) = send(url("alt=sse&key=secret"), hi.clone()).await;
+    assert_eq!(status, 400, "{e}");
+    let (status, e) = send(url(""), hi).await;
+    assert_eq!(status, 400, "{e}");
+}
+
+#[tokio::test]
+async fn input_tokens_are_what_gemini_counts_for_the_request() {
+    let (_up, relay) = gemini_relay().await;
+    let body = json!({"model": "fake-model", "instructions": "Be brief.", "input": "hi"});
+    let (status, count) = relay.post("/v1/responses/input_tokens", &body).await;
+    assert_eq!(status, 200, "{count}");
+    let (_, run) = relay.create(&body).await;
+    assert_eq!(
+        count["input_tokens"], run["usage"]["input_tokens"],
+        "{count}"
+    );
+    assert_eq!(count["input_tokens"], 20);
+}
+
+#[tokio::test]
+async fn every_step_of_a_turn_sends_its_own_signature_back() {
+    let (up, relay) = gemini_relay().await;
+    let server = mcp_server(mcp_test_server::Options::default()).await;
+    let (status, r) = relay
+        .create(
+            &json!({"model": "fake-model?reasoning=1", "reasoning": {"effort": "low"},
+            "input": "CALL add {\"a\":1,\"b\":2}\nTHEN\nCALL add {\"a\":3,\"b\":4}",
+            "tools": [mcp_tool("math", &server.url())]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(output_of(&r, "mcp_call").len(), 2, "{r}");
+    let sent = turns(&up);
+    assert_eq!(sent.len(), 3);
+    // The last turn: two steps, each a model content whose call carries its own signature.
+    let contents = sent[2].body["contents"].as_array().unwrap();
+    let signatures: Vec<&str> = contents
+        .iter()
+        .filter(|c| c["role"] == "model")
+        .map(|c| c["parts"][0]["thoughtSignature"].as_str().unwrap())
+        .collect();
+    assert_eq!(signatures.len(), 2, "{contents:?}");
+    assert_ne!(signatures[0], signatures[1]);
+}
