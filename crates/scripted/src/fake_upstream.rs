@@ -152,7 +152,7 @@ pub async fn start_with(
         failed_once: Mutex::new(HashSet::new()),
         replays: Mutex::new(HashMap::new()),
         serial: AtomicU64::new(1),
-            prompt_cache: Mutex::default(),
+        prompt_cache: Mutex::default(),
     });
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(accept_loop(listener, state.clone(), stopped));
