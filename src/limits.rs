@@ -259,6 +259,15 @@ impl Refused {
         )
     }
 
+    /// The HTTP status a refusal is told with (also an MCP call's `http_error` code): 429 over a
+    /// limit, 503 when the limits cannot be checked.
+    pub fn status(&self) -> u16 {
+        match self {
+            Refused::Over { .. } => 429,
+            Refused::Unavailable => 503,
+        }
+    }
+
     pub fn message(&self) -> String {
         match self {
             Refused::Over { message, .. } => message.clone(),
@@ -358,7 +367,25 @@ const RENEW_EVERY: Duration = Duration::from_secs(10);
 const WARN_EVERY_MS: u64 = 10_000;
 
 const SCRIPT: &str = include_str!("limits/counters.lua");
-const RENEW: &str = "for i, key in ipairs(KEYS) do redis.call('ZADD', key, 'XX', ARGV[1], ARGV[i + 1]) end return 1";
+/// The longest a check waits on Redis before it counts as unreachable (and fails open or closed).
+const CHECK_WITHIN: Duration = Duration::from_millis(500);
+/// Renews slots: `ARGV[1]` the lease (ms), `ARGV[2]` now (ms; empty: Redis's clock), then one
+/// member per key; each key's own expiry is pushed back too, so a long run keeps its slot.
+const RENEW: &str = r#"
+local now = tonumber(ARGV[2])
+if not now then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local lease = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  if redis.call('ZSCORE', key, ARGV[i + 2]) then
+    redis.call('ZADD', key, 'XX', now + lease, ARGV[i + 2])
+    redis.call('PEXPIRE', key, lease * 2)
+  end
+end
+return 1
+"#;
 
 /// The counters: in this process, or in Redis for every relay on it. Cheap to clone.
 #[derive(Clone)]
@@ -377,6 +404,8 @@ struct Inner {
     /// This relay's live Redis slots (member → keys), renewed until released.
     live: Mutex<HashMap<String, Vec<String>>>,
     warned_at: AtomicU64,
+    /// Until when (ms) reads for headers skip the shared counters, which just failed.
+    down_until: AtomicU64,
 }
 
 impl Limiter {
@@ -400,6 +429,7 @@ impl Limiter {
             next: AtomicU64::new(0),
             live: Mutex::default(),
             warned_at: AtomicU64::new(0),
+            down_until: AtomicU64::new(0),
         });
         if shared && let Ok(rt) = tokio::runtime::Handle::try_current() {
             rt.spawn(renew_leases(Arc::downgrade(&inner)));
@@ -604,6 +634,8 @@ impl Limiter {
             })
             .max_by_key(|(_, _, retry)| *retry)
             .expect("a refusal has a counter over its limit");
+        // Redis and this process may round a use just over the limit apart: never "now".
+        let retry_ms = retry_ms.max(1);
         self.inner
             .metrics
             .rate_limited(account.tenant(), c.limit.name());
@@ -671,6 +703,9 @@ impl Inner {
         member: &str,
         now: u64,
     ) -> Result<(bool, Vec<f64>), crate::store::StoreError> {
+        if counters.is_empty() {
+            return Ok((true, Vec::new()));
+        }
         match &self.backend {
             Backend::Local(map) => Ok(check_local(
                 &mut map.lock().expect("limits poisoned"),
@@ -681,6 +716,12 @@ impl Inner {
             Backend::Redis(conn) => {
                 let keys: Vec<String> = counters.iter().map(|(c, _)| c.key.clone()).collect();
                 let mut cmd = crate::store::redis::script(SCRIPT, &keys);
+                // Redis's own clock, so that relays whose clocks differ share one time; a test's
+                // manual clock is passed instead.
+                let now = match self.clock {
+                    Clock::System => String::new(),
+                    Clock::Manual(_) => now.to_string(),
+                };
                 cmd.arg(op.as_str()).arg(now).arg(member).arg(LEASE_MS);
                 for (c, cost) in counters {
                     let rule = match c.limit.rule() {
@@ -694,15 +735,38 @@ impl Inner {
                     };
                     cmd.arg(rule).arg(c.max).arg(period).arg(*cost);
                 }
-                let out: Vec<String> = conn.query(&cmd).await?;
+                if self.down_until.load(Ordering::Relaxed) > self.clock.now_ms() && op == Op::Peek {
+                    // Just failed: a read for headers does not wait on it again.
+                    return Err(crate::store::StoreError::Unavailable(
+                        "the limits' counters failed a moment ago".into(),
+                    ));
+                }
+                let out: Vec<String> =
+                    match tokio::time::timeout(CHECK_WITHIN, conn.query(&cmd)).await {
+                        Ok(Ok(out)) => out,
+                        Ok(Err(e)) => return Err(self.went_down(e)),
+                        Err(_) => {
+                            return Err(self.went_down(crate::store::StoreError::Unavailable(
+                                "Redis did not answer a limit check in time".into(),
+                            )));
+                        }
+                    };
                 let applied = out.first().is_some_and(|v| v == "1");
-                let used = out[1..]
+                let used = out
                     .iter()
+                    .skip(1)
                     .map(|v| v.parse::<f64>().unwrap_or(0.0))
                     .collect();
                 Ok((applied, used))
             }
         }
+    }
+
+    /// Notes that the shared counters just failed (reads for headers skip them for a second).
+    fn went_down(&self, e: crate::store::StoreError) -> crate::store::StoreError {
+        self.down_until
+            .store(self.clock.now_ms() + 1_000, Ordering::Relaxed);
+        e
     }
 
     /// A slot taken under `member` in `keys`, kept (and, in Redis, renewed) until dropped.
@@ -828,11 +892,16 @@ async fn renew_leases(inner: Weak<Inner>) {
             continue;
         }
         let keys: Vec<&String> = held.iter().map(|(k, _)| k).collect();
+        let now = match inner.clock {
+            Clock::System => String::new(),
+            Clock::Manual(_) => inner.clock.now_ms().to_string(),
+        };
         let mut cmd = ::redis::cmd("EVAL");
         cmd.arg(RENEW)
             .arg(keys.len())
             .arg(keys)
-            .arg(inner.clock.now_ms() + LEASE_MS);
+            .arg(LEASE_MS)
+            .arg(now);
         for (_, member) in &held {
             cmd.arg(member);
         }

@@ -48,30 +48,47 @@ pub fn mcp_tool_echo(m: &McpToolParam, default_approval: &str) -> Value {
 }
 
 /// A URL with its password (if any) replaced by `***`, for logs and error messages about the
-/// store (`--store redis://:PASSWORD@HOST`). Unlike [`mask_url`] it keeps the user name, the
-/// query and the fragment, and shows the URL as parsed (normalised); one that does not parse is
-/// shown as `<unparsable URL>`.
+/// store (`--store redis://:PASSWORD@HOST`, `redis+sentinel://:PASSWORD@H1:P1,H2:P2/name`).
+/// Unlike [`mask_url`] it keeps the user name, the hosts, the path and the query. The user info
+/// ends at the last `@` (a password may hold `/`, `@` or `:`); user info without a `:` is masked
+/// whole. Text without `://` is shown as `<unparsable URL>`.
 pub fn mask_password(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) if u.password().is_some() => {
-            let _ = u.set_password(Some("***"));
-            u.to_string()
-        }
-        Ok(u) => u.to_string(),
-        // Several hosts (`redis+sentinel://:PW@h1:1,h2:2/name`) are no URL to the parser: the
-        // userinfo is masked by hand.
-        Err(_) => match url.split_once("://") {
-            Some((scheme, rest)) => {
-                let authority = rest.split('/').next().unwrap_or_default();
-                match authority.rsplit_once('@') {
-                    Some((userinfo, _)) if userinfo.contains(':') => {
-                        let user = userinfo.split(':').next().unwrap_or_default();
-                        format!("{scheme}://{user}:***@{}", &rest[userinfo.len() + 1..])
-                    }
-                    _ => url.to_string(),
-                }
-            }
-            None => "<unparsable URL>".into(),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<unparsable URL>".into();
+    };
+    match rest.rfind('@') {
+        Some(at) => match rest[..at].split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
+            None => format!("{scheme}://***@{}", &rest[at + 1..]),
         },
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mask_password;
+
+    #[test]
+    fn a_store_urls_password_never_shows_whatever_it_holds() {
+        for (url, shown) in [
+            ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+            ("redis://user:pw@h:6379/0", "redis://user:***@h:6379/0"),
+            ("redis://:ab/cd@h:6379/0", "redis://:***@h:6379/0"),
+            ("redis://:a@b:c@h/0", "redis://:***@h/0"),
+            ("redis://s3cret@h/0", "redis://***@h/0"),
+            (
+                "redis+sentinel://:pw@h1:1,h2:2/m",
+                "redis+sentinel://:***@h1:1,h2:2/m",
+            ),
+            (
+                "rediss+sentinel://s3cret@h1:1/m",
+                "rediss+sentinel://***@h1:1/m",
+            ),
+            ("redis://h:6379/0", "redis://h:6379/0"),
+            ("not a url", "<unparsable URL>"),
+        ] {
+            assert_eq!(mask_password(url), shown, "{url}");
+        }
     }
 }

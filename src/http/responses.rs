@@ -21,6 +21,8 @@ pub async fn create(
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
     let request = parse_create(&body)?;
+    // A request refused for itself (its body, its model) costs its key nothing.
+    access.check_model(&request.model)?;
     let relay_permit = app.run_permit().ok_or_else(ApiError::busy)?;
     let key = access.admit_run(app).await?;
     let permit = run::Permit {
@@ -108,7 +110,7 @@ type Admitted = (
 async fn create_like(
     app: &App,
     req: Request<Incoming>,
-    access: super::Access,
+    access: &super::Access,
 ) -> Result<Admitted, ApiError> {
     let client_bearer = client_bearer(app, &req);
     let body = read_body(req.into_body(), app.config().max_body_bytes).await?;
@@ -126,7 +128,7 @@ async fn create_like(
         }
     }
     let request = parse_create(&serde_json::to_vec(&value).expect("serializes"))?;
-    let (request, relay, tenant) = access.admit(request)?;
+    let (request, relay, tenant) = access.clone().admit(request)?;
     Ok((request, relay, client_bearer, tenant))
 }
 
@@ -137,8 +139,8 @@ pub async fn input_tokens(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
+    let (request, relay, client_bearer, tenant) = create_like(app, req, &access).await?;
     access.admit_request(app).await?;
-    let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
     let input_tokens = run::count_input_tokens(app, request, relay, client_bearer, tenant).await?;
     Ok(json_response(
         StatusCode::OK,
@@ -153,9 +155,9 @@ pub async fn compact(
     req: Request<Incoming>,
     access: super::Access,
 ) -> Result<Response<Body>, ApiError> {
+    let (request, relay, client_bearer, tenant) = create_like(app, req, &access).await?;
     access.admit_request(app).await?;
     let account = access.account.clone();
-    let (request, relay, client_bearer, tenant) = create_like(app, req, access).await?;
     let compacted = run::compact(app, request, relay, client_bearer, tenant).await?;
     if let Some(account) = account {
         let usage = &compacted["usage"];

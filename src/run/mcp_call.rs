@@ -230,7 +230,7 @@ async fn call_within_limits(
             .map(|s| s.label.as_str());
         if let Err(refused) = app.limiter().mcp_call(account, registered).await {
             return Err(McpCallError::HttpError {
-                code: 429,
+                code: refused.status(),
                 message: refused.message(),
             });
         }

@@ -69,7 +69,7 @@ pub(super) async fn web_search(
     };
     let called = match refused {
         Some(refused) => Err(crate::api::response::McpCallError::HttpError {
-            code: 429,
+            code: refused.status(),
             message: refused.message(),
         }),
         None => tokio::select! {

@@ -142,7 +142,13 @@ impl Redis {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_secs(5)));
-        let conn = Arc::new(Conn::new(target, config));
+        let conn = Arc::new(Conn::new(target, config.clone()));
+        // The writer's own connection: behind Sentinel it sends `WAIT`, which holds the
+        // connection it is sent on (and every read queued behind it) until a replica answers.
+        let writer = Arc::new(Conn::new(
+            Target::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?,
+            config,
+        ));
         let (tx, rx) = mpsc::unbounded_channel();
         let owned: Arc<Mutex<HashMap<String, Owned>>> = Arc::default();
         let instance = format!("relay-{:016x}", rand::random::<u64>());
@@ -156,8 +162,9 @@ impl Redis {
         });
         if conn.target().follows_sentinels() {
             rt.spawn(follow_primary(Arc::downgrade(&conn)));
+            rt.spawn(follow_primary(Arc::downgrade(&writer)));
         }
-        rt.spawn(write_loop(conn, rx, owned, inner.instance.clone()));
+        rt.spawn(write_loop(writer, rx, owned, inner.instance.clone()));
         rt.spawn(keep_leases(Arc::downgrade(&inner)));
         tracing::info!(redis = %shown, instance = %inner.instance, "Redis store ready");
         Ok(Redis { inner })
@@ -552,8 +559,11 @@ const FOLLOW_EVERY: Duration = Duration::from_millis(250);
 /// for a moment, and loses them).
 async fn follow_primary(conn: std::sync::Weak<Conn>) {
     loop {
+        // First at once: the writer learns of the primary's replicas before its first batches.
+        match conn.upgrade() {
+            Some(conn) => conn.follow_primary().await,
+            None => return,
+        }
         tokio::time::sleep(FOLLOW_EVERY).await;
-        let Some(conn) = conn.upgrade() else { return };
-        conn.follow_primary().await;
     }
 }

@@ -358,6 +358,9 @@ limits = {{ mcp_calls_per_minute = 1 }}
 [[keys]]
 key = "kb"
 tenant = "team-b"
+[[keys]]
+key = "kc"
+tenant = "team-c"
 [mcp_servers.math]
 url = "{}"
 require_approval = "never"
@@ -397,24 +400,43 @@ calls_per_minute = 1
     assert_eq!(r["output"][1]["status"], "completed", "{r}");
     clock.advance(Duration::from_secs(60));
 
-    // A registered server's calls_per_minute holds every key, each on its own.
+    // A registered server's calls_per_minute holds every key, each on its own count: each of
+    // two keys makes its first call and has its second refused; a key's next run has both
+    // refused.
     let request = json!({"model": "fake-model", "input": two_calls,
         "tools": [{"type": "mcp", "server_label": "math"}]});
-    for key in ["kb", "kb"] {
-        let (status, _, r) = create(&relay, key, &request).await;
-        assert_eq!(status, 200, "{r}");
-        let failed: Vec<String> = r["output"]
+    let statuses = |r: &Value| -> Vec<String> {
+        r["output"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|i| i["type"] == "mcp_call" && i["status"] == "failed")
-            .map(|i| i["error"].to_string())
-            .collect();
-        assert!(!failed.is_empty(), "{r}");
-        assert!(failed[0].contains("MCP server 'math'"), "{failed:?}");
+            .filter(|i| i["type"] == "mcp_call")
+            .map(|i| i["status"].as_str().unwrap().to_string())
+            .collect()
+    };
+    for (key, expected) in [
+        ("kb", ["completed", "failed"]),
+        ("kc", ["completed", "failed"]),
+        ("kb", ["failed", "failed"]),
+    ] {
+        let (status, _, r) = create(&relay, key, &request).await;
+        assert_eq!(status, 200, "{r}");
+        assert_eq!(statuses(&r), expected, "{key}: {r}");
+        let failed = r["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|i| i["type"] == "mcp_call" && i["status"] == "failed")
+            .unwrap();
+        assert!(
+            failed["error"].to_string().contains("MCP server 'math'"),
+            "{failed}"
+        );
     }
-    let server_refusals = r#"relay_rate_limited_total{tenant="team-b",limit="calls_per_minute"}"#;
-    assert_eq!(metric(&relay, server_refusals).await, 3.0);
+    let refusals =
+        |t: &str| format!(r#"relay_rate_limited_total{{tenant="{t}",limit="calls_per_minute"}}"#);
+    assert_eq!(metric(&relay, &refusals("team-b")).await, 3.0);
+    assert_eq!(metric(&relay, &refusals("team-c")).await, 1.0);
 }
 
 #[tokio::test]
@@ -430,8 +452,22 @@ limits = { tokens_per_day = 2_000_000, tokens_per_minute = 200_000 }
 "#;
     let (relay, _clock) = limited(&up, &[], toml).await;
     assert_eq!(create(&relay, "ka", &hi()).await.0, 200);
-    let (status, _, r) = send(&relay, "GET", "/v1/limits", "ka", None).await;
-    assert_eq!(status, 200, "{r}");
+    // The run's slot is given back as its task ends, a moment after its answer.
+    let mut r = Value::Null;
+    for _ in 0..100 {
+        let (status, _, limits) = send(&relay, "GET", "/v1/limits", "ka", None).await;
+        assert_eq!(status, 200, "{limits}");
+        r = limits;
+        let runs = r["limits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|l| l["limit"] == "concurrent_runs");
+        if runs.is_some_and(|l| l["used"] == 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let rows: Vec<(String, String, u64, u64)> = r["limits"]
         .as_array()
         .unwrap()

@@ -80,13 +80,22 @@ impl Conn {
             tracing::debug!("no Sentinel names a primary now");
             return;
         };
+        let current = self.cur.lock().await.as_ref().map(|(_, addr)| addr.clone());
+        if let Some(addr) = current
+            && addr != named
         {
-            let mut cur = self.cur.lock().await;
-            if let Some((_, addr)) = &*cur
-                && *addr != named
+            // Confirmed the way a connection is made (the Sentinels in order, the server's own
+            // role), so that Sentinels that disagree for a moment do not make it flip back and
+            // forth.
+            let confirmed = self.target.primary().await;
+            if let Ok(c) = confirmed
+                && c.get_connection_info().addr().to_string() != addr
             {
                 tracing::warn!(from = %addr, to = %named, "the Sentinels name a new Redis primary; reconnecting");
-                *cur = None;
+                let mut cur = self.cur.lock().await;
+                if cur.as_ref().is_some_and(|(_, a)| *a == addr) {
+                    *cur = None;
+                }
             }
         }
         // `ROLE` of a primary: ["master", offset, [[host, port, offset], ...]].

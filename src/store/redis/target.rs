@@ -24,11 +24,11 @@ pub struct Watched {
     client: tokio::sync::Mutex<SentinelClient>,
     /// The URL, for a blocking client of its own (the start-up probe).
     url: String,
-    /// The Sentinels and the master's name, and a connection kept to one Sentinel (with
-    /// its index) to ask which server is the primary.
+    /// The Sentinels and the master's name, and which Sentinel is asked which server is the
+    /// primary (its index, and a connection kept to it).
     sentinels: Vec<ConnectionAddr>,
     master: String,
-    asking: tokio::sync::Mutex<Option<(usize, ::redis::aio::MultiplexedConnection)>>,
+    asking: tokio::sync::Mutex<(usize, Option<::redis::aio::MultiplexedConnection>)>,
 }
 
 /// A `redis+sentinel://` URL, parsed.
@@ -58,7 +58,7 @@ impl Target {
                 url: url.to_string(),
                 sentinels: sentinel_addrs(&parsed).collect(),
                 master: parsed.master,
-                asking: tokio::sync::Mutex::new(None),
+                asking: tokio::sync::Mutex::new((0, None)),
             })))
         } else {
             Client::open(url)
@@ -101,13 +101,13 @@ impl Target {
         let Target::Sentinel(w) = self else {
             return None;
         };
-        let (sentinels, master, asking) = (&w.sentinels, &w.master, &w.asking);
-        let mut asking = asking.lock().await;
+        let (sentinels, master) = (&w.sentinels, &w.master);
+        let mut asking = w.asking.lock().await;
         for _ in 0..sentinels.len() {
-            let (at, conn) = match asking.take() {
+            let at = asking.0 % sentinels.len();
+            let conn = match asking.1.take() {
                 Some(kept) => kept,
                 None => {
-                    let at = rand::random::<u32>() as usize % sentinels.len();
                     let config = ::redis::AsyncConnectionConfig::new()
                         .set_connection_timeout(Some(std::time::Duration::from_millis(500)))
                         .set_response_timeout(Some(std::time::Duration::from_millis(500)));
@@ -119,8 +119,11 @@ impl Target {
                         Err(e) => Err(e),
                     };
                     match connected {
-                        Ok(c) => (at, c),
-                        Err(_) => continue,
+                        Ok(c) => c,
+                        Err(_) => {
+                            asking.0 += 1;
+                            continue;
+                        }
                     }
                 }
             };
@@ -131,9 +134,11 @@ impl Target {
                 .query_async(&mut c)
                 .await;
             if let Ok(Some((host, port))) = named {
-                *asking = Some((at, conn));
+                asking.1 = Some(conn);
                 return Some(format!("{host}:{port}"));
             }
+            // This Sentinel failed or knows no primary: the next one.
+            asking.0 += 1;
         }
         None
     }
@@ -179,17 +184,19 @@ fn parse_sentinel(url: &str) -> Result<SentinelUrl, String> {
         Some(("rediss+sentinel", rest)) => (true, rest),
         _ => return Err("expected redis+sentinel:// or rediss+sentinel://".into()),
     };
-    let (authority, path) = rest
+    // The user info ends at the last `@` (a password may hold `/`); user info without a `:`
+    // is a user name, as for `redis://`; both are percent-decoded.
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, rest),
+    };
+    let (hosts, path) = rest
         .split_once('/')
         .ok_or("no master name: expected .../MASTER_NAME[/DB]")?;
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or(("", u))) {
+    let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
         Some((user, pass)) => (
-            (!user.is_empty()).then(|| user.to_string()),
-            (!pass.is_empty()).then(|| pass.to_string()),
+            (!user.is_empty()).then(|| percent_decoded(user)),
+            (!pass.is_empty()).then(|| percent_decoded(pass)),
         ),
         None => (None, None),
     };
@@ -222,6 +229,27 @@ fn parse_sentinel(url: &str) -> Result<SentinelUrl, String> {
         password,
         tls,
     })
+}
+
+/// `s` with its `%XX` escapes decoded (one that is not a valid escape kept as it is).
+fn percent_decoded(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
+        {
+            out.push((h * 16 + l) as u8);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `HOST[:PORT]` or `[V6]:PORT`.
@@ -273,6 +301,14 @@ mod tests {
         );
         let u = parse_sentinel("rediss+sentinel://h:1/m").unwrap();
         assert_eq!((u.tls, u.db, u.master.as_str()), (true, 0, "m"));
+        // A password holding `/` or escapes; a lone user name.
+        let u = parse_sentinel("redis+sentinel://:ab/c%2Fd%40@h:1/m").unwrap();
+        assert_eq!(
+            (u.password.as_deref(), u.sentinels[0].0.as_str()),
+            (Some("ab/c/d@"), "h")
+        );
+        let u = parse_sentinel("redis+sentinel://alice@h:1/m").unwrap();
+        assert_eq!((u.username.as_deref(), u.password), (Some("alice"), None));
     }
 
     #[test]

@@ -442,6 +442,14 @@ pub(super) async fn send(
             .await
         {
             Ok(mut v) => {
+                // A demoted primary answers each write `READONLY`: look for the new one.
+                if let Some(e) = v
+                    .iter()
+                    .filter_map(|r| r.as_ref().err())
+                    .find(|e| e.code() == Some("READONLY"))
+                {
+                    conn.failed(e).await;
+                }
                 if v.len() > calls.len()
                     && let Some(Ok(::redis::Value::Int(0))) = v.pop()
                 {
