@@ -353,36 +353,37 @@ impl Upstream {
     }
 
     /// The prompt tokens of `req` (sent as `model`) from the model server's own count endpoint,
-    /// where its API has one (Anthropic's `POST /messages/count_tokens`, which generates
-    /// nothing); `None` for the others.
+    /// where its API has one (Anthropic's `POST /messages/count_tokens`, Gemini's
+    /// `models/{model}:countTokens`; neither generates anything); `None` for the others.
     pub async fn count_tokens(
         &self,
         req: &TurnRequest,
         model: &str,
     ) -> Result<Option<u64>, UpstreamError> {
-        let body = match self.api {
+        let (path, body, field) = match self.api {
             UpstreamApi::Anthropic => {
                 let mut b = anthropic::count_body(req);
                 b.fields.insert("model".into(), Value::from(model));
-                serde_json::to_vec(&b).expect("request bodies always serialize")
+                let body = serde_json::to_vec(&b).expect("request bodies always serialize");
+                ("/messages/count_tokens".to_string(), body, "input_tokens")
             }
-            _ => return Ok(None),
+            UpstreamApi::Gemini => {
+                let body = gemini::count_body(req, model).to_string().into_bytes();
+                (gemini::count_path(model), body, "totalTokens")
+            }
+            UpstreamApi::Chat | UpstreamApi::Responses => return Ok(None),
         };
         let resp = self
-            .post(
-                "/messages/count_tokens",
-                body.into(),
-                req.client_bearer.as_deref(),
-            )
+            .post(&path, body.into(), req.client_bearer.as_deref())
             .await?;
         let counted: Value = resp
             .json()
             .await
             .map_err(|e| UpstreamError::Protocol(format!("the token count is not JSON: {e}")))?;
-        counted["input_tokens"]
+        counted[field]
             .as_u64()
             .map(Some)
-            .ok_or_else(|| UpstreamError::Protocol("the token count has no input_tokens".into()))
+            .ok_or_else(|| UpstreamError::Protocol(format!("the token count has no {field}")))
     }
 
     /// `rb` with this upstream's credentials: the key (or the client's bearer) as the bearer, or,

@@ -2,8 +2,9 @@
 //! prepared as its run would be (context, function and MCP tools, listed), then one model turn is
 //! asked for a single output token, and the prompt tokens the model server reports for it are the
 //! count: exactly what that server counts for this request, tool definitions included, for chat
-//! and Responses upstreams alike. An Anthropic upstream is asked its count endpoint instead
-//! (`/messages/count_tokens`: exact too, and nothing generated).
+//! and Responses upstreams alike. Anthropic and Gemini upstreams are asked their count endpoints
+//! instead (`/messages/count_tokens`, `models/{model}:countTokens`: exact too, nothing
+//! generated).
 
 use futures::StreamExt;
 

@@ -33,6 +33,16 @@ use crate::api::request::{InputItem, InputPart, MessageContent, Role, TextFormat
 
 /// The path of a streamed turn of `model` (percent-encoded: a model name is one path segment).
 pub fn path(model: &str) -> String {
+    format!("{}:streamGenerateContent?alt=sse", model_path(model))
+}
+
+/// The `countTokens` path of `model`.
+pub fn count_path(model: &str) -> String {
+    format!("{}:countTokens", model_path(model))
+}
+
+/// `/models/{model}`, the model one path segment (a leading `models/` dropped).
+fn model_path(model: &str) -> String {
     let model = model.strip_prefix("models/").unwrap_or(model);
     let mut enc = String::with_capacity(model.len());
     for b in model.bytes() {
@@ -42,7 +52,16 @@ pub fn path(model: &str) -> String {
             enc.push_str(&format!("%{b:02X}"));
         }
     }
-    format!("/models/{enc}:streamGenerateContent?alt=sse")
+    format!("/models/{enc}")
+}
+
+/// The `countTokens` body for a turn: the whole request as it would be generated
+/// (`generateContentRequest`, so instructions and tools count too), and the model's name.
+pub fn count_body(req: &TurnRequest, model: &str) -> Value {
+    let mut request = serde_json::to_value(request_body(req)).unwrap_or_default();
+    let model = model.strip_prefix("models/").unwrap_or(model);
+    request["model"] = json!(format!("models/{model}"));
+    json!({"generateContentRequest": request})
 }
 
 /// The thinking budget for a `reasoning.effort` (`none`: 0, thinking off; unknown: the model's

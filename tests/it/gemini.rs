@@ -641,10 +641,25 @@ async fn the_fake_refuses_a_changed_signature_a_key_in_the_url_and_a_stream_with
 
 #[tokio::test]
 async fn input_tokens_are_what_gemini_counts_for_the_request() {
-    let (_up, relay) = gemini_relay().await;
+    let (up, relay) = gemini_relay().await;
     let body = json!({"model": "fake-model", "instructions": "Be brief.", "input": "hi"});
     let (status, count) = relay.post("/v1/responses/input_tokens", &body).await;
     assert_eq!(status, 200, "{count}");
+    // Gemini's own countTokens, with the whole request; nothing generated.
+    let sent = up.requests();
+    assert_eq!(sent.len(), 1, "one count, no generation");
+    assert!(
+        sent[0].path.ends_with("/models/fake-model:countTokens"),
+        "{}",
+        sent[0].path
+    );
+    assert_eq!(sent[0].header("x-goog-api-key"), Some(KEY));
+    let counted = &sent[0].body["generateContentRequest"];
+    assert_eq!(counted["model"], "models/fake-model");
+    assert_eq!(
+        counted["systemInstruction"]["parts"][0]["text"],
+        "Be brief."
+    );
     let (_, run) = relay.create(&body).await;
     assert_eq!(
         count["input_tokens"], run["usage"]["input_tokens"],

@@ -375,3 +375,10 @@ pub(super) fn models() -> Value {
         {"name": "models/fake-embedding", "version": "001", "displayName": "Fake Embedding",
             "supportedGenerationMethods": ["embedContent"]}]})
 }
+
+/// `POST .../models/{model}:countTokens` with a `generateContentRequest`: its prompt's tokens as
+/// the scripted model counts them (the `promptTokenCount` a turn of it reports).
+pub(super) fn count_tokens(body: &Value) -> Value {
+    let request = body.get("generateContentRequest").unwrap_or(body);
+    json!({"totalTokens": Convo::from_gemini(request).messages as u64 * 10})
+}

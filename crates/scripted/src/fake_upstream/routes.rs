@@ -88,6 +88,12 @@ pub(super) async fn handle(
         (&Method::POST, "/v1/responses") => post(&state, Api::Responses, body).await,
         (&Method::POST, "/v1/messages") => post(&state, Api::Anthropic, body).await,
         (&Method::GET, "/v1beta/models") => json_response(StatusCode::OK, &super::gemini::models()),
+        (&Method::POST, p)
+            if (p.starts_with("/v1beta/models/") || p.starts_with("/v1/models/"))
+                && p.ends_with(":countTokens") =>
+        {
+            json_response(StatusCode::OK, &super::gemini::count_tokens(&body))
+        }
         (&Method::POST, p) if p.starts_with("/v1beta/models/") || p.starts_with("/v1/models/") => {
             match super::gemini::route(p, query.as_deref(), body) {
                 Ok(body) => post(&state, Api::Gemini, body).await,
