@@ -16,6 +16,7 @@ mod observability;
 mod process;
 mod quotas;
 mod redis;
+mod redis_faults;
 mod registered;
 mod safety;
 mod sentinel;
