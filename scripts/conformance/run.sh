@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs the conformance suites (Python SDK + Open Responses checks, Node SDK) against freshly started
-# processes on 127.0.0.1: one fake upstream, one relay per upstream kind (chat, responses), each
-# with its own fresh SQLite store under the log dir, and two MCP servers the MCP tests call: the
+# processes on 127.0.0.1: one fake upstream, one relay per upstream kind (chat, responses,
+# anthropic, gemini), each with its own fresh SQLite store under the log dir, and two MCP servers the MCP tests call: the
 # project's rmcp test server (mcp-test-server) and the official Python MCP SDK's server
 # (scripts/mcp_python_server.py, run with the venv's python).
 #
@@ -13,6 +13,9 @@
 # .venv/bin/python), CONFORMANCE_LOG_DIR (default a fresh temp dir; process logs and reports),
 # PYTEST_ARGS (extra pytest arguments, e.g. "-k refusal -x").
 # Passes to the suites: RELAY_URL_CHAT, RELAY_URL_RESPONSES (relay base URLs, http://ADDR),
+# RELAY_URL_ANTHROPIC, RELAY_URL_GEMINI (relays driving the same fake upstream natively, with
+# `--upstream-api anthropic` on its /v1/messages and `--upstream-api gemini` on its /v1beta base,
+# each with an upstream key so the x-api-key / x-goog-api-key header is sent),
 # RELAY_MCP_RUST_URL, RELAY_MCP_PY_URL (MCP Streamable HTTP endpoints, http://ADDR/mcp).
 #
 # Prints "N passed, M failed" as its last line; exits non-zero if any test failed or a suite
@@ -116,6 +119,8 @@ done
 echo "== starting processes (logs in $LOGS)"
 start fake-upstream "$BIN_DIR/fake-upstream" --listen 127.0.0.1:0
 UPSTREAM="$ADDR/v1"
+# Gemini's API base is /v1beta (the model goes in the path).
+UPSTREAM_GEMINI="$ADDR/v1beta"
 
 start mcp-rust "$BIN_DIR/mcp-test-server" --listen 127.0.0.1:0
 export RELAY_MCP_RUST_URL=$ADDR
@@ -138,10 +143,16 @@ description = "The Python MCP SDK test server"
 [hosted_tools]
 web_search = "search:shout"
 TOML
-for kind in chat responses; do
+for kind in chat responses anthropic gemini; do
   rm -f "$LOGS/store-$kind.sqlite3" "$LOGS/store-$kind.sqlite3-wal" "$LOGS/store-$kind.sqlite3-shm"
+  url=$UPSTREAM
+  key=()
+  case $kind in
+    anthropic) key=(--upstream-api-key sk-ant-conformance-key) ;;
+    gemini) url=$UPSTREAM_GEMINI key=(--upstream-api-key AIza-conformance-key) ;;
+  esac
   start "relay-$kind" "$BIN_DIR/responses-relay" serve --listen 127.0.0.1:0 --config "$LOGS/relay.toml" \
-    --upstream-url "$UPSTREAM" --upstream-api "$kind" --store "sqlite:$LOGS/store-$kind.sqlite3" \
+    --upstream-url "$url" --upstream-api "$kind" ${key[@]+"${key[@]}"} --store "sqlite:$LOGS/store-$kind.sqlite3" \
     --upstream-first-byte-timeout 5 --upstream-idle-timeout 3 ${RELAY_MCP_FLAGS[@]+"${RELAY_MCP_FLAGS[@]}"}
   export "RELAY_URL_${kind^^}=$ADDR"
 done
@@ -170,7 +181,7 @@ tally() {
 
 if [[ " ${SUITES[*]} " == *" python "* ]]; then
   echo
-  echo "== conformance: Python (openai $("$PY" -c 'import openai; print(openai.__version__)'), pytest) against upstream kinds chat + responses"
+  echo "== conformance: Python (openai $("$PY" -c 'import openai; print(openai.__version__)'), pytest) against upstream kinds chat + responses (+ anthropic, gemini natively)"
   rc=0
   # shellcheck disable=SC2086
   (cd "$CONF/python" && "$PY" -m pytest -q --junitxml="$LOGS/pytest.xml" ${PYTEST_ARGS:-}) || rc=$?
@@ -182,7 +193,7 @@ fi
 
 if [[ " ${SUITES[*]} " == *" node "* ]]; then
   echo
-  echo "== conformance: Node (node $("$NODE" --version), openai $("$NODE" -p 'require("'"$CONF"'/node/node_modules/openai/package.json").version')) against upstream kinds chat + responses"
+  echo "== conformance: Node (node $("$NODE" --version), openai $("$NODE" -p 'require("'"$CONF"'/node/node_modules/openai/package.json").version')) against upstream kinds chat + responses (+ anthropic, gemini natively)"
   rc=0
   (cd "$CONF/node" && "$NODE" --test --test-timeout=120000 \
     --test-reporter=spec --test-reporter-destination=stdout \

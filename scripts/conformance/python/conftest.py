@@ -1,7 +1,10 @@
-"""Fixtures: one relay per upstream kind (`chat`, `responses`), each in front of the fake upstream.
+"""Fixtures: one relay per upstream kind (`chat`, `responses`), each in front of the fake upstream,
+and (`native_relays`) one per native upstream kind (`anthropic`, `gemini`) in front of the same
+kind of fake, with an upstream key.
 
 The runner (scripts/conformance/run.sh) starts the processes and passes their base URLs as
-RELAY_URL_CHAT and RELAY_URL_RESPONSES, and the MCP servers' endpoints as RELAY_MCP_RUST_URL
+RELAY_URL_CHAT, RELAY_URL_RESPONSES, RELAY_URL_ANTHROPIC and RELAY_URL_GEMINI, and the MCP
+servers' endpoints as RELAY_MCP_RUST_URL
 (the rmcp `mcp-test-server`) and RELAY_MCP_PY_URL (the official Python MCP SDK server,
 scripts/mcp_python_server.py). Without them, this file starts its own from RELAY_BIN_DIR (default:
 target/debug under the cargo target dir), so a developer can run
@@ -24,6 +27,11 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 KINDS = ("chat", "responses")
+NATIVE_KINDS = ("anthropic", "gemini")
+# The upstream key each native relay sends (x-api-key, x-goog-api-key), and its upstream URL's
+# path on the fake: Gemini's API base is /v1beta.
+NATIVE_KEYS = {"anthropic": "sk-ant-conformance-key", "gemini": "AIza-conformance-key"}
+NATIVE_PATHS = {"anthropic": "/v1", "gemini": "/v1beta"}
 MODEL = "fake-model"
 
 
@@ -114,6 +122,55 @@ def relays():
                     p.kill()
 
 
+@pytest.fixture(scope="session")
+def native_relays():
+    urls = {k: os.environ.get(f"RELAY_URL_{k.upper()}") for k in NATIVE_KINDS}
+    if all(urls.values()):
+        yield {k: Relay(k, u) for k, u in urls.items()}
+        return
+    bins = _bin_dir()
+    procs = []
+    with tempfile.TemporaryDirectory(prefix="relay-conformance-native-") as d:
+        logdir = pathlib.Path(d)
+        try:
+            p, up = _spawn([str(bins / "fake-upstream"), "--listen", "127.0.0.1:0"], logdir, "fake-upstream")
+            procs.append(p)
+            out = {}
+            for k in NATIVE_KINDS:
+                p, base = _spawn(
+                    [
+                        str(bins / "responses-relay"),
+                        "serve",
+                        "--listen",
+                        "127.0.0.1:0",
+                        "--upstream-url",
+                        up + NATIVE_PATHS[k],
+                        "--upstream-api",
+                        k,
+                        "--upstream-api-key",
+                        NATIVE_KEYS[k],
+                        "--store",
+                        f"sqlite:{logdir}/store-{k}.sqlite3",
+                        "--upstream-idle-timeout",
+                        "3",
+                        "--mcp-allow-private-networks",
+                    ],
+                    logdir,
+                    f"relay-{k}",
+                )
+                procs.append(p)
+                out[k] = Relay(k, base)
+            yield out
+        finally:
+            for p in procs:
+                p.terminate()
+            for p in procs:
+                try:
+                    p.wait(5)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
 class McpServers:
     def __init__(self, rust: str, py: str) -> None:
         self.rust = rust
@@ -182,6 +239,18 @@ def relay(request, relays) -> Relay:
 @pytest.fixture
 def client(relay) -> openai.OpenAI:
     c = openai.OpenAI(base_url=relay.v1, api_key="test-key", max_retries=0, timeout=60)
+    yield c
+    c.close()
+
+
+@pytest.fixture(params=NATIVE_KINDS)
+def native_relay(request, native_relays) -> Relay:
+    return native_relays[request.param]
+
+
+@pytest.fixture
+def native_client(native_relay) -> openai.OpenAI:
+    c = openai.OpenAI(base_url=native_relay.v1, api_key="test-key", max_retries=0, timeout=60)
     yield c
     c.close()
 
