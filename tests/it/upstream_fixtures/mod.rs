@@ -127,6 +127,36 @@ fn every_gemini_stream_becomes_well_ordered_events() {
     }
 }
 
+/// Each Anthropic and Gemini transcript's event log, compared byte for byte with
+/// `fixtures/golden/upstream/<api>/<file>.jsonl` (`UPDATE_GOLDEN=1` rewrites them): the emitter's
+/// ids and clock are deterministic here, so any change to what the relay makes of these streams
+/// shows as a diff to review. (The transcoder here seals nothing, a seal's nonce being random: a
+/// signed block's reasoning item shows without `encrypted_content`.)
+#[test]
+fn anthropic_and_gemini_streams_match_their_golden_event_logs() {
+    let mut ts = transcripts(Api::Anthropic);
+    ts.extend(transcripts(Api::Gemini));
+    assert!(
+        ts.len() >= 17,
+        "expected every Anthropic and Gemini transcript"
+    );
+    check_all(&ts, |t| {
+        let o = run(t);
+        let events = o
+            .log
+            .iter()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let body = crate::support::SseBody {
+            events,
+            raw: o.log,
+            done: true,
+        };
+        let name = t.name.strip_suffix(".sse").unwrap_or(&t.name);
+        crate::support::golden(&format!("upstream/{name}"), &body);
+    });
+}
+
 #[test]
 fn a_recorded_mid_stream_error_fails_the_response() {
     let t = load(&fixtures_dir().join("openai-responses/error-response-failed.chunks.txt"));

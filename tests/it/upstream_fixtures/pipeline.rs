@@ -52,6 +52,8 @@ pub(super) struct Outcome {
     pub(super) response: Response,
     pub(super) finish: Option<FinishReason>,
     pub(super) error: Option<UpstreamError>,
+    /// The log as the relay wrote it: each event's JSON line, in order.
+    pub(super) log: Vec<String>,
 }
 
 /// Drives the events through a transcoder and emitter as the agent loop does, then checks the
@@ -136,6 +138,10 @@ pub(super) fn run(t: &Transcript) -> Outcome {
         response: finished,
         finish: outcome.finish,
         error,
+        log: entries
+            .iter()
+            .map(|e| String::from_utf8(e.json().to_vec()).expect("UTF-8 event"))
+            .collect(),
     }
 }
 
