@@ -3,8 +3,9 @@
 //! a proxy adds per event. Model string `NAME?deltas=N&delay_ms=N` as in the fake upstream; a
 //! user line `CALL <tool> <json>` gets one tool call (to the tool whose name ends with `<tool>`);
 //! a conversation ending in tool results gets the text stream. `POST /v1/responses` is the same
-//! as a stateless Responses stream (`upstream_responses`); `GET /health` answers 200 (gateways
-//! that probe their workers, such as SMG, find it healthy).
+//! as a stateless Responses stream (`upstream_responses`), `POST /v1/messages` as an Anthropic
+//! Messages stream (`upstream_anthropic`); `GET /health` answers 200 (gateways that probe their
+//! workers, such as SMG, find it healthy).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -75,22 +76,9 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
         Err(_) => Bytes::new(),
     };
     Ok(match (&route.0, route.1.as_str()) {
-        (&Method::POST, "/v1/chat/completions") => match serde_json::from_slice::<Value>(&body) {
-            Ok(v) => chat(&v),
-            Err(e) => full(
-                format!("{{\"error\":{{\"message\":\"bad json: {e}\"}}}}"),
-                StatusCode::BAD_REQUEST,
-                "application/json",
-            ),
-        },
-        (&Method::POST, "/v1/responses") => match serde_json::from_slice::<Value>(&body) {
-            Ok(v) => crate::upstream_responses::responses(&v),
-            Err(e) => full(
-                format!("{{\"error\":{{\"message\":\"bad json: {e}\"}}}}"),
-                StatusCode::BAD_REQUEST,
-                "application/json",
-            ),
-        },
+        (&Method::POST, "/v1/chat/completions") => with_json(&body, chat),
+        (&Method::POST, "/v1/responses") => with_json(&body, crate::upstream_responses::responses),
+        (&Method::POST, "/v1/messages") => with_json(&body, crate::upstream_anthropic::messages),
         (&Method::GET, "/health") => full("{}", StatusCode::OK, "application/json"),
         (&Method::GET, "/v1/models") => full(
             r#"{"object":"list","data":[{"id":"bench","object":"model","created":0,"owned_by":"bench"}]}"#,
@@ -103,6 +91,18 @@ async fn handle(req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
             "application/json",
         ),
     })
+}
+
+/// `answer` of the JSON request body, or a 400 when it is not JSON.
+fn with_json(body: &[u8], answer: fn(&Value) -> Response<Body>) -> Response<Body> {
+    match serde_json::from_slice::<Value>(body) {
+        Ok(v) => answer(&v),
+        Err(e) => full(
+            format!("{{\"error\":{{\"message\":\"bad json: {e}\"}}}}"),
+            StatusCode::BAD_REQUEST,
+            "application/json",
+        ),
+    }
 }
 
 /// `(deltas, delay)` from `NAME?deltas=N&delay_ms=N` (defaults 8 and 0).
