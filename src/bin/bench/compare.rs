@@ -4,6 +4,7 @@
 //! from different days. Each workload (plain `store: false` runs, stored runs on SQLite, MCP
 //! runs) is measured `--reps` times, the two relays started in alternating order, every rep on
 //! fresh relays and stores; the rows merge the reps and the ratios list each rep's too.
+//! `side_by_side` is that loop for any two relays (`kinds` runs it on two upstream kinds).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -21,11 +22,11 @@ use crate::report::fmt_opt;
 pub const THIS: &str = "this build";
 
 /// One workload both relays run.
-struct Workload {
+pub struct Workload {
     /// `compare plain`, `compare stored`, `compare mcp`.
-    scenario: &'static str,
-    store: bool,
-    mcp: bool,
+    pub scenario: &'static str,
+    pub store: bool,
+    pub mcp: bool,
 }
 
 const WORKLOADS: [Workload; 3] = [
@@ -46,6 +47,18 @@ const WORKLOADS: [Workload; 3] = [
     },
 ];
 
+/// One of the two relays measured side by side: its executable, its extra flags, its name in
+/// the table.
+#[derive(Clone, Copy)]
+pub struct Contender<'a> {
+    pub bin: &'a Path,
+    pub flags: &'a [String],
+    pub name: &'a str,
+}
+
+/// Each rep's CPU-per-event ratio (b / a), per workload.
+pub type RepRatios = Vec<(&'static str, Vec<Option<f64>>)>;
+
 /// Runs every workload `plan.reps` times on both relays; pushes one merged row per workload and
 /// relay, and returns each rep's CPU-per-event ratio (other / this) per workload.
 pub async fn scenario(
@@ -54,41 +67,66 @@ pub async fn scenario(
     (other, other_flags): (&Path, &[String]),
     label: &str,
     rows: &mut Vec<Row>,
-) -> Result<Vec<(&'static str, Vec<Option<f64>>)>, String> {
-    let this = (env.bin_dir.join("responses-relay"), Vec::new());
-    let this = (this.0.as_path(), this.1.as_slice());
-    let other = (other, other_flags);
+) -> Result<RepRatios, String> {
+    let bin = env.bin_dir.join("responses-relay");
+    let this = Contender {
+        bin: &bin,
+        flags: &[],
+        name: THIS,
+    };
+    let other = Contender {
+        bin: other,
+        flags: other_flags,
+        name: label,
+    };
+    side_by_side(env, plan, &WORKLOADS, this, other, rows).await
+}
+
+/// Runs each workload `plan.reps` times on relays `a` and `b` in the same windows, half the
+/// clients each, the two started in alternating order, every rep on fresh relays and SQLite
+/// stores. Pushes one merged row per workload and relay (`a`'s first); returns each rep's
+/// CPU-per-event ratio (b / a) per workload.
+pub async fn side_by_side(
+    env: &Env,
+    plan: &Plan,
+    workloads: &[Workload],
+    a: Contender<'_>,
+    b: Contender<'_>,
+    rows: &mut Vec<Row>,
+) -> Result<RepRatios, String> {
     let mut ratios = Vec::new();
-    for w in &WORKLOADS {
+    for w in workloads {
         eprintln!(
-            "{}: {THIS} beside {label}, {} clients each, {} reps",
+            "{}: {} beside {}, {} clients each, {} reps",
             w.scenario,
+            a.name,
+            b.name,
             plan.clients.div_ceil(2),
             plan.reps
         );
-        let (mut mine, mut theirs): (Option<Row>, Option<Row>) = (None, None);
+        let (mut rows_a, mut rows_b): (Option<Row>, Option<Row>) = (None, None);
         let mut per_rep = Vec::new();
         for rep in 0..plan.reps {
-            let (a, b) = if rep % 2 == 0 {
-                let a = side(env, plan, w, this, THIS).await?;
-                (a, side(env, plan, w, other, label).await?)
+            let (sa, sb) = if rep % 2 == 0 {
+                let sa = side(env, plan, w, a).await?;
+                (sa, side(env, plan, w, b).await?)
             } else {
-                let b = side(env, plan, w, other, label).await?;
-                (side(env, plan, w, this, THIS).await?, b)
+                let sb = side(env, plan, w, b).await?;
+                (side(env, plan, w, a).await?, sb)
             };
-            let (ra, rb) = tokio::join!(a.measure(env, plan), b.measure(env, plan));
-            a.end(env);
-            b.end(env);
+            let (ra, rb) = tokio::join!(sa.measure(env, plan), sb.measure(env, plan));
+            sa.end(env);
+            sb.end(env);
             per_rep.push(
                 rb.cpu_ms_per_1k()
                     .zip(ra.cpu_ms_per_1k())
-                    .map(|(o, t)| o / t),
+                    .map(|(b, a)| b / a),
             );
-            merge(&mut mine, ra);
-            merge(&mut theirs, rb);
+            merge(&mut rows_a, ra);
+            merge(&mut rows_b, rb);
         }
-        rows.extend(mine);
-        rows.extend(theirs);
+        rows.extend(rows_a);
+        rows.extend(rows_b);
         ratios.push((w.scenario, per_rep));
     }
     Ok(ratios)
@@ -113,15 +151,9 @@ struct Side {
     deltas: usize,
 }
 
-async fn side(
-    env: &Env,
-    plan: &Plan,
-    w: &Workload,
-    (bin, flags): (&Path, &[String]),
-    name: &str,
-) -> Result<Side, String> {
+async fn side(env: &Env, plan: &Plan, w: &Workload, c: Contender<'_>) -> Result<Side, String> {
     let store = env.store(Store::Sqlite).map_err(StoreErr::into_msg)?;
-    let relay = env.relay_from(bin, &store.url, flags)?;
+    let relay = env.relay_from(c.bin, &store.url, c.flags)?;
     let (body, deltas) = if w.mcp {
         (mcp_body(env, plan, w.store), plan.mcp_deltas)
     } else {
@@ -138,7 +170,7 @@ async fn side(
     Ok(Side {
         relay,
         store,
-        name: name.to_string(),
+        name: c.name.to_string(),
         scenario: w.scenario,
         mcp: w.mcp,
         req,
@@ -179,7 +211,7 @@ impl Side {
 
 /// Prints the other relay's CPU per event and per run as a ratio to this build's, per workload,
 /// with each rep's ratio (below 1: the other revision is cheaper).
-pub fn print_ratios(rows: &[Row], label: &str, ratios: &[(&'static str, Vec<Option<f64>>)]) {
+pub fn print_ratios(rows: &[Row], label: &str, ratios: &RepRatios) {
     println!();
     println!("{label} against {THIS}, measured side by side (CPU per event, other / this):");
     for (scenario, per_rep) in ratios {

@@ -8,17 +8,18 @@
 //! This file: the command line, the child-process subcommands, and the run in order. The rest:
 //! `options` (flags and the plan), `env` (the shared processes, relays and stores), `measure`
 //! (one phase's row), one file per scenario (`stream`, `mcp`, `idle`, `replay`, `scale`,
-//! `compare`, `peers`),
+//! `kinds`, `compare`, `peers`),
 //! `report` (the table, ratios and targets; `peers_report` the peers'), `load` (the clients),
 //! `procs` (child processes and `/proc`), `gateways` (the peers SMG and agentic-api as child
-//! processes), and the children's servers `upstream` (with `upstream_responses`), `floor` and
-//! `sink`.
+//! processes), and the children's servers `upstream` (with `upstream_responses` and
+//! `upstream_anthropic`), `floor` and `sink`.
 
 mod compare;
 mod env;
 mod floor;
 mod gateways;
 mod idle;
+mod kinds;
 mod load;
 mod mcp;
 mod measure;
@@ -32,6 +33,7 @@ mod scale;
 mod sink;
 mod stream;
 mod upstream;
+mod upstream_anthropic;
 mod upstream_responses;
 
 /// The harness (load generator, model server, floor proxy) uses the same allocator as the relay,
@@ -243,6 +245,13 @@ async fn bench(o: Opts) -> ExitCode {
     if want(Scenario::StoreScale) {
         scale::scenario(&env, &plan, &mut rows, &mut failures).await;
     }
+    let mut extra_targets = Vec::new();
+    if want(Scenario::UpstreamKinds) {
+        match kinds::scenario(&env, &plan, &mut rows).await {
+            Ok(ratios) => extra_targets = kinds::targets(&rows, &ratios),
+            Err(e) => failures.push(format!("upstream-kinds: {e}")),
+        }
+    }
     let mut compared = None;
     if o.scenario == Scenario::Compare {
         match &o.compare_relay {
@@ -266,7 +275,7 @@ async fn bench(o: Opts) -> ExitCode {
         peers::scenario(&env, &plan, venv, &mut rows, &mut failures).await;
         peers_report::report(&rows, &plan, &env, started.elapsed())
     } else {
-        report(&rows, &plan, &env, started.elapsed())
+        report(&rows, &plan, &env, started.elapsed(), extra_targets)
     };
     if let Some(ratios) = &compared {
         compare::print_ratios(&rows, &o.compare_label, ratios);

@@ -14,6 +14,9 @@ pub enum Scenario {
     Replay,
     /// Many short stored runs, then stored and `store: false` runs on the same relay (issue 28).
     StoreScale,
+    /// The relay with `--upstream-api anthropic` beside the relay with the default Chat
+    /// Completions upstream, in the same windows: plain and MCP runs (issue 37).
+    UpstreamKinds,
     /// This build's relay beside `--compare-relay` (another revision's), in the same windows:
     /// plain, stored and MCP runs (`bash scripts/bench.sh --compare REV`). Not part of `all`.
     Compare,
@@ -40,7 +43,8 @@ pub struct Opts {
     /// A few seconds per scenario with small counts; reports targets but fails only on errors.
     #[arg(long)]
     pub smoke: bool,
-    /// Concurrent streaming clients in `stream` and `mcp` [default: 256, smoke 8].
+    /// Concurrent streaming clients in `stream`, `mcp`, `upstream-kinds` and `compare` (the last
+    /// two split them in half) [default: 256, smoke 8].
     #[arg(long)]
     pub clients: Option<usize>,
     /// Measurement window per phase, seconds [default: 10, smoke 1.5].
@@ -120,8 +124,8 @@ pub struct Opts {
     /// `peers`: clients of the MCP workload, split evenly among the gateways [default: 32, smoke 8].
     #[arg(long)]
     pub peers_mcp_clients: Option<usize>,
-    /// `compare` and `peers`: repetitions of each workload, the gateways started in rotating
-    /// order [default: 2, smoke 1].
+    /// `upstream-kinds`, `compare` and `peers`: repetitions of each workload, the gateways
+    /// started in rotating order [default: 2, smoke 1].
     #[arg(long)]
     pub reps: Option<usize>,
     /// Directory for the children's stderr logs [default: $TMPDIR/relay-bench].
