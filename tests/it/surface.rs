@@ -695,3 +695,23 @@ async fn phase_cache_breakpoints_and_reasoning_context_reach_a_responses_upstrea
         );
     }
 }
+
+#[tokio::test]
+async fn output_items_sent_back_with_the_sdk_helpers_own_fields_are_taken() {
+    // The SDKs' helpers decode what an output item holds (`parsed_arguments` on a function call,
+    // `parsed` on output text); a client sends their output back as input as it is.
+    let (up, relay) = plain_relay().await;
+    let body = json!({"model": "fake-model", "input": [
+        {"role": "user", "content": "weather?"},
+        {"type": "message", "role": "assistant", "content": [
+            {"type": "output_text", "text": "Let me look.", "annotations": [], "parsed": null}]},
+        {"type": "function_call", "call_id": "call_1", "name": "get_weather",
+            "arguments": "{\"city\":\"Paris\"}", "parsed_arguments": {"city": "Paris"}},
+        {"type": "function_call_output", "call_id": "call_1", "output": "rainy"}],
+        "tools": [{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}]});
+    let (status, r) = relay.create(&body).await;
+    assert_eq!(status, 200, "{r}");
+    // Neither reaches the model server.
+    let sent = up.requests().last().unwrap().body.to_string();
+    assert!(!sent.contains("parsed"), "{sent}");
+}

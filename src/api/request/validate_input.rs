@@ -33,6 +33,7 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
                         return Err(FieldError::missing(format!("{param}.type")));
                     }
                 }
+                without_sdk_fields(obj);
                 check_item_kind(&item, &param)?;
                 let parsed: InputItem = from_value_at(item, &param)?;
                 check_input_item(&parsed, &param)?;
@@ -44,6 +45,28 @@ pub fn parse_input(value: Value) -> Result<Vec<InputItem>, FieldError> {
             "input",
             "Invalid 'input': expected a string or an array of input items.",
         )),
+    }
+}
+
+/// What the SDKs' own helpers add to the output items a client sends back as input: their
+/// decoding of what the item already holds (`parsed_arguments` on a function call, from the Node
+/// SDK's `responses.stream()`; `parsed` on output text, from both SDKs' parse helpers). Dropped:
+/// the item's `arguments` and `text` are what the model sees.
+fn without_sdk_fields(item: &mut serde_json::Map<String, Value>) {
+    match item.get("type").and_then(Value::as_str) {
+        Some("function_call") => {
+            item.remove("parsed_arguments");
+        }
+        Some("message") => {
+            if let Some(Value::Array(parts)) = item.get_mut("content") {
+                for part in parts.iter_mut().filter_map(Value::as_object_mut) {
+                    if part.get("type").and_then(Value::as_str) == Some("output_text") {
+                        part.remove("parsed");
+                    }
+                }
+            }
+        }
+        _ => {}
     }
 }
 

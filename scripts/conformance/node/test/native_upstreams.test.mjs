@@ -94,9 +94,9 @@ for (const kind of KINDS) {
 
     test('a stateless follow-up sends the previous output back with its reasoning', async () => {
       const include = ['reasoning.encrypted_content'];
-      // Not streamed: the stream helper's final Response adds `parsed_arguments` to function calls,
-      // which is no input item's key (the relay refuses it as unknown).
-      const first = await client.responses.create({
+      // Through the stream helper, whose final Response adds `parsed_arguments` to function calls
+      // (its own decoding of `arguments`): sent back as they are, the relay drops it.
+      const { final: first } = await runStream(client, {
         model: thinkingModel(kind),
         reasoning: { effort: 'medium' },
         store: false,
@@ -104,6 +104,7 @@ for (const kind of KINDS) {
         input: 'CALL get_weather {"location":"Paris"}',
         tools: [WEATHER_TOOL],
       });
+      assert.ok('parsed_arguments' in itemsOf(first, 'function_call')[0], 'the helper adds it');
       assert.equal(first.status, 'completed');
       const [call] = itemsOf(first, 'function_call');
       assert.deepEqual(JSON.parse(call.arguments), { location: 'Paris' });
