@@ -774,3 +774,48 @@ async fn a_web_search_through_a_registered_server_counts_against_its_calls_per_m
     let told = up.requests().last().unwrap().body.to_string();
     assert!(told.contains("MCP server 'search'"), "{told}");
 }
+
+#[tokio::test]
+async fn a_live_runs_slot_in_redis_is_renewed_with_its_keys_expiry_so_a_long_run_keeps_it() {
+    let up = upstream().await;
+    let store = redis_db();
+    let args = ["--store", store.as_str()];
+    let toml = r#"
+[[keys]]
+key = "ka"
+tenant = "team-a"
+limits = { concurrent_runs = 1 }
+"#;
+    let (relay, _) = limited_at(&up, &args, toml, Clock::System).await;
+    let stalled = json!({"model": "fake-model?fault=stall", "input": "hi", "background": true});
+    let (status, _, r) = create(&relay, "ka", &stalled).await;
+    assert_eq!(status, 200, "{r}");
+    let id: String = responses_relay::config::sha256(b"ka")[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let key = format!("relay:limit:{{team-a}}:key:{id}:concurrent_runs");
+    let db: u32 = store.rsplit('/').next().unwrap().parse().unwrap();
+    let mut redis =
+        ::redis::Client::open(format!("redis://127.0.0.1:{}/{db}", shared_redis().port))
+            .unwrap()
+            .get_connection()
+            .unwrap();
+    let pttl =
+        |c: &mut ::redis::Connection| -> i64 { ::redis::cmd("PTTL").arg(&key).query(c).unwrap() };
+    let first = pttl(&mut redis);
+    assert!(first > 0, "the slot's key expires: {first}");
+    // Past the renewal period (10 s), the key's expiry was pushed back: left alone it would be
+    // 11 s lower than at first.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    let later = pttl(&mut redis);
+    assert!(
+        later > first - 5_000,
+        "the slot's key was not renewed: {first} ms, then {later} ms"
+    );
+    assert_eq!(
+        create(&relay, "ka", &hi()).await.0,
+        429,
+        "the slot is still held"
+    );
+}
