@@ -15,6 +15,7 @@ mod mcp_loop;
 mod observability;
 mod process;
 mod quotas;
+mod quotas_redis;
 mod redis;
 mod redis_faults;
 mod registered;

@@ -13,16 +13,21 @@ use responses_relay::App;
 use responses_relay::limits::Clock;
 
 /// 2023-11-14T22:13:20Z: about 1 h 47 min before a UTC midnight.
-const START_MS: u64 = 1_700_000_000_000;
+pub(crate) const START_MS: u64 = 1_700_000_000_000;
 const TO_MIDNIGHT: Duration = Duration::from_millis(1_700_006_400_000 - START_MS);
 
 /// A relay configured by `toml` (a memory store unless `args` say otherwise) in front of `up`,
 /// its limits on a clock at [`START_MS`] that only the test moves.
-async fn limited(up: &FakeUpstream, args: &[&str], toml: &str) -> (Relay, Clock) {
+pub(crate) async fn limited(up: &FakeUpstream, args: &[&str], toml: &str) -> (Relay, Clock) {
     limited_at(up, args, toml, Clock::manual(START_MS)).await
 }
 
-async fn limited_at(up: &FakeUpstream, args: &[&str], toml: &str, clock: Clock) -> (Relay, Clock) {
+pub(crate) async fn limited_at(
+    up: &FakeUpstream,
+    args: &[&str],
+    toml: &str,
+    clock: Clock,
+) -> (Relay, Clock) {
     let base = up.base_url();
     let mut argv = vec![
         "--upstream-url",
@@ -39,7 +44,7 @@ async fn limited_at(up: &FakeUpstream, args: &[&str], toml: &str, clock: Clock) 
 }
 
 /// The answer to a request with `key` as the bearer: status, headers, JSON body.
-async fn send(
+pub(crate) async fn send(
     relay: &Relay,
     method: &str,
     path: &str,
@@ -64,7 +69,7 @@ async fn send(
     (status, headers, body)
 }
 
-async fn create(
+pub(crate) async fn create(
     relay: &Relay,
     key: &str,
     body: &Value,
@@ -72,16 +77,16 @@ async fn create(
     send(relay, "POST", "/v1/responses", key, Some(body)).await
 }
 
-fn hi() -> Value {
+pub(crate) fn hi() -> Value {
     json!({"model": "fake-model", "input": "hi"})
 }
 
-fn header<'a>(h: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(h: &'a reqwest::header::HeaderMap, name: &str) -> Option<&'a str> {
     h.get(name).map(|v| v.to_str().unwrap())
 }
 
 /// The value of one sample of `/metrics` (0 when absent).
-async fn metric(relay: &Relay, sample: &str) -> f64 {
+pub(crate) async fn metric(relay: &Relay, sample: &str) -> f64 {
     let text = client()
         .get(relay.url("/metrics"))
         .send()
@@ -554,87 +559,6 @@ fn bad_limit_values_are_refused_naming_the_entry() {
     }
 }
 
-#[tokio::test]
-async fn concurrent_load_on_two_relays_over_redis_is_admitted_exactly_to_the_limit() {
-    let up = upstream().await;
-    let store = redis_db();
-    let args = ["--store", store.as_str()];
-    let toml = r#"
-[[keys]]
-key = "ka"
-tenant = "team-a"
-limits = { requests_per_minute = 12 }
-"#;
-    let (a, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let (b, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let statuses = futures::future::join_all((0..40).map(|i| {
-        let relay = if i % 2 == 0 { &a } else { &b };
-        async move { create(relay, "ka", &hi()).await.0 }
-    }))
-    .await;
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        12,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        28,
-        "{statuses:?}"
-    );
-    // A slot taken on one relay is seen by the other.
-    let toml = r#"
-[[keys]]
-key = "kc"
-tenant = "team-c"
-limits = { concurrent_runs = 1 }
-"#;
-    let (c, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let (d, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let stalled = json!({"model": "fake-model?fault=stall", "input": "hi", "background": true});
-    let (status, _, r) = create(&c, "kc", &stalled).await;
-    assert_eq!(status, 200, "{r}");
-    let (status, _, r) = create(&d, "kc", &hi()).await;
-    assert_eq!(status, 429, "{r}");
-    let id = r["id"].as_str().map(str::to_string);
-    assert_eq!(id, None);
-}
-
-#[tokio::test]
-async fn with_redis_down_limits_fail_open_with_a_metric_or_closed_with_a_503() {
-    let up = upstream().await;
-    let mut server = RedisServer::start();
-    let store = server.url(0);
-    let toml = r#"
-[[keys]]
-key = "ka"
-tenant = "team-a"
-limits = { requests_per_minute = 100 }
-"#;
-    let args = ["--store", store.as_str()];
-    let (open, _) = limited(&up, &args, toml).await;
-    let closed_args = ["--store", store.as_str(), "--limits-fail-closed"];
-    let (closed, _) = limited(&up, &closed_args, toml).await;
-    let unstored = json!({"model": "fake-model", "input": "hi", "store": false});
-    assert_eq!(create(&open, "ka", &unstored).await.0, 200);
-    assert_eq!(create(&closed, "ka", &unstored).await.0, 200);
-    server.stop();
-
-    let (status, h, r) = create(&open, "ka", &unstored).await;
-    assert_eq!(status, 200, "fails open: {r}");
-    assert_eq!(
-        header(&h, "x-ratelimit-limit-requests"),
-        None,
-        "nothing known to say"
-    );
-    assert!(metric(&open, "relay_limits_unavailable_total").await >= 1.0);
-
-    let (status, h, r) = create(&closed, "ka", &unstored).await;
-    assert_eq!(status, 503, "{r}");
-    assert_eq!(r["error"]["code"], "limits_unavailable");
-    assert_eq!(header(&h, "retry-after"), Some("1"));
-}
-
 /// The OpenAI Python SDK against a limited relay (real clock): it reads the 429's envelope and
 /// headers, its own retry waits `retry-after-ms` and succeeds, and a spent daily budget is not
 /// retried (`x-should-retry: false`).
@@ -773,49 +697,4 @@ async fn a_web_search_through_a_registered_server_counts_against_its_calls_per_m
     assert_eq!(searches, ["completed", "failed"], "{r}");
     let told = up.requests().last().unwrap().body.to_string();
     assert!(told.contains("MCP server 'search'"), "{told}");
-}
-
-#[tokio::test]
-async fn a_live_runs_slot_in_redis_is_renewed_with_its_keys_expiry_so_a_long_run_keeps_it() {
-    let up = upstream().await;
-    let store = redis_db();
-    let args = ["--store", store.as_str()];
-    let toml = r#"
-[[keys]]
-key = "ka"
-tenant = "team-a"
-limits = { concurrent_runs = 1 }
-"#;
-    let (relay, _) = limited_at(&up, &args, toml, Clock::System).await;
-    let stalled = json!({"model": "fake-model?fault=stall", "input": "hi", "background": true});
-    let (status, _, r) = create(&relay, "ka", &stalled).await;
-    assert_eq!(status, 200, "{r}");
-    let id: String = responses_relay::config::sha256(b"ka")[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let key = format!("relay:limit:{{team-a}}:key:{id}:concurrent_runs");
-    let db: u32 = store.rsplit('/').next().unwrap().parse().unwrap();
-    let mut redis =
-        ::redis::Client::open(format!("redis://127.0.0.1:{}/{db}", shared_redis().port))
-            .unwrap()
-            .get_connection()
-            .unwrap();
-    let pttl =
-        |c: &mut ::redis::Connection| -> i64 { ::redis::cmd("PTTL").arg(&key).query(c).unwrap() };
-    let first = pttl(&mut redis);
-    assert!(first > 0, "the slot's key expires: {first}");
-    // Past the renewal period (10 s), the key's expiry was pushed back: left alone it would be
-    // 11 s lower than at first.
-    tokio::time::sleep(Duration::from_secs(11)).await;
-    let later = pttl(&mut redis);
-    assert!(
-        later > first - 5_000,
-        "the slot's key was not renewed: {first} ms, then {later} ms"
-    );
-    assert_eq!(
-        create(&relay, "ka", &hi()).await.0,
-        429,
-        "the slot is still held"
-    );
 }
