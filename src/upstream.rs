@@ -600,6 +600,51 @@ fn retry_delay(body: &Value) -> Option<Duration> {
         .map(Duration::from_secs_f64)
 }
 
+/// A pure parser of one wire format's streamed answer: SSE `data` in, model events out (each
+/// adapter's `ChunkParser` or `EventParser`).
+pub(crate) trait StreamParser: Send + 'static {
+    fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError>;
+    /// Whether the answer is complete (its terminal event read), so nothing after it is read.
+    fn complete(&self) -> bool {
+        false
+    }
+    /// At `[DONE]` (`done`) or the end of the body: what is still owed, or why the answer was
+    /// cut.
+    fn end(&mut self, done: bool, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError>;
+}
+
+/// The model events of a streamed answer, read by `parser`: the one loop every adapter's
+/// `events` is.
+pub(crate) fn parsed_events(
+    resp: reqwest::Response,
+    idle: Duration,
+    mut parser: impl StreamParser,
+) -> ModelStream {
+    use futures::StreamExt;
+    let data = sse_data(resp, idle);
+    Box::pin(async_stream::stream! {
+        let mut buf = Vec::new();
+        futures::pin_mut!(data);
+        while let Some(item) = data.next().await {
+            let done = match item {
+                Err(e) => { yield Err(e); return; }
+                Ok(SseData::Done) => true,
+                Ok(SseData::End) => false,
+                Ok(SseData::Event { data }) => {
+                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
+                    for ev in buf.drain(..) { yield Ok(ev); }
+                    if parser.complete() { return; }
+                    continue;
+                }
+            };
+            let ended = parser.end(done, &mut buf);
+            for ev in buf.drain(..) { yield Ok(ev); }
+            if let Err(e) = ended { yield Err(e); }
+            return;
+        }
+    })
+}
+
 /// Reads SSE events from an upstream answer, with an idle timeout between events; `[DONE]` ends.
 pub(crate) fn sse_data(
     resp: reqwest::Response,

@@ -21,8 +21,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice,
-    UpstreamError,
+    Body, FinishReason, ModelEvent, ModelStream, TurnRequest, TurnToolChoice, UpstreamError,
 };
 use crate::api::Usage;
 use crate::api::request::{InputItem, InputPart, MessageContent, Role, ToolOutput};
@@ -596,29 +595,26 @@ fn stream_error(e: &Value) -> UpstreamError {
 
 /// The model events of a streaming Messages answer.
 pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    use futures::StreamExt;
-    let data = super::sse_data(resp, idle);
-    Box::pin(async_stream::stream! {
-        let mut parser = EventParser::new();
-        let mut buf = Vec::new();
-        futures::pin_mut!(data);
-        while let Some(item) = data.next().await {
-            match item {
-                Err(e) => { yield Err(e); return; }
-                Ok(SseData::Done) | Ok(SseData::End) => {
-                    if !parser.finished() {
-                        yield Err(UpstreamError::Cut("the stream ended without message_stop".into()));
-                    }
-                    return;
-                }
-                Ok(SseData::Event { data, .. }) => {
-                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
-                    for ev in buf.drain(..) { yield Ok(ev); }
-                    if parser.finished() { return; }
-                }
-            }
+    super::parsed_events(resp, idle, EventParser::new())
+}
+
+impl super::StreamParser for EventParser {
+    fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        EventParser::parse(self, data, out)
+    }
+
+    fn complete(&self) -> bool {
+        self.finished()
+    }
+
+    fn end(&mut self, _done: bool, _out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        if self.finished() {
+            return Ok(());
         }
-    })
+        Err(UpstreamError::Cut(
+            "the stream ended without message_stop".into(),
+        ))
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::{
-    Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice,
-    UpstreamError,
+    Body, FinishReason, ModelEvent, ModelStream, TurnRequest, TurnToolChoice, UpstreamError,
 };
 use crate::api::Usage;
 use crate::api::request::{InputItem, InputPart, MessageContent, Role, TextFormat};
@@ -435,27 +434,21 @@ pub(crate) fn preview(s: &str) -> String {
 
 /// The model events of a streaming chat answer.
 pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    use futures::StreamExt;
-    let data = super::sse_data(resp, idle);
-    Box::pin(async_stream::stream! {
-        let mut parser = ChunkParser::new();
-        let mut buf = Vec::new();
-        futures::pin_mut!(data);
-        while let Some(item) = data.next().await {
-            match item {
-                Err(e) => { yield Err(e); return; }
-                Ok(SseData::Done) => return,
-                Ok(SseData::End) => {
-                    if !parser.finished() {
-                        yield Err(UpstreamError::Cut("the stream ended without a finish reason or [DONE]".into()));
-                    }
-                    return;
-                }
-                Ok(SseData::Event { data, .. }) => {
-                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
-                    for ev in buf.drain(..) { yield Ok(ev); }
-                }
-            }
+    super::parsed_events(resp, idle, ChunkParser::new())
+}
+
+impl super::StreamParser for ChunkParser {
+    fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        ChunkParser::parse(self, data, out)
+    }
+
+    /// Usage may follow the finish reason: read on to `[DONE]` or the body's end.
+    fn end(&mut self, done: bool, _out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        if done || self.finished() {
+            return Ok(());
         }
-    })
+        Err(UpstreamError::Cut(
+            "the stream ended without a finish reason or [DONE]".into(),
+        ))
+    }
 }

@@ -25,8 +25,7 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::{
-    Body, FinishReason, ModelEvent, ModelStream, SseData, TurnRequest, TurnToolChoice,
-    UpstreamError,
+    Body, FinishReason, ModelEvent, ModelStream, TurnRequest, TurnToolChoice, UpstreamError,
 };
 use crate::api::Usage;
 use crate::api::request::{InputItem, InputPart, MessageContent, Role, TextFormat, ToolOutput};
@@ -588,28 +587,18 @@ fn error(e: &Value) -> UpstreamError {
 
 /// The model events of a streamed answer (no `[DONE]`: the stream ends when the body does).
 pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    use futures::StreamExt;
-    let data = super::sse_data(resp, idle);
-    Box::pin(async_stream::stream! {
-        let mut parser = ChunkParser::new();
-        let mut buf = Vec::new();
-        futures::pin_mut!(data);
-        while let Some(item) = data.next().await {
-            match item {
-                Err(e) => { yield Err(e); return; }
-                Ok(SseData::Done) | Ok(SseData::End) => {
-                    let ended = parser.end(&mut buf);
-                    for ev in buf.drain(..) { yield Ok(ev); }
-                    if let Err(e) = ended { yield Err(e); }
-                    return;
-                }
-                Ok(SseData::Event { data, .. }) => {
-                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
-                    for ev in buf.drain(..) { yield Ok(ev); }
-                }
-            }
-        }
-    })
+    super::parsed_events(resp, idle, ChunkParser::new())
+}
+
+impl super::StreamParser for ChunkParser {
+    fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        ChunkParser::parse(self, data, out)
+    }
+
+    /// Gemini sends no `[DONE]`: the answer ends with the body.
+    fn end(&mut self, _done: bool, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        ChunkParser::end(self, out)
+    }
 }
 
 #[cfg(test)]
