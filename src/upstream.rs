@@ -608,9 +608,18 @@ pub(crate) trait StreamParser: Send + 'static {
     fn complete(&self) -> bool {
         false
     }
+    /// What a body that ends before the answer is complete lacks (the default [`end`]'s error).
+    ///
+    /// [`end`]: StreamParser::end
+    const UNFINISHED: &'static str = "the stream ended before the answer was complete";
     /// At `[DONE]` (`done`) or the end of the body: what is still owed, or why the answer was
-    /// cut.
-    fn end(&mut self, done: bool, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError>;
+    /// cut. By default: nothing, once complete.
+    fn end(&mut self, _done: bool, _out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        match self.complete() {
+            true => Ok(()),
+            false => Err(UpstreamError::Cut(Self::UNFINISHED.into())),
+        }
+    }
 }
 
 /// The model events of a streamed answer, read by `parser`: the one loop every adapter's

@@ -447,16 +447,9 @@ impl super::StreamParser for EventParser {
         EventParser::parse(self, data, out)
     }
 
+    const UNFINISHED: &'static str = "the stream ended without a terminal response event";
+
     fn complete(&self) -> bool {
         self.finished()
-    }
-
-    fn end(&mut self, _done: bool, _out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
-        if self.finished() {
-            return Ok(());
-        }
-        Err(UpstreamError::Cut(
-            "the stream ended without a terminal response event".into(),
-        ))
     }
 }

@@ -43,24 +43,6 @@ fn messages_requests(up: &FakeUpstream) -> Vec<crate::fake_upstream::Recorded> {
         .collect()
 }
 
-/// The text of a Response's messages.
-fn text_of(r: &Value) -> String {
-    output_of(r, "message")
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap())
-        .filter_map(|p| p["text"].as_str())
-        .collect()
-}
-
-fn output_of<'a>(r: &'a Value, kind: &str) -> Vec<&'a Value> {
-    r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["type"] == kind)
-        .collect()
-}
-
 #[tokio::test]
 async fn a_text_run_goes_to_messages_with_the_key_as_x_api_key_and_streams_the_answer() {
     let (up, relay) = anthropic_relay().await;
@@ -135,7 +117,7 @@ async fn an_mcp_run_loops_through_tool_use_and_tool_result_blocks() {
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["status"], "completed", "{r}");
-    let calls = output_of(&r, "mcp_call");
+    let calls = items_of(&r, "mcp_call");
     assert_eq!(calls.len(), 1, "{r}");
     assert_eq!(calls[0]["name"], "add");
     let sent = messages_requests(&up);
@@ -161,7 +143,7 @@ async fn an_mcp_run_loops_through_tool_use_and_tool_result_blocks() {
     assert_eq!(result["type"], "tool_result");
     assert_eq!(result["tool_use_id"], tool_use["id"], "the ids match");
     assert_eq!(
-        text_of(&r),
+        message_text(&r),
         format!("Tool results: {}", calls[0]["output"].as_str().unwrap())
     );
 }
@@ -208,7 +190,7 @@ async fn function_tools_take_every_tool_choice_and_parallel_calls_come_back_as_r
             .await;
         assert_eq!(status, 200, "{choice}: {r}");
         assert_eq!(last_request(&up)["tool_choice"], want_choice, "{choice}");
-        let calls = output_of(&r, "function_call");
+        let calls = items_of(&r, "function_call");
         let names: Vec<&str> = calls.iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(names, want_calls, "{choice}: {r}");
         if calls.len() < 2 {
@@ -226,7 +208,7 @@ async fn function_tools_take_every_tool_choice_and_parallel_calls_come_back_as_r
             .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(
-            text_of(&r),
+            message_text(&r),
             "Tool results: out of get_weather; out of lookup"
         );
         let msgs = last_request(&up)["messages"].as_array().unwrap().clone();
@@ -305,7 +287,7 @@ async fn signed_thinking_comes_back_verbatim_before_the_tool_use_within_a_run() 
     // The reasoning item shows the thinking as its summary, and carries the signed blocks sealed (asked for
     // or not: the next turn needs them).
     // (The fake thinks on each of the run's two turns.)
-    let reasoning = output_of(&r, "reasoning");
+    let reasoning = items_of(&r, "reasoning");
     assert_eq!(reasoning.len(), 2, "{r}");
     assert_eq!(
         reasoning[0]["summary"],
@@ -334,7 +316,7 @@ async fn signed_thinking_comes_back_through_previous_response_id() {
     let (up, relay) = anthropic_relay().await;
     let (status, first) = relay.create(&weather_request(json!({}))).await;
     assert_eq!(status, 200, "{first}");
-    let call = output_of(&first, "function_call")[0].clone();
+    let call = items_of(&first, "function_call")[0].clone();
     let (status, second) = relay
         .create(&json!({"model": "fake-model", "reasoning": {"effort": "medium"},
             "previous_response_id": first["id"],
@@ -343,7 +325,7 @@ async fn signed_thinking_comes_back_through_previous_response_id() {
         .await;
     assert_eq!(status, 200, "{second}");
     assert_eq!(second["status"], "completed", "{second}");
-    assert_eq!(text_of(&second), "Tool results: sunny");
+    assert_eq!(message_text(&second), "Tool results: sunny");
     let sent = messages_requests(&up);
     let msgs = sent[1].body["messages"].as_array().unwrap();
     let (thinking, redacted) = fake_thinking_blocks(&msgs[1]);
@@ -363,7 +345,7 @@ async fn signed_thinking_comes_back_statelessly_with_include_and_a_lost_one_is_r
         .await;
     assert_eq!(status, 200, "{first}");
     let out = first["output"].as_array().unwrap().clone();
-    let call = output_of(&first, "function_call")[0].clone();
+    let call = items_of(&first, "function_call")[0].clone();
     let next = |items: Vec<Value>| {
         let mut input =
             vec![json!({"role": "user", "content": "CALL get_weather {\"location\":\"Paris\"}"})];
@@ -376,7 +358,7 @@ async fn signed_thinking_comes_back_statelessly_with_include_and_a_lost_one_is_r
     };
     let (status, second) = relay.create(&next(out.clone())).await;
     assert_eq!(status, 200, "{second}");
-    assert_eq!(text_of(&second), "Tool results: rainy", "{second}");
+    assert_eq!(message_text(&second), "Tool results: rainy", "{second}");
     let msgs = last_request(&up)["messages"].as_array().unwrap().clone();
     assert_eq!(msgs[1]["content"][0]["type"], "thinking", "{msgs:?}");
     assert_eq!(msgs[1]["content"][1]["type"], "redacted_thinking");
@@ -508,7 +490,7 @@ async fn models_lists_an_anthropic_upstreams_models_as_name_slash_id_and_routes_
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["model"], "claude/fake-model");
-    assert_eq!(text_of(&r), "Hello! You said: hi");
+    assert_eq!(message_text(&r), "Hello! You said: hi");
     assert_eq!(last_request(&up)["model"], "fake-model");
 
     // `--upstream-api anthropic` reads the default upstream the same way.

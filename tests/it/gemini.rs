@@ -41,23 +41,6 @@ fn turns(up: &FakeUpstream) -> Vec<crate::fake_upstream::Recorded> {
         .collect()
 }
 
-fn text_of(r: &Value) -> String {
-    output_of(r, "message")
-        .iter()
-        .flat_map(|m| m["content"].as_array().unwrap())
-        .filter_map(|p| p["text"].as_str())
-        .collect()
-}
-
-fn output_of<'a>(r: &'a Value, kind: &str) -> Vec<&'a Value> {
-    r["output"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|o| o["type"] == kind)
-        .collect()
-}
-
 #[tokio::test]
 async fn a_text_run_with_images_goes_to_stream_generate_content_with_the_key_as_x_goog_api_key() {
     let (up, relay) = gemini_relay().await;
@@ -130,7 +113,7 @@ async fn an_mcp_run_loops_through_function_call_and_function_response_parts() {
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["status"], "completed", "{r}");
-    let calls = output_of(&r, "mcp_call");
+    let calls = items_of(&r, "mcp_call");
     assert_eq!(calls.len(), 1, "{r}");
     assert_eq!(calls[0]["name"], "add");
     let sent = turns(&up);
@@ -158,7 +141,7 @@ async fn an_mcp_run_loops_through_function_call_and_function_response_parts() {
     let response = &contents[2]["parts"][0]["functionResponse"];
     assert_eq!(response["name"], "math__add");
     assert_eq!(
-        text_of(&r),
+        message_text(&r),
         format!("Tool results: {}", calls[0]["output"].as_str().unwrap())
     );
     assert_eq!(response["response"]["output"], calls[0]["output"]);
@@ -213,7 +196,7 @@ async fn function_tools_take_every_tool_choice_and_parallel_calls_come_back_as_r
             sent["tools"][0]["functionDeclarations"][1]["parameters"],
             json!({"type": "object", "properties": {"q": {"type": "string", "nullable": true}}, "required": ["q"]})
         );
-        let calls = output_of(&r, "function_call");
+        let calls = items_of(&r, "function_call");
         let names: Vec<&str> = calls.iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(names, want_calls, "{choice}: {r}");
         if calls.len() < 2 {
@@ -231,7 +214,7 @@ async fn function_tools_take_every_tool_choice_and_parallel_calls_come_back_as_r
             .await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(
-            text_of(&r),
+            message_text(&r),
             "Tool results: out of get_weather; out of lookup"
         );
         let contents = last_request(&up)["contents"].as_array().unwrap().clone();
@@ -355,7 +338,7 @@ async fn thought_signatures_come_back_on_their_call_within_a_run() {
             .is_some_and(|s| s.starts_with("CiQB")),
         "{call}"
     );
-    let reasoning = output_of(&r, "reasoning");
+    let reasoning = items_of(&r, "reasoning");
     assert_eq!(
         reasoning[0]["summary"],
         json!([{"type": "summary_text", "text": "think think "}])
@@ -384,7 +367,7 @@ async fn thought_signatures_come_back_through_previous_response_id() {
     let (up, relay) = gemini_relay().await;
     let (status, first) = relay.create(&weather_request(json!({}))).await;
     assert_eq!(status, 200, "{first}");
-    let call = output_of(&first, "function_call")[0].clone();
+    let call = items_of(&first, "function_call")[0].clone();
     let (status, second) = relay
         .create(&json!({"model": "fake-model", "reasoning": {"effort": "medium"},
             "previous_response_id": first["id"],
@@ -392,7 +375,7 @@ async fn thought_signatures_come_back_through_previous_response_id() {
             "input": [{"type": "function_call_output", "call_id": call["call_id"], "output": "sunny"}]}))
         .await;
     assert_eq!(status, 200, "{second}");
-    assert_eq!(text_of(&second), "Tool results: sunny");
+    assert_eq!(message_text(&second), "Tool results: sunny");
     let sent = turns(&up);
     let contents = sent[1].body["contents"].as_array().unwrap();
     assert!(
@@ -411,7 +394,7 @@ async fn thought_signatures_come_back_statelessly_with_include_and_a_lost_one_is
         .await;
     assert_eq!(status, 200, "{first}");
     let out = first["output"].as_array().unwrap().clone();
-    let call = output_of(&first, "function_call")[0].clone();
+    let call = items_of(&first, "function_call")[0].clone();
     let next = |items: Vec<Value>| {
         let mut input =
             vec![json!({"role": "user", "content": "CALL get_weather {\"location\":\"Paris\"}"})];
@@ -424,7 +407,7 @@ async fn thought_signatures_come_back_statelessly_with_include_and_a_lost_one_is
     };
     let (status, second) = relay.create(&next(out.clone())).await;
     assert_eq!(status, 200, "{second}");
-    assert_eq!(text_of(&second), "Tool results: rainy", "{second}");
+    assert_eq!(message_text(&second), "Tool results: rainy", "{second}");
     let contents = last_request(&up)["contents"].as_array().unwrap().clone();
     assert!(signed_call(&contents).get("thoughtSignature").is_some());
 
@@ -546,7 +529,7 @@ async fn models_lists_a_gemini_upstreams_models_as_name_slash_id_and_routes_ther
         .await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["model"], "gemini/fake-model");
-    assert_eq!(text_of(&r), "Hello! You said: hi");
+    assert_eq!(message_text(&r), "Hello! You said: hi");
     assert_eq!(
         turns(&up)[0].path,
         "/v1beta/models/fake-model:streamGenerateContent"
@@ -680,7 +663,7 @@ async fn every_step_of_a_turn_sends_its_own_signature_back() {
         )
         .await;
     assert_eq!(status, 200, "{r}");
-    assert_eq!(output_of(&r, "mcp_call").len(), 2, "{r}");
+    assert_eq!(items_of(&r, "mcp_call").len(), 2, "{r}");
     let sent = turns(&up);
     assert_eq!(sent.len(), 3);
     // The last turn: two steps, each a model content whose call carries its own signature.

@@ -29,6 +29,15 @@ pub fn items_of<'a>(response: &'a Value, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// The text of a Response's `message` items, joined.
+pub fn message_text(response: &Value) -> String {
+    items_of(response, "message")
+        .iter()
+        .flat_map(|m| m["content"].as_array().unwrap())
+        .filter_map(|p| p["text"].as_str())
+        .collect()
+}
+
 /// The id of a streamed run: its first event's `response.id`.
 pub fn id_of(body: &SseBody) -> String {
     body.events[0]["response"]["id"]
