@@ -21,7 +21,7 @@ mod upstreams;
 pub use crate::store::{DEFAULT_TENANT, StoreKind};
 pub use flags::{
     ApiArg, ApprovalArg, Cli, Command, DemoArgs, DiscoveryFailure, HostedTools, LogFormat,
-    LogsCommand, ReplayArgs, ServeArgs,
+    LogsCommand, ReplayArgs, ServeArgs, StoreCommand,
 };
 pub use keys::{KeyEntry, sha256, valid_tenant};
 pub use mcp::McpConfig;

@@ -723,21 +723,26 @@ async fn renew_leases(inner: Weak<Inner>) {
         if held.is_empty() {
             continue;
         }
-        let keys: Vec<&String> = held.iter().map(|(k, _)| k).collect();
         let now = match inner.clock {
             Clock::System => String::new(),
             Clock::Manual(_) => inner.clock.now_ms().to_string(),
         };
-        let mut cmd = ::redis::cmd("EVAL");
-        cmd.arg(RENEW)
-            .arg(keys.len())
-            .arg(keys)
-            .arg(LEASE_MS)
-            .arg(now);
-        for (_, member) in &held {
-            cmd.arg(member);
-        }
-        if let Err(e) = conn.query::<i64>(&cmd).await {
+        // One call per slot held (each key may be of another tenant: another hash slot on a
+        // cluster), pipelined.
+        let cmds: Vec<::redis::Cmd> = held
+            .iter()
+            .map(|(key, member)| {
+                let mut cmd = ::redis::cmd("EVAL");
+                cmd.arg(RENEW)
+                    .arg(1)
+                    .arg(key)
+                    .arg(LEASE_MS)
+                    .arg(&now)
+                    .arg(member);
+                cmd
+            })
+            .collect();
+        if let Some(Err(e)) = conn.send(&cmds, &[]).await.into_iter().find(Result::is_err) {
             tracing::debug!(error = %e, "concurrent-run slots not renewed");
         }
     }

@@ -1,5 +1,5 @@
 //! The `responses-relay` binary: parses the command line, then runs the subcommand (`serve`,
-//! `logs`, `replay`, `demo`, `usage`); a bad flag value exits 64 naming the flag.
+//! `logs`, `replay`, `demo`, `usage`, `store`); a bad flag value exits 64 naming the flag.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -45,6 +45,29 @@ fn main() -> ExitCode {
             &args.since,
             args.json(),
         ),
+        Command::Store(responses_relay::config::StoreCommand::Migrate { store }) => migrate(&store),
+    }
+}
+
+/// `store migrate`: moves a Redis store to today's key layout, and says what it moved.
+fn migrate(url: &str) -> ExitCode {
+    use responses_relay::store::StoreError;
+    match responses_relay::store::redis::migrate(url) {
+        Ok(m) => {
+            println!(
+                "moved {} keys to the current layout; dropped {} live-tail marks",
+                m.moved, m.dropped
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e @ StoreError::Redis(_)) => {
+            eprintln!("error: invalid value for '--store': {e}");
+            ExitCode::from(64)
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
     }
 }
 

@@ -288,7 +288,7 @@ impl Store {
     pub fn sink(&self, tenant: &Tenant, id: &str, stored: bool) -> Arc<dyn LogSink> {
         match (&self.backend, stored) {
             (Backend::Sqlite(s), true) => Arc::new(s.sink(tenant, id)),
-            (Backend::Redis(r), true) => Arc::new(r.sink(id, Some(self.fail_hook(id)))),
+            (Backend::Redis(r), true) => Arc::new(r.sink(tenant, id, Some(self.fail_hook(id)))),
             _ => Arc::new(Immediate),
         }
     }

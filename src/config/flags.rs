@@ -41,6 +41,21 @@ pub enum Command {
     /// Print tokens, runs and MCP calls per tenant, UTC day and model, read from a relay's store
     /// (an operator's report; the relay may be running or stopped).
     Usage(UsageArgs),
+    /// Look after a relay's store: `store migrate --store URL`.
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum StoreCommand {
+    /// Move a Redis store's data kept in the key layout from before Redis Cluster support to
+    /// today's (once, with every relay on it stopped; run again, it moves nothing).
+    Migrate {
+        /// The Redis: `redis://[:PASSWORD@]HOST:PORT/DB` (`rediss://` for TLS) or
+        /// `redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]`.
+        #[arg(long, value_name = "URL", env = "RELAY_STORE")]
+        store: String,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -11,7 +11,8 @@ use crate::redact::mask_password;
 pub enum StoreKind {
     Memory,
     Sqlite(PathBuf),
-    /// `redis://` or `rediss://` URL, or `redis+sentinel://` / `rediss+sentinel://` (it may carry
+    /// `redis://` or `rediss://` URL, `redis+sentinel://` / `rediss+sentinel://`, or
+    /// `redis+cluster://` / `rediss+cluster://` (it may carry
     /// a password: show it only through [`mask_password`]; `Debug` masks it).
     Redis(String),
 }
@@ -40,6 +41,8 @@ impl StoreKind {
                 "rediss://",
                 "redis+sentinel://",
                 "rediss+sentinel://",
+                "redis+cluster://",
+                "rediss+cluster://",
             ]
             .iter()
             .any(|p| s.starts_with(p)) =>
@@ -56,7 +59,7 @@ impl StoreKind {
                     other.to_string()
                 };
                 return Err(format!(
-                    "'{shown}': expected 'sqlite:PATH', 'memory', 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS) or 'redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]'"
+                    "'{shown}': expected 'sqlite:PATH', 'memory', 'redis://[:PASSWORD@]HOST:PORT/DB' (rediss:// for TLS), 'redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]' or 'redis+cluster://HOST:PORT[,HOST:PORT...]'"
                 ));
             }
         })

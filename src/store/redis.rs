@@ -1,7 +1,8 @@
 //! The Redis backend: several relays share one Redis, so any of them serves, resumes and cancels
 //! any run.
 //!
-//! Keys of a run (all under the run's time to live):
+//! Keys of a run (all under the run's time to live, all in the run's hash slot: `{id}` is a hash
+//! tag, the braces are in the key):
 //! - `relay:resp:{id}`: a hash with the input JSON, `status`, `background`, `tenant`,
 //!   `deadline`, `turns` (each model turn's usage, once the run ended), the Response JSON
 //!   (`response`) until the run is packed, and, while the run goes on, `owner` (the relay
@@ -34,28 +35,40 @@
 //!
 //! Two sorted sets index runs: `relay:leases` (unfinished runs by lease expiry) and
 //! `relay:expiry` (runs by `expires_at`, for [`Redis::expire`]); a third per tenant,
-//! `relay:runs:{tenant}`, holds its runs by the time they were stored (for [`Redis::runs`]).
+//! `relay:runs:TENANT`, holds its runs by the time they were stored (for [`Redis::runs`]).
+//! Indexes and items are in slots of their own, so they are written beside a run's scripts, not
+//! in them: an index is a hint each reader checks against the run's hash (a run indexed but gone
+//! is skipped; a live run's lease entry is written again at every renewal), and a run's output
+//! items are written in the same batch as its end, so they are there once a client sees it.
+//!
+//! Redis Cluster (`redis+cluster://`): every script touches the keys of one run, or of one
+//! conversation, or of one tenant's counters, all in one hash slot; a batch goes as one pipeline
+//! per slot ([`Conn::send`]); the cluster connection follows `MOVED`/`ASK`. Data kept in the
+//! layout from before the hash tags is moved once by `responses-relay store migrate`
+//! ([`migrate`]); a store that finds such data refuses to start until it is.
 //!
 //! Every write is a Lua script (atomic per event), sent by one writer task per process in
-//! pipelined batches, in the order the emitter appended; the events of one batch (of any runs)
-//! go in one script call, which answers one code per event: an event is made visible on the
-//! run's log only once Redis acknowledged it. Appends are fenced: a script refuses an event of a
+//! pipelined batches, in the order the emitter appended; the events of one batch (of any runs of
+//! one slot) go in one script call, which answers one code per event: an event is made visible
+//! on the run's log only once Redis acknowledged it. Appends are fenced: a script refuses an event of a
 //! run this relay no longer owns, of a finished run, or of a deleted one. A relay that owns runs
 //! renews their leases every 250 ms and acts on cancel flags in the same call; any relay finishes
 //! a run whose lease lapsed (its owner died) as `failed`, after claiming it atomically. Blocking reads
 //! (`XREAD BLOCK`, to tail a run live on another relay) use a dedicated connection without a
 //! response timeout. Behind Sentinel (`target`), the connection follows the primary the
-//! Sentinels name. Redis Cluster is not supported (scripts touch keys of several slots).
+//! Sentinels name.
 //!
 //! Here: the [`Redis`] type, opening it, and its reads and deletes. Beside it: `scripts` (every
 //! Lua script), `conn` (the connection), `writer` (the batching writer and packing), `lease`
 //! (ownership, recovery of abandoned runs, cancels across relays), `tail` (live tails),
-//! `kept` (decoding kept logs), `conversations`, `usage` (the usage tallies).
+//! `kept` (decoding kept logs), `conversations`, `usage` (the usage tallies), `migrate` (the key
+//! layout).
 
 mod conn;
 mod conversations;
 mod kept;
 mod lease;
+mod migrate;
 mod scripts;
 mod tail;
 mod target;
@@ -66,14 +79,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use ::redis::AsyncConnectionConfig;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-pub use self::conn::{Conn, script};
+pub use self::conn::{Conn, Timeouts, script};
 use self::kept::{Kept, fold_entries, kept_of};
 use self::lease::{LEASE_MS, Owned, keep_leases};
-use self::scripts::{DELETE, INSERT, KEEP_TURNS, READ, READ_LOG};
+pub use self::migrate::migrate;
+use self::scripts::{DELETE, INSERT, ITEM_DROP, ITEM_KEEP, KEEP_TURNS, READ, READ_LOG};
 use self::tail::{TAIL, tail};
 use self::target::Target;
 pub use self::usage::usage_at;
@@ -90,10 +103,26 @@ use crate::redact::mask_password;
 
 const RESP: &str = "relay:resp:";
 const LOG: &str = "relay:log:";
+/// The index of unfinished runs by lease expiry.
+const LEASES: &str = "relay:leases";
+/// The index of runs by `expires_at`.
+const EXPIRY: &str = "relay:expiry";
 const ITEM: &str = "relay:item:";
 /// Other tenants' items: `relay:titem:{tenant}:{item_id}` (the scripts spell it out too). Not under
 /// `relay:item:`, so no default-tenant item id (ids are the client's) can name another's item.
 const TENANT_ITEM: &str = "relay:titem:";
+
+/// The index of `tenant`'s runs by the time they were stored.
+fn runs_key(tenant: &str) -> String {
+    format!("relay:runs:{tenant}")
+}
+
+/// The time now, in unix milliseconds (this relay's clock: for index scores, which are hints).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
 
 /// The key prefix of `tenant`'s items (the default tenant's is the one from before tenants).
 fn item_prefix(tenant: &Tenant) -> String {
@@ -132,17 +161,16 @@ impl Redis {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|_| StoreError::Internal("the Redis store needs a tokio runtime".into()))?;
         // Fail fast on a wrong address or password (one short blocking round trip at start-up).
-        let mut probe = target
+        target
             .probe(Duration::from_secs(2))
             .map_err(|e| StoreError::Redis(format!("cannot reach Redis at {shown}: {e}")))?;
-        ::redis::cmd("PING")
-            .query::<String>(&mut probe)
+        migrate::check_layout(&target)
             .map_err(|e| StoreError::Redis(format!("Redis at {shown}: {e}")))?;
-        drop(probe);
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(5)));
-        let conn = Arc::new(Conn::new(target, config.clone()));
+        let config = Timeouts {
+            connect: Duration::from_secs(1),
+            response: Some(Duration::from_secs(5)),
+        };
+        let conn = Arc::new(Conn::new(target, config));
         // The writer's own connection: behind Sentinel it sends `WAIT`, which holds the
         // connection it is sent on (and every read queued behind it) until a replica answers.
         let writer = Arc::new(Conn::new(
@@ -176,23 +204,33 @@ impl Redis {
     }
 
     fn resp_key(id: &str) -> String {
-        format!("{RESP}{id}")
+        format!("{RESP}{{{id}}}")
     }
 
     fn log_key(id: &str) -> String {
-        format!("{LOG}{id}")
+        format!("{LOG}{{{id}}}")
     }
 
     fn mark_key(id: &str) -> String {
-        format!("{TAIL}{id}")
+        format!("{TAIL}{{{id}}}")
     }
 
-    /// The sink a run's emitter appends through; `fail` ends the run if its events cannot be kept.
-    pub fn sink(&self, id: &str, fail: Option<FailHook>) -> Sink {
+    /// A new run's deadline (unix s) under the store's time to live (0: none).
+    fn deadline(&self) -> i64 {
+        self.inner
+            .ttl
+            .map_or(0, |t| now_ms() / 1000 + t.as_secs().max(1) as i64)
+    }
+
+    /// The sink `tenant`'s run `id`'s emitter appends through; `fail` ends the run if its events
+    /// cannot be kept.
+    pub fn sink(&self, tenant: &Tenant, id: &str, fail: Option<FailHook>) -> Sink {
         Sink {
             id: id.to_string(),
             tx: self.inner.tx.clone(),
             fail,
+            items: item_prefix(tenant),
+            deadline: self.deadline(),
         }
     }
 
@@ -205,34 +243,36 @@ impl Redis {
         fail: FailHook,
     ) {
         let r = &record.response;
-        let mut args: Vec<String> = vec![
-            r.id.clone(),
-            self.inner.instance.clone(),
-            LEASE_MS.to_string(),
-            self.inner
-                .ttl
-                .map(|t| t.as_secs().max(1))
-                .unwrap_or(0)
-                .to_string(),
-            serde_json::to_string(r).expect("serializes"),
-            serde_json::to_string(&record.input).expect("serializes"),
-            status_of(r),
-            if r.background { "1".into() } else { "0".into() },
-            expires_at.unwrap_or(0).to_string(),
-            item_prefix(&record.tenant),
-            record.tenant.as_str().to_string(),
+        let deadline = self.deadline();
+        let mut cmd = script(INSERT, &[Self::resp_key(&r.id)]);
+        cmd.arg(&r.id)
+            .arg(&self.inner.instance)
+            .arg(LEASE_MS)
+            .arg(deadline)
+            .arg(serde_json::to_string(r).expect("serializes"))
+            .arg(serde_json::to_string(&record.input).expect("serializes"))
+            .arg(status_of(r))
+            .arg(if r.background { "1" } else { "0" })
+            .arg(record.tenant.as_str());
+        // Beside it, each in its own slot: its index entries and its input items.
+        let now = now_ms();
+        let mut beside = vec![
+            zadd(LEASES, now + LEASE_MS as i64, &r.id),
+            zadd(&runs_key(record.tenant.as_str()), now, &r.id),
         ];
+        if deadline > 0 {
+            beside.push(zadd(EXPIRY, expires_at.unwrap_or(deadline), &r.id));
+        }
+        let prefix = item_prefix(&record.tenant);
         for i in &record.input {
             if let (Some(item_id), Ok(json)) = (i.id(), serde_json::to_string(i)) {
-                args.push(item_id.to_string());
-                args.push(json);
+                beside.push(keep_item(&prefix, item_id, &r.id, &json, deadline, "nx"));
             }
         }
-        let mut cmd = script(INSERT, &[Self::resp_key(&r.id)]);
-        cmd.arg(args);
         let _ = self.inner.tx.send(Cmd::Insert {
             id: r.id.clone(),
             cmd,
+            beside,
             owned: Some(Owned { cancel, fail }),
         });
     }
@@ -417,7 +457,7 @@ impl Redis {
         tenant: &Tenant,
         query: &RunQuery,
     ) -> Result<Vec<Response>, StoreError> {
-        let index = format!("relay:runs:{}", tenant.as_str());
+        let index = runs_key(tenant.as_str());
         let mut from: i64 = match &query.after {
             Some(after) => {
                 let mut cmd = ::redis::cmd("ZREVRANK");
@@ -501,17 +541,41 @@ impl Redis {
             );
         }
         let mut cmd = script(DELETE, &[Self::resp_key(id), Self::log_key(id)]);
-        cmd.arg(id)
-            .arg(ITEM)
-            .arg(tenant.map(|t| t.as_str()).unwrap_or("*"))
-            .arg(items);
+        cmd.arg(tenant.map(|t| t.as_str()).unwrap_or("*"));
         let existed: i64 = self.inner.conn.query(&cmd).await?;
-        Ok(existed == 1)
+        if existed != 1 {
+            return Ok(false);
+        }
+        // Its items and index entries, each in its own slot.
+        let prefix = item_prefix(&owner);
+        let mut beside: Vec<::redis::Cmd> = items
+            .iter()
+            .map(|item| {
+                let mut c = script(ITEM_DROP, &[format!("{prefix}{item}")]);
+                c.arg(id);
+                c
+            })
+            .collect();
+        for index in [
+            LEASES.to_string(),
+            EXPIRY.to_string(),
+            runs_key(owner.as_str()),
+        ] {
+            let mut c = ::redis::cmd("ZREM");
+            c.arg(index).arg(id);
+            beside.push(c);
+        }
+        for r in self.inner.conn.send(&beside, &[]).await {
+            if let Err(e) = r {
+                tracing::warn!(response_id = %id, error = %e, "a deleted run's item or index entry stays");
+            }
+        }
+        Ok(true)
     }
 
     pub async fn expire(&self, now: i64, live: Vec<String>) -> Result<usize, StoreError> {
         let mut cmd = ::redis::cmd("ZRANGEBYSCORE");
-        cmd.arg("relay:expiry").arg("-inf").arg(now);
+        cmd.arg(EXPIRY).arg("-inf").arg(now);
         let ids: Vec<String> = self.inner.conn.query(&cmd).await?;
         let mut n = 0;
         for id in ids.iter().filter(|i| !live.contains(i)) {
@@ -541,6 +605,28 @@ impl Redis {
             )),
         }
     }
+}
+
+/// `ZADD key score member`.
+fn zadd(key: &str, score: i64, member: &str) -> ::redis::Cmd {
+    let mut c = ::redis::cmd("ZADD");
+    c.arg(key).arg(score).arg(member);
+    c
+}
+
+/// Keeps item `item_id` (JSON `json`) of run `run` under `prefix` ([`ITEM_KEEP`]; `mode`: `nx`
+/// for an input item, `set` for an output item).
+fn keep_item(
+    prefix: &str,
+    item_id: &str,
+    run: &str,
+    json: &str,
+    deadline: i64,
+    mode: &str,
+) -> ::redis::Cmd {
+    let mut c = script(ITEM_KEEP, &[format!("{prefix}{item_id}")]);
+    c.arg(run).arg(json).arg(deadline).arg(mode);
+    c
 }
 
 /// Whether `url` names a Redis the store can use (checked, not connected to).

@@ -96,7 +96,13 @@ impl Tallies {
                 Ok(())
             }
             Backend::Sqlite(s) => s.add_usage(rows.clone()).await,
-            Backend::Redis(r) => r.add_usage(&rows).await,
+            Backend::Redis(r) => {
+                // Per tenant: only the tenants whose tallies were not kept are given back.
+                return r.add_usage(rows).await.map_err(|(e, unkept)| {
+                    self.give_back(unkept);
+                    e
+                });
+            }
         };
         if written.is_err() {
             self.give_back(rows);

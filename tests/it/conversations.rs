@@ -595,7 +595,7 @@ async fn a_conversation_lock_left_by_a_stopped_relay_is_free_once_its_run_has_en
     let ended = first["id"].as_str().unwrap().to_string();
     let client = ::redis::Client::open(url.as_str()).unwrap();
     let conn = client.get_multiplexed_async_connection().await.unwrap();
-    let key = format!("relay:conv-lock:default:{id}");
+    let key = format!("relay:conv-lock:{{default:{id}}}");
     let hold = |holder: String| {
         let (mut conn, key) = (conn.clone(), key.clone());
         async move {

@@ -22,8 +22,12 @@ pub(crate) async fn relay_over(up: &fake_upstream::FakeUpstream, url: &str) -> R
 
 /// A fake upstream, a fresh Redis database's URL, and two in-process relays sharing it.
 async fn two_relays() -> (fake_upstream::FakeUpstream, String, Relay, Relay) {
+    two_relays_on(redis_db()).await
+}
+
+/// A fake upstream and two in-process relays sharing the Redis store at `url`.
+async fn two_relays_on(url: String) -> (fake_upstream::FakeUpstream, String, Relay, Relay) {
     let up = upstream().await;
-    let url = redis_db();
     let a = relay_over(&up, &url).await;
     let b = relay_over(&up, &url).await;
     (up, url, a, b)
@@ -56,7 +60,12 @@ pub(crate) async fn rest_of(live: reqwest::Response, seen: String) -> SseBody {
 
 #[tokio::test]
 async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
-    let (_up, _url, a, b) = two_relays().await;
+    resumed_and_read_live_on_another(redis_db()).await;
+}
+
+/// The test above, on the Redis store at `url` (one server or a cluster).
+pub(crate) async fn resumed_and_read_live_on_another(url: String) {
+    let (_up, _url, a, b) = two_relays_on(url).await;
     let mut live = a.send(&json!({"model": "fake-model?deltas=40&delay_ms=10", "input": "long", "stream": true, "background": true})).await;
     let first = parse_sse(&read_events(&mut live, 6).await);
     let id = first.events[0]["response"]["id"]
@@ -100,7 +109,12 @@ async fn a_run_created_on_one_relay_is_resumed_and_read_live_on_another() {
 
 #[tokio::test]
 async fn previous_response_id_and_item_references_work_across_relays() {
-    let (up, _url, a, b) = two_relays().await;
+    references_across_relays(redis_db()).await;
+}
+
+/// The test above, on the Redis store at `url` (one server or a cluster).
+pub(crate) async fn references_across_relays(url: String) {
+    let (up, _url, a, b) = two_relays_on(url).await;
     let (status, first) = a
         .create(&json!({"model": "fake-model", "input": "turn 0"}))
         .await;
@@ -136,7 +150,12 @@ async fn previous_response_id_and_item_references_work_across_relays() {
 
 #[tokio::test]
 async fn cancel_through_another_relay_reaches_the_owner_within_a_second() {
-    let (up, _url, a, b) = two_relays().await;
+    cancel_through_another_relay(redis_db()).await;
+}
+
+/// The test above, on the Redis store at `url` (one server or a cluster).
+pub(crate) async fn cancel_through_another_relay(url: String) {
+    let (up, _url, a, b) = two_relays_on(url).await;
     let id = a.start_stalled().await;
     eventually("the upstream stream is open", || up.open_streams() >= 1).await;
     let started = Instant::now();
@@ -165,8 +184,12 @@ fn relay_process(upstream: &str, store: &str) -> RelayProcess {
 
 #[tokio::test]
 async fn when_a_relay_is_killed_mid_run_another_finishes_its_run_as_failed() {
+    killed_relay_run_finished_as_failed(redis_db()).await;
+}
+
+/// The test above, on the Redis store at `url` (one server or a cluster).
+pub(crate) async fn killed_relay_run_finished_as_failed(url: String) {
     let up = upstream().await;
-    let url = redis_db();
     let a = relay_process(&up.base_url(), &url);
     let b = relay_over(&up, &url).await;
     let id = a.start_stalled().await;
@@ -310,11 +333,11 @@ async fn runs_deleted_or_taken_over_in_redis_fail_while_runs_beside_them_are_kep
         .get_connection()
         .unwrap();
     ::redis::cmd("DEL")
-        .arg(format!("relay:resp:{}", ids[0]))
+        .arg(format!("relay:resp:{{{}}}", ids[0]))
         .exec(&mut redis)
         .unwrap();
     ::redis::cmd("HSET")
-        .arg(format!("relay:resp:{}", ids[1]))
+        .arg(format!("relay:resp:{{{}}}", ids[1]))
         .arg("owner")
         .arg("relay-elsewhere")
         .exec(&mut redis)
@@ -389,8 +412,8 @@ async fn a_run_deleted_in_redis_while_another_relay_tails_it_ends_there_with_a_t
         .get_connection()
         .unwrap();
     ::redis::cmd("DEL")
-        .arg(format!("relay:resp:{id}"))
-        .arg(format!("relay:log:{id}"))
+        .arg(format!("relay:resp:{{{id}}}"))
+        .arg(format!("relay:log:{{{id}}}"))
         .exec(&mut redis)
         .unwrap();
     while let Some(chunk) = tailed.chunk().await.unwrap() {
@@ -415,11 +438,11 @@ fn plain(url: &str) -> ::redis::Connection {
 /// `response` (the packed log holds it).
 fn is_packed(redis: &mut ::redis::Connection, id: &str) -> bool {
     let stream: i64 = ::redis::cmd("EXISTS")
-        .arg(format!("relay:log:{id}"))
+        .arg(format!("relay:log:{{{id}}}"))
         .query(redis)
         .unwrap();
     let (blob, response): (Option<Vec<u8>>, Option<String>) = ::redis::cmd("HMGET")
-        .arg(format!("relay:resp:{id}"))
+        .arg(format!("relay:resp:{{{id}}}"))
         .arg("packed")
         .arg("response")
         .query(redis)
@@ -546,7 +569,7 @@ fn unpack_by_hand(
     pipe.atomic();
     for (i, (line, data)) in lines.iter().zip(&body.raw).enumerate().take(n) {
         pipe.cmd("XADD")
-            .arg(format!("relay:log:{id}"))
+            .arg(format!("relay:log:{{{id}}}"))
             .arg(format!("0-{}", i + 1))
             .arg("seq")
             .arg(i)
@@ -559,12 +582,12 @@ fn unpack_by_hand(
             .ignore();
     }
     pipe.cmd("HSET")
-        .arg(format!("relay:resp:{id}"))
+        .arg(format!("relay:resp:{{{id}}}"))
         .arg("response")
         .arg(response)
         .ignore();
     pipe.cmd("HDEL")
-        .arg(format!("relay:resp:{id}"))
+        .arg(format!("relay:resp:{{{id}}}"))
         .arg("packed")
         .ignore();
     pipe.exec(redis).unwrap();
@@ -604,7 +627,7 @@ async fn a_finished_run_is_packed_into_one_blob_and_every_relay_serves_it_as_str
     let r = b.delete(&format!("/v1/responses/{other_id}")).await;
     assert_eq!(r.status(), 200);
     let left: i64 = ::redis::cmd("EXISTS")
-        .arg(format!("relay:resp:{other_id}"))
+        .arg(format!("relay:resp:{{{other_id}}}"))
         .arg(&msg)
         .query(&mut redis)
         .unwrap();
@@ -627,7 +650,7 @@ async fn a_run_tailed_on_another_relay_reaches_it_whole_at_once_and_is_packed_af
         .unwrap();
     assert_eq!(tailed.status(), 200);
     // B marks the run as tailed (so A does not pack its stream away under B's blocking read).
-    let mark = format!("relay:tail:{id}");
+    let mark = format!("relay:tail:{{{id}}}");
     eventually("B marks the run as tailed", || {
         ::redis::cmd("EXISTS")
             .arg(&mark)
@@ -669,7 +692,7 @@ async fn a_tailed_run_whose_stream_is_packed_away_under_the_tail_still_ends_whol
     let (live, body, id) = packed_run(&a, &mut redis, "x").await;
     let (_, log) = get_text(&a.url(&format!("/ui/api/runs/{id}/log"))).await;
     let (_, response) = get_text(&a.url(&format!("/v1/responses/{id}"))).await;
-    let key = format!("relay:resp:{id}");
+    let key = format!("relay:resp:{{{id}}}");
     let blob: Vec<u8> = ::redis::cmd("HGET")
         .arg(&key)
         .arg("packed")
@@ -685,7 +708,7 @@ async fn a_tailed_run_whose_stream_is_packed_away_under_the_tail_still_ends_whol
         + 3_600_000)
         .to_string();
     let created = serde_json::to_string(&body.events[0]["response"]).unwrap();
-    let log_key = format!("relay:log:{id}");
+    let log_key = format!("relay:log:{{{id}}}");
     ::redis::pipe()
         .cmd("HSET")
         .arg(&key)
@@ -706,7 +729,7 @@ async fn a_tailed_run_whose_stream_is_packed_away_under_the_tail_still_ends_whol
         .await
         .unwrap();
     let seen = read_events(&mut tailed, 5).await;
-    let mark = format!("relay:tail:{id}");
+    let mark = format!("relay:tail:{{{id}}}");
     eventually("B marks the run as tailed", || {
         ::redis::cmd("EXISTS")
             .arg(&mark)

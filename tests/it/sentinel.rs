@@ -34,7 +34,7 @@ async fn kept_run(relay: &Relay, input: &str) -> Value {
 fn holds(port: u16, id: &str) -> bool {
     let mut c = plain_connection(port);
     ::redis::cmd("EXISTS")
-        .arg(format!("relay:resp:{id}"))
+        .arg(format!("relay:resp:{{{id}}}"))
         .query::<i64>(&mut c)
         .unwrap()
         == 1

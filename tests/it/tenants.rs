@@ -317,7 +317,7 @@ async fn data_kept_before_tenants_is_the_default_tenants() {
     let client = ::redis::Client::open(url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let removed: i64 = ::redis::cmd("HDEL")
-        .arg(format!("relay:resp:{id}"))
+        .arg(format!("relay:resp:{{{id}}}"))
         .arg("tenant")
         .query_async(&mut conn)
         .await

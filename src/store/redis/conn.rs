@@ -1,9 +1,21 @@
-//! The Redis connection the store's scripts go through: one multiplexed connection, made on
-//! first use and made again after an error that is not a server's reply; every failure to reach
-//! Redis is [`StoreError::Unavailable`](super::StoreError).
+//! The Redis connection the store's scripts go through: one multiplexed connection (to the one
+//! Redis, or the primary the Sentinels name), or one cluster connection (which follows `MOVED`
+//! and `ASK` itself), made on first use and made again after an error that is not a server's
+//! reply; every failure to reach Redis is [`StoreError::Unavailable`](super::StoreError).
+//!
+//! Invariant: every command and script names its keys, all of one hash slot ([`Conn::send`]
+//! sends a batch as one pipeline per slot on a cluster, one pipeline otherwise), so the same
+//! calls work on one Redis and on a cluster.
 
-use ::redis::aio::MultiplexedConnection;
-use ::redis::{AsyncConnectionConfig, FromRedisValue, RedisError};
+use std::collections::HashMap;
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionLike, MultiplexedConnection};
+use ::redis::cluster_async::ClusterConnection;
+use ::redis::cluster_routing::Slot;
+use ::redis::{
+    AsyncConnectionConfig, Cmd, FromRedisValue, Pipeline, RedisError, RedisFuture, Value,
+};
 
 use super::StoreError;
 
@@ -17,24 +29,67 @@ pub(super) fn unavailable(e: RedisError) -> StoreError {
     StoreError::Unavailable(format!("Redis: {e}"))
 }
 
-/// One lazily (re)connected multiplexed connection to the primary: dropped after any error that
-/// is not a server's reply, or a `READONLY` reply (the server was demoted), so the next use
+/// A connection to one Redis or to a cluster (both multiplexed: cheap to clone).
+#[derive(Clone)]
+pub enum Link {
+    One(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Link::One(c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::One(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::One(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// How long a connection tries to connect, and waits for an answer (`None`: forever).
+#[derive(Clone, Copy)]
+pub struct Timeouts {
+    pub connect: Duration,
+    pub response: Option<Duration>,
+}
+
+/// One lazily (re)connected connection: to the one Redis or the primary, dropped after any error
+/// that is not a server's reply, or a `READONLY` reply (the server was demoted), so the next use
 /// reconnects (Redis restarted, network blip, failover); behind Sentinel, also when the
-/// Sentinels name another primary ([`Conn::follow_primary`]).
+/// Sentinels name another primary ([`Conn::follow_primary`]). A cluster connection finds the
+/// nodes and follows their slots itself.
 pub struct Conn {
     target: super::target::Target,
-    config: AsyncConnectionConfig,
+    timeouts: Timeouts,
     /// The connection, and the primary's address it was made to.
-    cur: tokio::sync::Mutex<Option<(MultiplexedConnection, String)>>,
+    cur: tokio::sync::Mutex<Option<(Link, String)>>,
     /// Behind Sentinel: the replicas the primary has now (from its `ROLE`).
     replicas: std::sync::atomic::AtomicUsize,
 }
 
 impl Conn {
-    pub(super) fn new(target: super::target::Target, config: AsyncConnectionConfig) -> Self {
+    pub(super) fn new(target: super::target::Target, timeouts: Timeouts) -> Self {
         Conn {
             target,
-            config,
+            timeouts,
             cur: tokio::sync::Mutex::new(None),
             replicas: std::sync::atomic::AtomicUsize::new(0),
         }
@@ -49,21 +104,53 @@ impl Conn {
         &self.target
     }
 
-    pub(super) async fn get(&self) -> Result<MultiplexedConnection, RedisError> {
+    /// Whether the store is a Redis Cluster.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.target.nodes().is_some()
+    }
+
+    /// What [`Conn::send`] sends together with `key`'s commands: its slot on a cluster, all
+    /// together (`None`) otherwise.
+    pub(super) fn group_of(&self, key: &str) -> Option<Slot> {
+        self.is_cluster().then(|| Slot::for_key(key))
+    }
+
+    /// A new connection of its own (not the shared one), with these timeouts: for blocking
+    /// reads.
+    pub(super) async fn open(&self, timeouts: Timeouts) -> Result<(Link, String), RedisError> {
+        if let Some(nodes) = self.target.nodes() {
+            let client = nodes.client(timeouts.connect, timeouts.response)?;
+            return Ok((
+                Link::Cluster(client.get_async_connection().await?),
+                "cluster".into(),
+            ));
+        }
+        let client = self.target.primary().await?;
+        let addr = client.get_connection_info().addr().to_string();
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(timeouts.connect))
+            .set_response_timeout(timeouts.response);
+        let c = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        Ok((Link::One(c), addr))
+    }
+
+    pub(super) async fn get(&self) -> Result<Link, RedisError> {
         let mut cur = self.cur.lock().await;
         if let Some((c, _)) = &*cur {
             return Ok(c.clone());
         }
-        let client = self.target.primary().await?;
-        let addr = client.get_connection_info().addr().to_string();
-        let c = client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
+        let (c, addr) = self.open(self.timeouts).await?;
         *cur = Some((c.clone(), addr));
         Ok(c)
     }
 
     pub(super) async fn failed(&self, e: &RedisError) {
+        // A cluster connection reconnects to its nodes and refreshes its slots by itself.
+        if self.is_cluster() {
+            return;
+        }
         if e.code().is_none() || e.code() == Some("READONLY") {
             *self.cur.lock().await = None;
         }
@@ -119,4 +206,96 @@ impl Conn {
             }
         }
     }
+
+    /// Sends `cmds` pipelined, answering each one's reply (or error) in order: in one pipeline to
+    /// one Redis; to a cluster, in one pipeline per hash slot, all at once (the commands of one
+    /// slot in their order). `then`: commands sent at the end of every pipeline, whose replies
+    /// are not answered (`WAIT`).
+    pub async fn send(&self, cmds: &[Cmd], then: &[Cmd]) -> Vec<Result<Value, String>> {
+        if cmds.is_empty() {
+            return Vec::new();
+        }
+        let groups: Vec<Vec<usize>> = if self.is_cluster() {
+            let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
+            let mut order = Vec::new();
+            for (i, c) in cmds.iter().enumerate() {
+                let slot = slot_of(c);
+                by_slot
+                    .entry(slot)
+                    .or_insert_with(|| {
+                        order.push(slot);
+                        Vec::new()
+                    })
+                    .push(i);
+            }
+            order
+                .into_iter()
+                .map(|s| by_slot.remove(&s).unwrap_or_default())
+                .collect()
+        } else {
+            vec![(0..cmds.len()).collect()]
+        };
+        let link = match self.get().await {
+            Ok(l) => l,
+            Err(e) => return vec![Err(e.to_string()); cmds.len()],
+        };
+        let sent = groups.iter().map(|g| {
+            let mut pipe = ::redis::pipe();
+            pipe.ignore_errors();
+            for i in g {
+                pipe.add_command(cmds[*i].clone());
+            }
+            for c in then {
+                pipe.add_command(c.clone());
+            }
+            let mut link = link.clone();
+            async move {
+                pipe.query_async::<Vec<::redis::RedisResult<Value>>>(&mut link)
+                    .await
+            }
+        });
+        let replies = futures::future::join_all(sent).await;
+        let mut out: Vec<Result<Value, String>> = vec![Err("no reply".into()); cmds.len()];
+        for (g, reply) in groups.iter().zip(replies) {
+            match reply {
+                Ok(v) => {
+                    // A demoted primary answers each write `READONLY`: look for the new one.
+                    if let Some(e) = v
+                        .iter()
+                        .filter_map(|r| r.as_ref().err())
+                        .find(|e| e.code() == Some("READONLY"))
+                    {
+                        self.failed(e).await;
+                    }
+                    for (i, r) in g.iter().zip(v) {
+                        out[*i] = r.map_err(|e| e.to_string());
+                    }
+                }
+                Err(e) => {
+                    self.failed(&e).await;
+                    for i in g {
+                        out[*i] = Err(e.to_string());
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// The hash slot of a command's (first) key, `None` for a command without keys: the store's
+/// commands name their key first, scripts as `EVAL body numkeys key...`.
+fn slot_of(cmd: &Cmd) -> Option<Slot> {
+    let mut args = cmd.args_iter().filter_map(|a| match a {
+        ::redis::Arg::Simple(b) => Some(b),
+        _ => None,
+    });
+    let name = args.next()?;
+    let key = if name.eq_ignore_ascii_case(b"EVAL") || name.eq_ignore_ascii_case(b"EVALSHA") {
+        let numkeys = args.nth(1)?;
+        (numkeys != b"0").then(|| args.next()).flatten()?
+    } else {
+        args.next()?
+    };
+    Some(Slot::for_key(key))
 }

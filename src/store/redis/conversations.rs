@@ -1,13 +1,14 @@
-//! Conversations in Redis: `relay:conv:{tenant}:{id}` (a hash: `created_at`, `metadata`) and
-//! `relay:conv-items:{tenant}:{id}` (a list of item JSON, in order), changed only by scripts that
+//! Conversations in Redis: `relay:conv:{TENANT:ID}` (a hash: `created_at`, `metadata`) and
+//! `relay:conv-items:{TENANT:ID}` (a list of item JSON, in order), changed only by scripts that
 //! first check the conversation exists; and the lock one run at a time takes on a conversation
-//! across relays (`relay:conv-lock:{tenant}:{id}`: a token, then the holder run's id; free again
-//! once that run ended, and lapsing after [`CONV_LOCK_MS`] at most).
+//! across relays (`relay:conv-lock:{TENANT:ID}`: a token, then the holder run's id; free again
+//! once that run ended, and lapsing after [`CONV_LOCK_MS`] at most). The braces are a hash tag:
+//! a conversation's keys share one slot on a cluster.
 
 use super::conn::script;
 use super::scripts::{
-    CONV_APPEND, CONV_CREATE, CONV_DELETE_ITEM, CONV_HOLD, CONV_ITEMS, CONV_LOCK, CONV_UPDATE,
-    UNLOCK,
+    CONV_APPEND, CONV_CREATE, CONV_DELETE_ITEM, CONV_HOLD, CONV_ITEMS, CONV_LOCK, CONV_TAKE,
+    CONV_UPDATE, UNLOCK,
 };
 use super::{Redis, StoreError, Tenant};
 use crate::api::request::InputItem;
@@ -19,11 +20,15 @@ pub(super) const CONV_LOCK_MS: u64 = 3_600_000;
 
 impl Redis {
     fn conv_key(tenant: &Tenant, id: &str) -> String {
-        format!("relay:conv:{}:{id}", tenant.as_str())
+        format!("relay:conv:{{{}:{id}}}", tenant.as_str())
     }
 
     fn conv_items_key(tenant: &Tenant, id: &str) -> String {
-        format!("relay:conv-items:{}:{id}", tenant.as_str())
+        format!("relay:conv-items:{{{}:{id}}}", tenant.as_str())
+    }
+
+    fn conv_lock_key(tenant: &Tenant, id: &str) -> String {
+        format!("relay:conv-lock:{{{}:{id}}}", tenant.as_str())
     }
 
     pub async fn create_conversation(
@@ -156,12 +161,27 @@ impl Redis {
             self.inner.instance,
             rand::random::<u64>()
         );
-        let mut cmd = script(
-            CONV_LOCK,
-            &[format!("relay:conv-lock:{}:{id}", tenant.as_str())],
-        );
+        let key = Self::conv_lock_key(tenant, id);
+        let mut cmd = script(CONV_LOCK, std::slice::from_ref(&key));
         cmd.arg(&token).arg(CONV_LOCK_MS);
-        let took: i64 = self.inner.conn.query(&cmd).await?;
+        let took: ::redis::Value = self.inner.conn.query(&cmd).await?;
+        let holder = match took {
+            ::redis::Value::Int(1) => return Ok(Some(token)),
+            other => {
+                <String as ::redis::FromRedisValue>::from_redis_value(other).unwrap_or_default()
+            }
+        };
+        // Held by a run: free once that run ended (its hash is in its own slot, so read apart).
+        if !holder.starts_with("resp_") {
+            return Ok(None);
+        }
+        let status = self.fields(&holder, &["status"]).await?.remove(0);
+        if status.is_none_or(|s| super::unfinished(&s)) {
+            return Ok(None);
+        }
+        let mut take = script(CONV_TAKE, &[key]);
+        take.arg(&token).arg(CONV_LOCK_MS).arg(&holder);
+        let took: i64 = self.inner.conn.query(&take).await?;
         Ok((took == 1).then_some(token))
     }
 
@@ -173,19 +193,13 @@ impl Redis {
         token: &str,
         run_id: &str,
     ) -> bool {
-        let mut cmd = script(
-            CONV_HOLD,
-            &[format!("relay:conv-lock:{}:{id}", tenant.as_str())],
-        );
+        let mut cmd = script(CONV_HOLD, &[Self::conv_lock_key(tenant, id)]);
         cmd.arg(token).arg(run_id);
         matches!(self.inner.conn.query::<i64>(&cmd).await, Ok(1))
     }
 
     pub async fn unlock_conversation(&self, tenant: &Tenant, id: &str, token: &str) {
-        let mut cmd = script(
-            UNLOCK,
-            &[format!("relay:conv-lock:{}:{id}", tenant.as_str())],
-        );
+        let mut cmd = script(UNLOCK, &[Self::conv_lock_key(tenant, id)]);
         cmd.arg(token);
         if let Err(e) = self.inner.conn.query::<i64>(&cmd).await {
             tracing::warn!(error = %e, "could not release a conversation's lock (it lapses on its own)");

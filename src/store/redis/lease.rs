@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::conn::script;
 use super::scripts::{CANCEL, CLAIM, LAPSED, RENEW};
-use super::{FailHook, Inner, RESP, Redis, StoreError, Tenant, fold_entries, unfinished};
+use super::{FailHook, Inner, LEASES, Redis, StoreError, Tenant, fold_entries, now_ms, unfinished};
 use crate::eventlog::emitter::end_as_failed;
 use crate::eventlog::log::{LogEntry, RunLog};
 
@@ -45,8 +45,14 @@ impl Redis {
             return Ok(false);
         }
         let mut claim = script(CLAIM, &[Self::resp_key(id)]);
-        claim.arg(&self.inner.instance).arg(CLAIM_MS).arg(id);
+        claim.arg(&self.inner.instance).arg(CLAIM_MS);
         let claimed: i64 = self.inner.conn.query(&claim).await?;
+        if claimed == -1 {
+            // Finished or gone: it leaves the index of leases.
+            let mut unindexed = ::redis::cmd("ZREM");
+            unindexed.arg(LEASES).arg(id);
+            self.inner.conn.query::<i64>(&unindexed).await?;
+        }
         if claimed != 1 {
             return Ok(false);
         }
@@ -58,9 +64,12 @@ impl Redis {
             return Ok(true);
         }
         let log = Arc::new(RunLog::from_entries(entries, fold, false));
+        let tenant = self.fields(id, &["tenant"]).await?[0]
+            .clone()
+            .unwrap_or_else(|| super::super::DEFAULT_TENANT.to_string());
         end_as_failed(
             log.clone(),
-            Arc::new(self.sink(id, None)),
+            Arc::new(self.sink(&Tenant::new(&tenant), id, None)),
             "The relay running this response stopped before it finished.",
         );
         if tokio::time::timeout(Duration::from_secs(10), log.wait_finished())
@@ -129,45 +138,89 @@ pub(super) async fn keep_leases(inner: Weak<Inner>) {
             .cloned()
             .collect();
         if !ids.is_empty() {
-            let mut cmd = script(RENEW, &[]);
-            cmd.arg(&store.inner.instance)
-                .arg(LEASE_MS)
-                .arg(RESP)
-                .arg(&ids);
-            match store.inner.conn.query::<Vec<String>>(&cmd).await {
-                Ok(stops) => {
-                    for s in stops {
-                        let Some((what, id)) = s.split_once(':') else {
-                            continue;
-                        };
-                        let mut owned = store.inner.owned.lock().expect("owned poisoned");
-                        match what {
-                            "cancel" => {
-                                if let Some(o) = owned.get(id) {
-                                    o.cancel.cancel();
-                                }
-                            }
-                            "gone" => {
-                                if let Some(o) = owned.remove(id) {
-                                    o.cancel.cancel();
-                                }
-                            }
-                            _ => {
-                                if let Some(o) = owned.remove(id) {
-                                    (o.fail)("Another relay took this response over (this relay lost its lease).".into());
-                                }
-                            }
-                        }
-                    }
+            // One script per hash slot (one on one Redis), and the index of leases beside.
+            let mut groups: Vec<(_, Vec<&String>)> = Vec::new();
+            for id in &ids {
+                let slot = store.inner.conn.group_of(&Redis::resp_key(id));
+                match groups.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, g)) => g.push(id),
+                    None => groups.push((slot, vec![id])),
                 }
-                Err(e) => tracing::warn!(error = %e, "could not renew run leases"),
+            }
+            let mut cmds: Vec<::redis::Cmd> = groups
+                .iter()
+                .map(|(_, g)| {
+                    let keys: Vec<String> = g.iter().map(|id| Redis::resp_key(id)).collect();
+                    let mut cmd = script(RENEW, &keys);
+                    cmd.arg(&store.inner.instance).arg(LEASE_MS).arg(g);
+                    cmd
+                })
+                .collect();
+            let mut index = ::redis::cmd("ZADD");
+            index.arg(LEASES);
+            let until = now_ms() + LEASE_MS as i64;
+            for id in &ids {
+                index.arg(until).arg(id);
+            }
+            cmds.push(index);
+            // The renewals' replies (the index's, last, is not acted on).
+            let renewals = groups.len();
+            for reply in store
+                .inner
+                .conn
+                .send(&cmds, &[])
+                .await
+                .into_iter()
+                .take(renewals)
+            {
+                let stops = reply.and_then(|v| {
+                    <Vec<String> as ::redis::FromRedisValue>::from_redis_value(v)
+                        .map_err(|e| e.to_string())
+                });
+                match stops {
+                    Ok(stops) => act_on(&store, stops),
+                    Err(e) => tracing::warn!(error = %e, "could not renew run leases"),
+                }
             }
         }
         if n.is_multiple_of(SWEEP_TICKS) {
-            let lapsed: Result<Vec<String>, _> = store.inner.conn.query(&script(LAPSED, &[])).await;
+            let lapsed: Result<Vec<String>, _> = store
+                .inner
+                .conn
+                .query(&script(LAPSED, &[LEASES.to_string()]))
+                .await;
             for id in lapsed.unwrap_or_default() {
                 if let Err(e) = store.recover(&id).await {
                     tracing::warn!(response_id = %id, error = %e, "could not finish an abandoned run");
+                }
+            }
+        }
+    }
+}
+
+/// Acts on what a renewal answered (`cancel:ID`, `gone:ID`, `lost:ID`).
+fn act_on(store: &Redis, stops: Vec<String>) {
+    for s in stops {
+        let Some((what, id)) = s.split_once(':') else {
+            continue;
+        };
+        let mut owned = store.inner.owned.lock().expect("owned poisoned");
+        match what {
+            "cancel" => {
+                if let Some(o) = owned.get(id) {
+                    o.cancel.cancel();
+                }
+            }
+            "gone" => {
+                if let Some(o) = owned.remove(id) {
+                    o.cancel.cancel();
+                }
+            }
+            _ => {
+                if let Some(o) = owned.remove(id) {
+                    (o.fail)(
+                        "Another relay took this response over (this relay lost its lease).".into(),
+                    );
                 }
             }
         }

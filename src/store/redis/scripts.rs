@@ -3,51 +3,51 @@
 //! names as [`super`]'s doc lays them out.
 
 /// Keeps a starting run and takes its lease: `KEYS[1]` its hash; ARGV: its id, this relay's
-/// instance, the lease's length (ms), the time to live (s, 0: none), the Response JSON, the input
-/// JSON, status, background (`1`/`0`), `expires_at`, the item key prefix, the tenant, then (item
-/// id, item JSON) pairs (an item already kept keeps its run). Indexes the run in `relay:leases`,
-/// `relay:runs:{tenant}` and, with a time to live, `relay:expiry`.
+/// instance, the lease's length (ms), its deadline (unix s, 0: none), the Response JSON, the input
+/// JSON, status, background (`1`/`0`), the tenant. Its index entries and input items are written
+/// beside it, each in its own slot ([`ITEM_KEEP`], `relay:leases`, `relay:runs:{tenant}`,
+/// `relay:expiry`).
 pub(super) const INSERT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = string.format('%d', now + tonumber(ARGV[3]))
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'response', ARGV[5], 'input', ARGV[6], 'status', ARGV[7], 'background', ARGV[8], 'owner', ARGV[2], 'lease', lease, 'tenant', ARGV[11])
-local deadline = nil
-local ttl = tonumber(ARGV[4])
-if ttl > 0 then
-  deadline = string.format('%d', tonumber(t[1]) + ttl)
-  redis.call('HSET', KEYS[1], 'deadline', deadline)
-  redis.call('EXPIREAT', KEYS[1], deadline)
-  redis.call('ZADD', 'relay:expiry', ARGV[9], ARGV[1])
-end
-redis.call('ZADD', 'relay:leases', lease, ARGV[1])
-redis.call('ZADD', 'relay:runs:' .. ARGV[11], now, ARGV[1])
-for i = 12, #ARGV, 2 do
-  local k = ARGV[10] .. ARGV[i]
-  -- An input item keeps the run that first stored it (a later run that sends it again by id
-  -- neither takes it over nor changes it).
-  if redis.call('HSETNX', k, 'run', ARGV[1]) == 1 then
-    redis.call('HSET', k, 'item', ARGV[i + 1])
-    if deadline then redis.call('EXPIREAT', k, deadline) end
-  end
+redis.call('HSET', KEYS[1], 'response', ARGV[5], 'input', ARGV[6], 'status', ARGV[7], 'background', ARGV[8], 'owner', ARGV[2], 'lease', lease, 'tenant', ARGV[9])
+if ARGV[4] ~= '0' then
+  redis.call('HSET', KEYS[1], 'deadline', ARGV[4])
+  redis.call('EXPIREAT', KEYS[1], ARGV[4])
 end
 return 1
 "#;
 
-/// Appends a batch of events, each to its own run. KEYS: per event, the run's hash and its log.
-/// `ARGV[1]`: this relay's instance; `ARGV[2]`: the item key prefix (the run's tenant's is derived
-/// from it and the run's `tenant`); then, per event, a group
+/// Keeps an item: `KEYS[1]` its key; ARGV: its run's id, the item JSON, the deadline (unix s, 0:
+/// none), and `nx` (an input item: one already kept keeps its run; a later run that sends it
+/// again by id neither takes it over nor changes it) or `set` (an output item of the run).
+pub(super) const ITEM_KEEP: &str = r#"
+if ARGV[4] == 'nx' and redis.call('HSETNX', KEYS[1], 'run', ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'item', ARGV[2], 'run', ARGV[1])
+if ARGV[3] ~= '0' then redis.call('EXPIREAT', KEYS[1], ARGV[3]) end
+return 1
+"#;
+
+/// Deletes an item (`KEYS[1]`) if it is run `ARGV[1]`'s.
+pub(super) const ITEM_DROP: &str = r#"
+if redis.call('HGET', KEYS[1], 'run') == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"#;
+
+/// Appends a batch of events, each to its own run (runs of one hash slot on a cluster). KEYS: per
+/// event, the run's hash and its log. `ARGV[1]`: this relay's instance; then, per event, a group
 /// prefixed by its length: id, stream entry id, seq, offset_ms, kind, data, terminal (`1`/`0`),
-/// status, Response JSON, then (item id, item JSON) pairs. Answers, per event: 1 kept, 0 run
-/// gone, -1 run finished, -2 run owned by another relay, -3 the log refused the entry.
+/// status, Response JSON. Answers, per event: 1 kept, 0 run gone, -1 run finished, -2 run owned
+/// by another relay, -3 the log refused the entry.
 pub(super) const APPEND: &str = r#"
 local out = {}
-local a = 3
+local a = 2
 for e = 1, #KEYS / 2 do
   local n = tonumber(ARGV[a])
-  local rk, lk, id = KEYS[2 * e - 1], KEYS[2 * e], ARGV[a + 1]
-  local h = redis.call('HMGET', rk, 'status', 'owner', 'deadline', 'tenant')
+  local rk, lk = KEYS[2 * e - 1], KEYS[2 * e]
+  local h = redis.call('HMGET', rk, 'status', 'owner', 'deadline')
   local code = 1
   if not h[1] then code = 0
   elseif h[1] ~= 'queued' and h[1] ~= 'in_progress' then code = -1
@@ -60,14 +60,6 @@ for e = 1, #KEYS / 2 do
       if ARGV[a + 7] == '1' then
         redis.call('HSET', rk, 'status', ARGV[a + 8], 'response', ARGV[a + 9])
         redis.call('HDEL', rk, 'owner', 'lease', 'cancel')
-        redis.call('ZREM', 'relay:leases', id)
-        local ip = ARGV[2]
-        if h[4] and h[4] ~= 'default' then ip = 'relay:titem:' .. h[4] .. ':' end
-        for i = a + 10, a + n - 1, 2 do
-          local k = ip .. ARGV[i]
-          redis.call('HSET', k, 'item', ARGV[i + 1], 'run', id)
-          if h[3] then redis.call('EXPIREAT', k, h[3]) end
-        end
       end
     end
   end
@@ -77,18 +69,19 @@ end
 return out
 "#;
 
-/// Renews this relay's leases: `ARGV[1]` its instance, `ARGV[2]` the lease's length (ms), `ARGV[3]`
-/// the run hash key prefix, then the ids of the runs it owns. Answers `gone:{id}` (deleted),
-/// `lost:{id}` (finished, or owned by another relay now) and `cancel:{id}` (another relay asked
-/// to cancel it) for the runs this relay must act on.
+/// Renews this relay's leases: KEYS the hashes of the runs it owns (of one hash slot on a
+/// cluster); `ARGV[1]` its instance, `ARGV[2]` the lease's length (ms), then the runs' ids (as
+/// KEYS). Answers `gone:{id}` (deleted), `lost:{id}` (finished, or owned by another relay now)
+/// and `cancel:{id}` (another relay asked to cancel it) for the runs this relay must act on.
+/// (`relay:leases` is renewed beside it.)
 pub(super) const RENEW: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local lease = string.format('%d', now + tonumber(ARGV[2]))
 local out = {}
-for i = 4, #ARGV do
-  local id = ARGV[i]
-  local k = ARGV[3] .. id
+for i = 1, #KEYS do
+  local id = ARGV[i + 2]
+  local k = KEYS[i]
   local h = redis.call('HMGET', k, 'status', 'owner', 'cancel')
   if not h[1] then
     table.insert(out, 'gone:' .. id)
@@ -96,7 +89,6 @@ for i = 4, #ARGV do
     table.insert(out, 'lost:' .. id)
   else
     redis.call('HSET', k, 'lease', lease)
-    redis.call('ZADD', 'relay:leases', lease, id)
     if h[3] then table.insert(out, 'cancel:' .. id) end
   end
 end
@@ -104,28 +96,24 @@ return out
 "#;
 
 /// Claims a run whose lease lapsed: `KEYS[1]` its hash; ARGV: this relay's instance, the claim's
-/// length (ms), the run's id. Answers 1 if this relay now owns it; 0 if its lease still holds,
-/// or it is finished or gone (then it leaves `relay:leases`).
+/// length (ms). Answers 1 if this relay now owns it; 0 if its lease still holds; -1 if it is
+/// finished or gone (it leaves `relay:leases`).
 pub(super) const CLAIM: &str = r#"
 local h = redis.call('HMGET', KEYS[1], 'status', 'lease')
-if (not h[1]) or (h[1] ~= 'queued' and h[1] ~= 'in_progress') then
-  redis.call('ZREM', 'relay:leases', ARGV[3])
-  return 0
-end
+if (not h[1]) or (h[1] ~= 'queued' and h[1] ~= 'in_progress') then return -1 end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if h[2] and tonumber(h[2]) > now then return 0 end
 local lease = string.format('%d', now + tonumber(ARGV[2]))
 redis.call('HSET', KEYS[1], 'owner', ARGV[1], 'lease', lease)
-redis.call('ZADD', 'relay:leases', lease, ARGV[3])
 return 1
 "#;
 
-/// Up to 100 runs whose lease lapsed (by Redis's clock).
+/// Up to 100 runs whose lease lapsed (by Redis's clock): `KEYS[1]` is `relay:leases`.
 pub(super) const LAPSED: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-return redis.call('ZRANGEBYSCORE', 'relay:leases', '-inf', string.format('%d', now), 'LIMIT', 0, 100)
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now), 'LIMIT', 0, 100)
 "#;
 
 /// Asks the owner of a run to cancel it (the `cancel` flag, acted on at its next renewal):
@@ -141,22 +129,14 @@ end
 return 0
 "#;
 
-/// Deletes a run: `ARGV[1]` its id, `ARGV[2]` the item key prefix, `ARGV[3]` the tenant it must be of
-/// (`*`: any, for expiry and recovery), then its item ids.
+/// Deletes a run's hash and log (`KEYS[1]`, `KEYS[2]`) if it is of tenant `ARGV[1]` (`*`: any,
+/// for expiry and recovery). Answers 1 if it existed and was deleted. (Its items and index
+/// entries are deleted beside it.)
 pub(super) const DELETE: &str = r#"
 local existed = redis.call('EXISTS', KEYS[1])
 local t = redis.call('HGET', KEYS[1], 'tenant') or 'default'
-if existed == 1 and ARGV[3] ~= '*' and t ~= ARGV[3] then return 0 end
-local ip = ARGV[2]
-if t ~= 'default' then ip = 'relay:titem:' .. t .. ':' end
-for i = 4, #ARGV do
-  local k = ip .. ARGV[i]
-  if redis.call('HGET', k, 'run') == ARGV[1] then redis.call('DEL', k) end
-end
+if existed == 1 and ARGV[1] ~= '*' and t ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1], KEYS[2])
-redis.call('ZREM', 'relay:leases', ARGV[1])
-redis.call('ZREM', 'relay:expiry', ARGV[1])
-redis.call('ZREM', 'relay:runs:' .. t, ARGV[1])
 return existed
 "#;
 
@@ -177,8 +157,8 @@ if (redis.call('HGET', KEYS[1], 'tenant') or 'default') ~= ARGV[1] then return {
 return redis.call('HMGET', KEYS[1], unpack(ARGV, 2))
 "#;
 
-/// Replaces finished runs' streams by their packed logs. KEYS: per run, its hash, its log and
-/// its tail mark; ARGV: per run, how many entries were packed and the packed log. A run is
+/// Replaces finished runs' streams by their packed logs (runs of one hash slot on a cluster).
+/// KEYS: per run, its hash, its log and its tail mark; ARGV: per run, how many entries were packed and the packed log. A run is
 /// packed only if it is finished, not tailed (no mark) and its stream holds exactly the packed
 /// entries; then its hash keeps the blob (`packed`) instead of `response` (the blob holds it),
 /// and the stream is deleted. Answers, per run: 1 packed, 0 not packed (gone, not finished,
@@ -275,19 +255,20 @@ end
 return 0
 "#;
 
-/// Takes a conversation's lock (`KEYS[1]`) with token `ARGV[1]` for `ARGV[2]` ms: 1 if taken, either
-/// free or held by a run (`resp_...`) that has ended; 0 while another run holds it.
+/// Takes a conversation's lock (`KEYS[1]`) with token `ARGV[1]` for `ARGV[2]` ms: 1 if taken,
+/// else who holds it (a token, or the run holding it: `resp_...`, which may have ended).
 pub(super) const CONV_LOCK: &str = r#"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return redis.call('GET', KEYS[1]) or ''
+"#;
+
+/// Takes a conversation's lock (`KEYS[1]`) from its holder `ARGV[3]` (a run that has ended) with
+/// token `ARGV[1]` for `ARGV[2]` ms: 1 if taken; 0 if the holder changed meanwhile.
+pub(super) const CONV_TAKE: &str = r#"
 local holder = redis.call('GET', KEYS[1])
-if holder and string.sub(holder, 1, 5) == 'resp_' then
-  local st = redis.call('HGET', 'relay:resp:' .. holder, 'status')
-  if st and st ~= 'queued' and st ~= 'in_progress' then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return 1
-  end
-end
-return 0
+if holder and holder ~= ARGV[3] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
 "#;
 
 /// Makes run `ARGV[2]` the holder of a lock taken with token `ARGV[1]` (keeping its expiry); 0 if

@@ -12,10 +12,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::redis::aio::MultiplexedConnection;
-use ::redis::{AsyncConnectionConfig, RedisError};
+use ::redis::RedisError;
 
-use super::conn::script;
+use super::conn::{Link, Timeouts, script};
 use super::kept::{Kept, entry_of, event_of, kept_of};
 use super::scripts::TAIL_STEP;
 use super::{Redis, StoreError, unfinished};
@@ -113,7 +112,7 @@ struct Tail {
     /// When this relay last marked the run as tailed (`None`: to be marked in the next step).
     marked: Option<Instant>,
     /// The connection blocking reads use (none: to be made).
-    conn: Option<MultiplexedConnection>,
+    conn: Option<Link>,
     /// The run's stream.
     key: String,
 }
@@ -179,20 +178,13 @@ impl Tail {
         let c = match &mut self.conn {
             Some(c) => c,
             None => {
-                let config = AsyncConnectionConfig::new()
-                    .set_connection_timeout(Some(Duration::from_secs(1)))
-                    .set_response_timeout(None);
-                let primary = self.store.inner.conn.target().primary().await;
-                let connected = match primary {
-                    Ok(client) => {
-                        client
-                            .get_multiplexed_async_connection_with_config(&config)
-                            .await
-                    }
-                    Err(e) => Err(e),
+                // Its own connection: a blocking read holds the connection it is sent on.
+                let timeouts = Timeouts {
+                    connect: Duration::from_secs(1),
+                    response: Some(Duration::from_millis(BLOCK_MS) + Duration::from_secs(5)),
                 };
-                match connected {
-                    Ok(c) => self.conn.insert(c),
+                match self.store.inner.conn.open(timeouts).await {
+                    Ok((c, _)) => self.conn.insert(c),
                     Err(e) => {
                         tracing::warn!(response_id = %id, error = %e, "cannot tail a run: Redis is unavailable; retrying");
                         tokio::time::sleep(Duration::from_millis(500)).await;

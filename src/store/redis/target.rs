@@ -1,22 +1,71 @@
-//! Where the store's Redis is: one server (`redis://`, `rediss://`), or the primary that a set of
+//! Where the store's Redis is: one server (`redis://`, `rediss://`), the primary that a set of
 //! Sentinels names (`redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER_NAME[/DB]`,
-//! `rediss+sentinel://` for TLS to the primary and the Sentinels).
+//! `rediss+sentinel://` for TLS to the primary and the Sentinels), or a Redis Cluster reached
+//! through any of its nodes (`redis+cluster://HOST:PORT[,HOST:PORT...]`, `rediss+cluster://`).
 //!
 //! Invariant: behind Sentinel, the primary is whatever the Sentinels say now, never the server a
 //! connection happens to reach: a connection is made to the address they give (after it
 //! confirms its role), and [`Target::primary`] asks them again, so the store can drop a
 //! connection to a server they no longer name. A URL's password is shown only masked.
 
+use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{Client, ConnectionAddr, RedisResult, TlsMode};
 
 /// The Sentinels' default port.
 const SENTINEL_PORT: u16 = 26379;
+/// Redis's default port.
+const REDIS_PORT: u16 = 6379;
 
 /// A Redis the store connects to.
 pub enum Target {
     Direct(Box<Client>),
     Sentinel(Box<Watched>),
+    Cluster(Box<Nodes>),
+}
+
+/// A Redis Cluster: the nodes it is first reached through (it tells the rest itself), and the
+/// credentials every node takes.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Nodes {
+    nodes: Vec<(String, u16)>,
+    username: Option<String>,
+    password: Option<String>,
+    tls: bool,
+}
+
+impl Nodes {
+    /// A client of the cluster whose connections give up connecting after `connect` and waiting
+    /// for an answer after `response` (`None`: never, for blocking reads).
+    pub fn client(
+        &self,
+        connect: std::time::Duration,
+        response: Option<std::time::Duration>,
+    ) -> RedisResult<ClusterClient> {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        let urls = self
+            .nodes
+            .iter()
+            .map(|(host, port)| match host.contains(':') {
+                true => format!("{scheme}://[{host}]:{port}"),
+                false => format!("{scheme}://{host}:{port}"),
+            });
+        let mut b = ClusterClientBuilder::new(urls).connection_timeout(connect);
+        b = match response {
+            Some(r) => b.response_timeout(r),
+            None => b.response_timeout(std::time::Duration::MAX),
+        };
+        if let Some(user) = &self.username {
+            b = b.username(user);
+        }
+        if let Some(password) = &self.password {
+            b = b.password(password);
+        }
+        if self.tls {
+            b = b.tls(TlsMode::Secure);
+        }
+        b.build()
+    }
 }
 
 /// A primary found through its Sentinels.
@@ -48,6 +97,11 @@ impl Target {
         url.starts_with("redis+sentinel://") || url.starts_with("rediss+sentinel://")
     }
 
+    /// Whether `url` names a Redis Cluster.
+    pub fn is_cluster(url: &str) -> bool {
+        url.starts_with("redis+cluster://") || url.starts_with("rediss+cluster://")
+    }
+
     /// The target `url` names (checked, not connected to); the error says why, without the URL.
     pub fn open(url: &str) -> Result<Self, String> {
         if Self::is_sentinel(url) {
@@ -60,6 +114,13 @@ impl Target {
                 master: parsed.master,
                 asking: tokio::sync::Mutex::new((0, None)),
             })))
+        } else if Self::is_cluster(url) {
+            let nodes = parse_cluster(url)?;
+            // Checked the way it is used (the credentials each node takes, TLS).
+            nodes
+                .client(std::time::Duration::from_secs(1), None)
+                .map_err(|e| e.to_string())?;
+            Ok(Target::Cluster(Box::new(nodes)))
         } else {
             Client::open(url)
                 .map(|c| Target::Direct(Box::new(c)))
@@ -68,24 +129,52 @@ impl Target {
     }
 
     /// A client of the primary: the one server, or the one the Sentinels name now (which
-    /// confirmed it is a primary).
+    /// confirmed it is a primary). Not for a cluster (its nodes are [`Target::nodes`]).
     pub async fn primary(&self) -> RedisResult<Client> {
         match self {
             Target::Direct(c) => Ok(c.as_ref().clone()),
             Target::Sentinel(w) => w.client.lock().await.async_get_client().await,
+            Target::Cluster(_) => Err(::redis::RedisError::from((
+                ::redis::ErrorKind::InvalidClientConfig,
+                "a Redis Cluster has no one primary",
+            ))),
         }
     }
 
-    /// A blocking connection to the primary within `timeout` (the start-up probe).
-    pub fn probe(&self, timeout: std::time::Duration) -> RedisResult<::redis::Connection> {
+    /// The cluster's nodes, for a Redis Cluster.
+    pub fn nodes(&self) -> Option<&Nodes> {
         match self {
-            Target::Direct(c) => c.get_connection_with_timeout(timeout),
+            Target::Cluster(n) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// Answers `PING` within `timeout`, blocking (the start-up probe).
+    pub fn probe(&self, timeout: std::time::Duration) -> RedisResult<()> {
+        let ping = ::redis::cmd("PING");
+        match self {
+            Target::Direct(c) => ping.query(&mut c.get_connection_with_timeout(timeout)?),
+            Target::Cluster(n) => {
+                ping.query(&mut n.client(timeout, Some(timeout))?.get_connection()?)
+            }
+            Target::Sentinel(_) => ping.query(&mut self.connection()?),
+        }
+    }
+
+    /// A blocking connection to the one server or the primary (not for a cluster).
+    pub fn connection(&self) -> RedisResult<::redis::Connection> {
+        match self {
+            Target::Direct(c) => c.get_connection_with_timeout(std::time::Duration::from_secs(2)),
             Target::Sentinel(w) => {
                 let parsed = parse_sentinel(&w.url).map_err(|m| {
                     ::redis::RedisError::from((::redis::ErrorKind::InvalidClientConfig, "URL", m))
                 })?;
                 sentinel_client(&parsed)?.get_connection()
             }
+            Target::Cluster(_) => Err(::redis::RedisError::from((
+                ::redis::ErrorKind::InvalidClientConfig,
+                "a Redis Cluster has no one primary",
+            ))),
         }
     }
 
@@ -184,25 +273,13 @@ fn parse_sentinel(url: &str) -> Result<SentinelUrl, String> {
         Some(("rediss+sentinel", rest)) => (true, rest),
         _ => return Err("expected redis+sentinel:// or rediss+sentinel://".into()),
     };
-    // The user info ends at the last `@` (a password may hold `/`); user info without a `:`
-    // is a user name, as for `redis://`; both are percent-decoded.
-    let (userinfo, rest) = match rest.rsplit_once('@') {
-        Some((u, r)) => (Some(u), r),
-        None => (None, rest),
-    };
+    let (username, password, rest) = credentials(rest);
     let (hosts, path) = rest
         .split_once('/')
         .ok_or("no master name: expected .../MASTER_NAME[/DB]")?;
-    let (username, password) = match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
-        Some((user, pass)) => (
-            (!user.is_empty()).then(|| percent_decoded(user)),
-            (!pass.is_empty()).then(|| percent_decoded(pass)),
-        ),
-        None => (None, None),
-    };
     let mut sentinels = Vec::new();
     for h in hosts.split(',').filter(|h| !h.is_empty()) {
-        sentinels.push(host_port(h)?);
+        sentinels.push(host_port(h, SENTINEL_PORT)?);
     }
     if sentinels.is_empty() {
         return Err("no Sentinel address: expected HOST:PORT[,HOST:PORT...]".into());
@@ -231,6 +308,55 @@ fn parse_sentinel(url: &str) -> Result<SentinelUrl, String> {
     })
 }
 
+/// The user name and password of a URL's authority (`[[USER]:PASSWORD@]...`), and the rest. The
+/// user info ends at the last `@` (a password may hold `/`); user info without a `:` is a user
+/// name, as for `redis://`; both are percent-decoded.
+fn credentials(rest: &str) -> (Option<String>, Option<String>, &str) {
+    let (userinfo, rest) = match rest.rsplit_once('@') {
+        Some((u, r)) => (Some(u), r),
+        None => (None, rest),
+    };
+    match userinfo.map(|u| u.split_once(':').unwrap_or((u, ""))) {
+        Some((user, pass)) => (
+            (!user.is_empty()).then(|| percent_decoded(user)),
+            (!pass.is_empty()).then(|| percent_decoded(pass)),
+            rest,
+        ),
+        None => (None, None, rest),
+    }
+}
+
+/// `redis+cluster://[[USER]:PASSWORD@]HOST[:PORT][,HOST[:PORT]...][/]`: any nodes of the cluster
+/// (it names the rest); the credentials are every node's.
+fn parse_cluster(url: &str) -> Result<Nodes, String> {
+    let (tls, rest) = match url.split_once("://") {
+        Some(("redis+cluster", rest)) => (false, rest),
+        Some(("rediss+cluster", rest)) => (true, rest),
+        _ => return Err("expected redis+cluster:// or rediss+cluster://".into()),
+    };
+    let (username, password, rest) = credentials(rest);
+    let hosts = rest.strip_suffix('/').unwrap_or(rest);
+    if hosts.contains('/') {
+        return Err(
+            "a cluster has no database or master name: expected HOST:PORT[,HOST:PORT...]".into(),
+        );
+    }
+    let nodes = hosts
+        .split(',')
+        .filter(|h| !h.is_empty())
+        .map(|h| host_port(h, REDIS_PORT))
+        .collect::<Result<Vec<_>, _>>()?;
+    if nodes.is_empty() {
+        return Err("no node address: expected HOST:PORT[,HOST:PORT...]".into());
+    }
+    Ok(Nodes {
+        nodes,
+        username,
+        password,
+        tls,
+    })
+}
+
 /// `s` with its `%XX` escapes decoded (one that is not a valid escape kept as it is).
 fn percent_decoded(s: &str) -> String {
     let b = s.as_bytes();
@@ -252,8 +378,8 @@ fn percent_decoded(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// `HOST[:PORT]` or `[V6]:PORT`.
-fn host_port(h: &str) -> Result<(String, u16), String> {
+/// `HOST[:PORT]` or `[V6]:PORT` (`default`: the port when none is given).
+fn host_port(h: &str, default: u16) -> Result<(String, u16), String> {
     let (host, port) = match h.strip_prefix('[') {
         Some(v6) => {
             let (host, after) = v6.split_once(']').ok_or(format!("'{h}': unclosed '['"))?;
@@ -265,7 +391,7 @@ fn host_port(h: &str) -> Result<(String, u16), String> {
         },
     };
     let port = match port {
-        None => SENTINEL_PORT,
+        None => default,
         Some(p) => p
             .parse()
             .map_err(|_| format!("'{h}': the port is a number"))?,
@@ -309,6 +435,33 @@ mod tests {
         );
         let u = parse_sentinel("redis+sentinel://alice@h:1/m").unwrap();
         assert_eq!((u.username.as_deref(), u.password), (Some("alice"), None));
+    }
+
+    #[test]
+    fn a_cluster_url_names_its_nodes_and_their_password() {
+        let n = parse_cluster("redis+cluster://:p%40ss@127.0.0.1:7000,h2,[::1]:7002/").unwrap();
+        assert_eq!(
+            n,
+            Nodes {
+                nodes: vec![
+                    ("127.0.0.1".into(), 7000),
+                    ("h2".into(), 6379),
+                    ("::1".into(), 7002)
+                ],
+                username: None,
+                password: Some("p@ss".into()),
+                tls: false,
+            }
+        );
+        assert!(parse_cluster("rediss+cluster://h:1").unwrap().tls);
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://h:1/0",
+            "redis+cluster://h:x",
+            "redis://h:1",
+        ] {
+            assert!(parse_cluster(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

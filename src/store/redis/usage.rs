@@ -12,8 +12,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ::redis::AsyncConnectionConfig;
-
 use super::conn::{Conn, unavailable};
 use super::{Redis, StoreError, Tenant};
 use crate::redact::mask_password;
@@ -32,9 +30,25 @@ fn days_key(tenant: &str) -> String {
 }
 
 impl Redis {
-    /// Adds a flushed batch of tallies, in one transaction.
-    pub async fn add_usage(&self, rows: &[UsageRow]) -> Result<(), StoreError> {
-        write(&self.inner.conn, rows).await
+    /// Adds a flushed batch of tallies, one transaction per tenant (a tenant's keys share a
+    /// slot); on failure, the error and the rows not added (to be added at the next flush).
+    pub async fn add_usage(&self, rows: Vec<UsageRow>) -> Result<(), (StoreError, Vec<UsageRow>)> {
+        let mut by_tenant: BTreeMap<String, Vec<UsageRow>> = BTreeMap::new();
+        for r in rows {
+            by_tenant.entry(r.tenant.clone()).or_default().push(r);
+        }
+        let mut unkept = Vec::new();
+        let mut error = None;
+        for (_, rows) in by_tenant {
+            if let Err(e) = write(&self.inner.conn, &rows).await {
+                unkept.extend(rows);
+                error = Some(e);
+            }
+        }
+        match error {
+            None => Ok(()),
+            Some(e) => Err((e, unkept)),
+        }
     }
 
     /// The usage of `tenant` (or every tenant) from `since_day` on, by tenant, day and model.
@@ -60,6 +74,19 @@ async fn run<T: ::redis::FromRedisValue>(
             Err(unavailable(e))
         }
     }
+}
+
+/// Each reply of [`Conn::send`] read as a `T` (the first error, if any).
+fn replies<T: ::redis::FromRedisValue>(
+    replies: Vec<Result<::redis::Value, String>>,
+) -> Result<Vec<T>, StoreError> {
+    replies
+        .into_iter()
+        .map(|r| {
+            r.and_then(|v| T::from_redis_value(v).map_err(|e| e.to_string()))
+                .map_err(|e| StoreError::Unavailable(format!("Redis: {e}")))
+        })
+        .collect()
 }
 
 async fn write(conn: &Conn, rows: &[UsageRow]) -> Result<(), StoreError> {
@@ -101,10 +128,15 @@ async fn write(conn: &Conn, rows: &[UsageRow]) -> Result<(), StoreError> {
             .arg(format!("({}", newest - TTL_DAYS))
             .ignore();
         pipe.expire(days_key(tenant), ttl).ignore();
-        pipe.sadd(TENANTS, *tenant).ignore();
     }
-    pipe.expire(TENANTS, ttl).ignore();
     let () = run(conn, &pipe).await?;
+    // The index of tenants, in its own slot (once their tallies are kept).
+    let mut index = ::redis::pipe();
+    for tenant in days.keys() {
+        index.sadd(TENANTS, *tenant).ignore();
+    }
+    index.expire(TENANTS, ttl).ignore();
+    let () = run(conn, &index).await?;
     Ok(())
 }
 
@@ -126,11 +158,15 @@ async fn read(
     if tenants.is_empty() {
         return Ok(Vec::new());
     }
-    let mut pipe = ::redis::pipe();
-    for t in &tenants {
-        pipe.zrangebyscore(days_key(t), from, "+inf");
-    }
-    let days: Vec<Vec<String>> = run(conn, &pipe).await?;
+    let asks: Vec<::redis::Cmd> = tenants
+        .iter()
+        .map(|t| {
+            let mut c = ::redis::cmd("ZRANGEBYSCORE");
+            c.arg(days_key(t)).arg(from).arg("+inf");
+            c
+        })
+        .collect();
+    let days: Vec<Vec<String>> = replies(conn.send(&asks, &[]).await)?;
     let wanted: Vec<(&String, String)> = tenants
         .iter()
         .zip(days)
@@ -139,11 +175,15 @@ async fn read(
     if wanted.is_empty() {
         return Ok(Vec::new());
     }
-    let mut pipe = ::redis::pipe();
-    for (t, d) in &wanted {
-        pipe.hgetall(day_key(t, d));
-    }
-    let hashes: Vec<BTreeMap<String, i64>> = run(conn, &pipe).await?;
+    let asks: Vec<::redis::Cmd> = wanted
+        .iter()
+        .map(|(t, d)| {
+            let mut c = ::redis::cmd("HGETALL");
+            c.arg(day_key(t, d));
+            c
+        })
+        .collect();
+    let hashes: Vec<BTreeMap<String, i64>> = replies(conn.send(&asks, &[]).await)?;
     let mut rows = Vec::new();
     for ((tenant, day), fields) in wanted.into_iter().zip(hashes) {
         let mut models: BTreeMap<String, Tally> = BTreeMap::new();
@@ -182,10 +222,13 @@ pub async fn usage_at(
     let shown = mask_password(url);
     let target =
         super::target::Target::open(url).map_err(|e| StoreError::Redis(format!("{shown}: {e}")))?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(std::time::Duration::from_secs(2)))
-        .set_response_timeout(Some(std::time::Duration::from_secs(30)));
-    let conn = Conn::new(target, config);
+    let conn = Conn::new(
+        target,
+        super::Timeouts {
+            connect: std::time::Duration::from_secs(2),
+            response: Some(std::time::Duration::from_secs(30)),
+        },
+    );
     let mut c = conn
         .get()
         .await

@@ -1,7 +1,7 @@
 //! The Redis writer: one task per process takes every write (new runs, events) from a channel
 //! in order and sends them in pipelined batches (the events between two new runs in one
-//! [`APPEND`] call), then makes each kept event visible on its run's log; it then packs the runs
-//! whose end was kept.
+//! [`APPEND`] call, per hash slot on a cluster), then makes each kept event visible on its run's
+//! log; it then packs the runs whose end was kept.
 //!
 //! Invariants: an event is visible only once Redis acknowledged it, and in the order appended;
 //! a run whose write failed is failed through its hook once, its later events are shown to its
@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ::redis::FromRedisValue;
+use ::redis::cluster_routing::Slot;
 use tokio::sync::{mpsc, oneshot};
 
 use super::conn::{Conn, script};
@@ -20,7 +21,7 @@ use super::lease::Owned;
 use super::packed::Packer;
 use super::scripts::{APPEND, PACK};
 use super::tail::MARK_MS;
-use super::{FailHook, ITEM, Redis, status_of};
+use super::{FailHook, LEASES, Redis, keep_item, status_of};
 use crate::api::Response;
 use crate::api::output_as_input;
 use crate::eventlog::emitter::LogSink;
@@ -36,18 +37,22 @@ pub(super) const PACK_TRIES: u32 = 24;
 pub(super) const END_RESPONSE: usize = 8;
 
 pub(super) enum Cmd {
+    /// `beside`: commands of other slots sent with it (index entries, input items).
     Insert {
         id: String,
         cmd: ::redis::Cmd,
+        beside: Vec<::redis::Cmd>,
         owned: Option<Owned>,
     },
-    /// `args`: the event's group of [`APPEND`]'s ARGV (without its length).
+    /// `args`: the event's group of [`APPEND`]'s ARGV (without its length); `beside`: commands
+    /// of other slots sent with it (an end's output items, its lease's index entry).
     Append {
         id: String,
         log: Arc<RunLog>,
         entry: LogEntry,
         terminal: bool,
         args: Vec<String>,
+        beside: Vec<::redis::Cmd>,
         fail: Option<FailHook>,
     },
     Flush {
@@ -60,6 +65,9 @@ pub struct Sink {
     pub(super) id: String,
     pub(super) tx: mpsc::UnboundedSender<Cmd>,
     pub(super) fail: Option<FailHook>,
+    /// The key prefix of the run's items, and its deadline (unix s, 0: none).
+    pub(super) items: String,
+    pub(super) deadline: i64,
 }
 
 impl LogSink for Sink {
@@ -72,6 +80,7 @@ impl LogSink for Sink {
             entry.kind().to_string(),
             String::from_utf8_lossy(&entry.json()).into_owned(),
         ];
+        let mut beside = Vec::new();
         match terminal {
             Some(r) => {
                 args.push("1".into());
@@ -79,10 +88,20 @@ impl LogSink for Sink {
                 args.push(serde_json::to_string(r).expect("serializes"));
                 for o in &r.output {
                     if let Some(i) = output_as_input(o) {
-                        args.push(o.id().to_string());
-                        args.push(serde_json::to_string(&i).expect("serializes"));
+                        let json = serde_json::to_string(&i).expect("serializes");
+                        beside.push(keep_item(
+                            &self.items,
+                            o.id(),
+                            &self.id,
+                            &json,
+                            self.deadline,
+                            "set",
+                        ));
                     }
                 }
+                let mut unindexed = ::redis::cmd("ZREM");
+                unindexed.arg(LEASES).arg(&self.id);
+                beside.push(unindexed);
             }
             None => args.extend(["0".into(), String::new(), String::new()]),
         }
@@ -92,6 +111,7 @@ impl LogSink for Sink {
             entry: entry.clone(),
             terminal: terminal.is_some(),
             args,
+            beside,
             fail: self.fail.clone(),
         };
         if self.tx.send(c).is_err() {
@@ -123,18 +143,10 @@ pub(super) async fn write_loop(
     let mut batch = Vec::with_capacity(BATCH);
     // Waits for one command, then takes every one already queued (up to BATCH).
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let (pipe, calls, sent) = writer.pipeline(&batch);
-        let mut results = if calls.is_empty() {
-            Vec::new().into_iter()
-        } else {
-            send(&writer.conn, &pipe, &calls).await.into_iter()
-        };
-        for (c, was_sent) in batch.drain(..).zip(sent) {
-            let result = if was_sent {
-                Some(results.next().unwrap_or_else(|| Err("no reply".into())))
-            } else {
-                None
-            };
+        let plan = writer.plan(&batch);
+        let mut results = send(&writer.conn, &plan).await.into_iter();
+        for c in batch.drain(..) {
+            let result = results.next().flatten();
             match c {
                 Cmd::Insert { id, owned: o, .. } => writer.inserted(id, o, result),
                 Cmd::Append {
@@ -144,6 +156,7 @@ pub(super) async fn write_loop(
                     terminal,
                     fail,
                     args,
+                    ..
                 } => {
                     let event = Appended {
                         id,
@@ -187,40 +200,62 @@ struct Appended {
 }
 
 impl Writer {
-    /// The pipeline for `batch`: each insert as its own script; the appends between two inserts
-    /// as one script call (so an insert still precedes its run's first event). Also answers, per
-    /// pipelined command, how many events it appends (0: an insert), and per write whether it
-    /// is sent (a broken run's events are not).
-    fn pipeline(&self, batch: &[Cmd]) -> (::redis::Pipeline, Vec<usize>, Vec<bool>) {
-        let mut pipe = ::redis::pipe();
-        pipe.ignore_errors();
-        let mut sent = Vec::with_capacity(batch.len());
-        let mut calls: Vec<usize> = Vec::new();
-        let mut group: Vec<(&str, &[String])> = Vec::new();
-        for c in batch {
+    /// The commands for `batch`, in order: each insert as its own script (with the commands
+    /// beside it); the appends between two inserts as one script call per group (all of them on
+    /// one Redis, per hash slot on a cluster), so an insert still precedes its run's first
+    /// event; then the commands beside the appends. A broken run's events are not sent.
+    fn plan(&self, batch: &[Cmd]) -> Plan {
+        let mut plan = Plan {
+            cmds: Vec::new(),
+            replies: Vec::new(),
+            writes: batch.len(),
+        };
+        let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
+        let mut later: Vec<::redis::Cmd> = Vec::new();
+        for (i, c) in batch.iter().enumerate() {
             match c {
-                Cmd::Insert { cmd, .. } => {
-                    if !group.is_empty() {
-                        calls.push(group.len());
-                        pipe.add_command(append_call(&self.instance, &group));
-                        group.clear();
+                Cmd::Insert { cmd, beside, .. } => {
+                    self.flush_groups(batch, &mut groups, &mut plan);
+                    plan.push(cmd.clone(), Reply::Insert(i));
+                    for b in beside {
+                        plan.push(b.clone(), Reply::Ignored);
                     }
-                    pipe.add_command(cmd.clone());
-                    calls.push(0);
-                    sent.push(true);
                 }
-                Cmd::Append { id, args, .. } if !self.broken.contains_key(id) => {
-                    group.push((id, args));
-                    sent.push(true);
+                Cmd::Append { id, beside, .. } if !self.broken.contains_key(id) => {
+                    let slot = self.conn.group_of(&Redis::resp_key(id));
+                    match groups.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, g)) => g.push(i),
+                        None => groups.push((slot, vec![i])),
+                    }
+                    later.extend(beside.iter().cloned());
                 }
-                _ => sent.push(false),
+                _ => {}
             }
         }
-        if !group.is_empty() {
-            calls.push(group.len());
-            pipe.add_command(append_call(&self.instance, &group));
+        self.flush_groups(batch, &mut groups, &mut plan);
+        for b in later {
+            plan.push(b, Reply::Ignored);
         }
-        (pipe, calls, sent)
+        plan
+    }
+
+    /// One [`APPEND`] call per group of appends.
+    fn flush_groups(
+        &self,
+        batch: &[Cmd],
+        groups: &mut Vec<(Option<Slot>, Vec<usize>)>,
+        plan: &mut Plan,
+    ) {
+        for (_, g) in groups.drain(..) {
+            let events: Vec<(&str, &[String])> = g
+                .iter()
+                .filter_map(|i| match &batch[*i] {
+                    Cmd::Append { id, args, .. } => Some((id.as_str(), args.as_slice())),
+                    _ => None,
+                })
+                .collect();
+            plan.push(append_call(&self.instance, &events), Reply::Appends(g));
+        }
     }
 
     /// A new run was kept (its lease taken) or not (it is failed at once).
@@ -359,26 +394,44 @@ pub(super) fn pack(
     let conn = conn.clone();
     tokio::spawn(async move {
         for _ in 0..PACK_TRIES {
-            let keys: Vec<String> = runs
-                .iter()
-                .flat_map(|(id, ..)| [Redis::resp_key(id), Redis::log_key(id), Redis::mark_key(id)])
-                .collect();
-            let mut cmd = script(PACK, &keys);
-            for (_, n, blob) in &runs {
-                cmd.arg(n).arg(blob.as_slice());
-            }
-            match conn.query::<Vec<i64>>(&cmd).await {
-                Ok(codes) => {
-                    runs = runs
-                        .into_iter()
-                        .zip(codes)
-                        .filter(|(_, code)| *code == -1)
-                        .map(|(r, _)| r)
-                        .collect();
+            // One script per hash slot (all together on one Redis).
+            let mut groups: Vec<(Option<Slot>, Vec<(String, usize, Vec<u8>)>)> = Vec::new();
+            for run in runs.drain(..) {
+                let slot = conn.group_of(&Redis::resp_key(&run.0));
+                match groups.iter_mut().find(|(s, _)| *s == slot) {
+                    Some((_, g)) => g.push(run),
+                    None => groups.push((slot, vec![run])),
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not pack finished runs (their streams stay)");
-                    return;
+            }
+            let cmds: Vec<::redis::Cmd> = groups
+                .iter()
+                .map(|(_, g)| {
+                    let keys: Vec<String> = g
+                        .iter()
+                        .flat_map(|(id, ..)| {
+                            [Redis::resp_key(id), Redis::log_key(id), Redis::mark_key(id)]
+                        })
+                        .collect();
+                    let mut cmd = script(PACK, &keys);
+                    for (_, n, blob) in g {
+                        cmd.arg(n).arg(blob.as_slice());
+                    }
+                    cmd
+                })
+                .collect();
+            for ((_, g), reply) in groups.into_iter().zip(conn.send(&cmds, &[]).await) {
+                match reply.and_then(|v| Vec::<i64>::from_redis_value(v).map_err(|e| e.to_string()))
+                {
+                    // Those still tailed are tried again later.
+                    Ok(codes) => runs.extend(
+                        g.into_iter()
+                            .zip(codes)
+                            .filter(|(_, code)| *code == -1)
+                            .map(|(r, _)| r),
+                    ),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not pack finished runs (their streams stay)")
+                    }
                 }
             }
             if runs.is_empty() {
@@ -407,84 +460,82 @@ pub(super) fn append_call(instance: &str, events: &[(&str, &[String])]) -> ::red
         .flat_map(|(id, _)| [Redis::resp_key(id), Redis::log_key(id)])
         .collect();
     let mut cmd = script(APPEND, &keys);
-    cmd.arg(instance).arg(ITEM);
+    cmd.arg(instance);
     for (_, args) in events {
         cmd.arg(args.len()).arg(*args);
     }
     cmd
 }
 
+/// What a batch sends: its commands, what each one's reply settles, and how many writes the
+/// batch holds.
+pub(super) struct Plan {
+    cmds: Vec<::redis::Cmd>,
+    replies: Vec<Reply>,
+    writes: usize,
+}
+
+impl Plan {
+    fn push(&mut self, cmd: ::redis::Cmd, reply: Reply) {
+        self.cmds.push(cmd);
+        self.replies.push(reply);
+    }
+}
+
+/// What a command's reply settles: an insert (the write's index in the batch), the appended
+/// events (theirs), or nothing (a command beside them: its failure is only logged).
+enum Reply {
+    Insert(usize),
+    Appends(Vec<usize>),
+    Ignored,
+}
+
 /// How long a batch waits for a replica to acknowledge it (behind Sentinel, with a replica).
 const REPLICA_WAIT_MS: u64 = 250;
 
-/// Sends the writer's pipeline; one result per write: per insert its reply, per appended event
-/// its code (every write of a command that failed gets that command's error).
-pub(super) async fn send(
-    conn: &Conn,
-    pipe: &::redis::Pipeline,
-    calls: &[usize],
-) -> Vec<Result<i64, String>> {
-    // Behind Sentinel, with a replica attached, the batch counts as kept once a replica has it
-    // too (or the wait lapsed): what a failover then loses is what the replica did not get.
-    let waited;
-    let pipe = match conn.replicas() {
-        0 => pipe,
+/// Sends a batch's commands; answers per write of the batch its result: an insert's reply, an
+/// appended event's code (every event of a call that failed gets its error), `None` for a write
+/// not sent (a broken run's event, a flush).
+pub(super) async fn send(conn: &Conn, plan: &Plan) -> Vec<Option<Result<i64, String>>> {
+    let mut out: Vec<Option<Result<i64, String>>> = vec![None; plan.writes];
+    if plan.cmds.is_empty() {
+        return out;
+    }
+    // With a replica attached, the batch counts as kept once a replica has it too (or the
+    // wait lapsed): what a failover then loses is what the replica did not get.
+    let wait = match conn.replicas() {
+        0 => Vec::new(),
         _ => {
-            let mut p = pipe.clone();
-            p.cmd("WAIT").arg(1).arg(REPLICA_WAIT_MS);
-            waited = p;
-            &waited
+            let mut w = ::redis::cmd("WAIT");
+            w.arg(1).arg(REPLICA_WAIT_MS);
+            vec![w]
         }
     };
-    let replies: Vec<Result<::redis::Value, String>> = match conn.get().await {
-        Ok(mut c) => match pipe
-            .query_async::<Vec<::redis::RedisResult<::redis::Value>>>(&mut c)
-            .await
-        {
-            Ok(mut v) => {
-                // A demoted primary answers each write `READONLY`: look for the new one.
-                if let Some(e) = v
-                    .iter()
-                    .filter_map(|r| r.as_ref().err())
-                    .find(|e| e.code() == Some("READONLY"))
-                {
-                    conn.failed(e).await;
-                }
-                if v.len() > calls.len()
-                    && let Some(Ok(::redis::Value::Int(0))) = v.pop()
-                {
-                    tracing::debug!(
-                        "a batch was kept by the primary; no replica acknowledged it in time"
-                    );
-                }
-                v.into_iter()
-                    .map(|r| r.map_err(|e| e.to_string()))
-                    .collect()
+    let replies = conn.send(&plan.cmds, &wait).await;
+    for (reply, r) in plan.replies.iter().zip(replies) {
+        match reply {
+            Reply::Insert(i) => {
+                out[*i] = Some(r.and_then(|v| i64::from_redis_value(v).map_err(|e| e.to_string())))
             }
-            Err(e) => {
-                conn.failed(&e).await;
-                vec![Err(e.to_string()); calls.len()]
+            Reply::Appends(events) => {
+                let n = events.len();
+                let codes: Vec<Result<i64, String>> = match r {
+                    Ok(v) => match Vec::<i64>::from_redis_value(v) {
+                        Ok(codes) if codes.len() == n => codes.into_iter().map(Ok).collect(),
+                        Ok(codes) => vec![Err(format!("{} codes for {n} events", codes.len())); n],
+                        Err(e) => vec![Err(e.to_string()); n],
+                    },
+                    Err(e) => vec![Err(e); n],
+                };
+                for (i, code) in events.iter().zip(codes) {
+                    out[*i] = Some(code);
+                }
             }
-        },
-        Err(e) => vec![Err(e.to_string()); calls.len()],
-    };
-    let mut out = Vec::with_capacity(calls.iter().map(|n| (*n).max(1)).sum());
-    for (events, reply) in calls.iter().zip(
-        replies
-            .into_iter()
-            .chain(std::iter::repeat(Err("no reply".to_string()))),
-    ) {
-        match (*events, reply) {
-            (0, r) => out.push(r.and_then(|v| i64::from_redis_value(v).map_err(|e| e.to_string()))),
-            (n, Ok(v)) => match Vec::<i64>::from_redis_value(v) {
-                Ok(codes) if codes.len() == n => out.extend(codes.into_iter().map(Ok)),
-                Ok(codes) => out.extend(std::iter::repeat_n(
-                    Err(format!("{} codes for {n} events", codes.len())),
-                    n,
-                )),
-                Err(e) => out.extend(std::iter::repeat_n(Err(e.to_string()), n)),
-            },
-            (n, Err(e)) => out.extend(std::iter::repeat_n(Err(e), n)),
+            Reply::Ignored => {
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "Redis did not keep an index entry or an item");
+                }
+            }
         }
     }
     out
