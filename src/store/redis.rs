@@ -191,6 +191,8 @@ impl Redis {
         if conn.target().follows_sentinels() {
             rt.spawn(follow_primary(Arc::downgrade(&conn)));
             rt.spawn(follow_primary(Arc::downgrade(&writer)));
+        } else if conn.is_cluster() {
+            rt.spawn(count_replicas(Arc::downgrade(&writer)));
         }
         rt.spawn(write_loop(writer, rx, owned, inner.instance.clone()));
         rt.spawn(keep_leases(Arc::downgrade(&inner)));
@@ -639,6 +641,20 @@ const AVAILABLE_WITHIN: Duration = Duration::from_secs(1);
 
 /// How often a relay behind Sentinel asks the Sentinels which server is the primary.
 const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
+/// How often a relay on a cluster counts the cluster's replicas.
+const COUNT_REPLICAS_EVERY: Duration = Duration::from_secs(5);
+
+/// On a cluster, until the store is gone: keeps the count of replicas the writer waits on.
+async fn count_replicas(conn: std::sync::Weak<Conn>) {
+    loop {
+        match conn.upgrade() {
+            Some(conn) => conn.count_replicas().await,
+            None => return,
+        }
+        tokio::time::sleep(COUNT_REPLICAS_EVERY).await;
+    }
+}
 
 /// Behind Sentinel, until the store is gone: drops the connection as soon as the Sentinels name
 /// another primary, so writes go where they will be kept (a demoted primary may accept writes

@@ -220,8 +220,12 @@ async fn a_response_on_a_conversation_sees_its_items_and_adds_its_own() {
 
 #[tokio::test]
 async fn a_second_response_on_a_busy_conversation_is_refused_until_the_first_ends() {
+    busy_conversation_refused_until_it_ends(StoreKind::Redis(redis_db())).await;
+}
+
+/// The test above, on a shared store (one Redis or a cluster).
+pub(crate) async fn busy_conversation_refused_until_it_ends(redis: StoreKind) {
     let up = upstream().await;
-    let redis = StoreKind::Redis(redis_db());
     let (a, b) = (
         shared_store_relay(&up, &redis).await,
         shared_store_relay(&up, &redis).await,

@@ -4,6 +4,7 @@
 mod anthropic;
 mod approvals;
 mod cli;
+mod cluster;
 mod conversations;
 mod core;
 mod errors;

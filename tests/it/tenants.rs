@@ -190,8 +190,12 @@ async fn another_tenants_runs_are_unknown_ids_on_every_store() {
 
 #[tokio::test]
 async fn a_tenants_live_background_run_is_unknown_to_another_on_a_second_relay_over_redis() {
+    tenants_apart_on_two_relays(StoreKind::Redis(redis_db())).await;
+}
+
+/// The test above, on a shared `store` (one Redis or a cluster).
+pub(crate) async fn tenants_apart_on_two_relays(store: StoreKind) {
     let up = upstream().await;
-    let store = StoreKind::Redis(redis_db());
     let a = relay_with(&up, &store).await;
     let b = relay_with(&up, &store).await;
     let (status, r) = call(

@@ -95,7 +95,8 @@ impl Conn {
         }
     }
 
-    /// Behind Sentinel, the replicas the primary had when last asked (0 for a plain Redis).
+    /// Behind Sentinel, the replicas the primary had when last asked; on a cluster, the replicas
+    /// it has (0 for a plain Redis).
     pub(super) fn replicas(&self) -> usize {
         self.replicas.load(std::sync::atomic::Ordering::Relaxed)
     }
@@ -194,6 +195,27 @@ impl Conn {
         };
         self.replicas
             .store(replicas, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// On a cluster: counts the replicas its nodes list (those not failing), so that the writer
+    /// waits for one to have each batch. Nothing otherwise.
+    pub(super) async fn count_replicas(&self) {
+        if !self.is_cluster() {
+            return;
+        }
+        let mut cmd = ::redis::cmd("CLUSTER");
+        cmd.arg("NODES");
+        if let Ok(nodes) = self.query::<String>(&cmd).await {
+            let replicas = nodes
+                .lines()
+                .filter(|l| {
+                    let flags = l.split(' ').nth(2).unwrap_or_default();
+                    flags.contains("slave") && !flags.contains("fail")
+                })
+                .count();
+            self.replicas
+                .store(replicas, std::sync::atomic::Ordering::Relaxed);
+        }
     }
 
     pub async fn query<T: FromRedisValue>(&self, cmd: &::redis::Cmd) -> Result<T, StoreError> {

@@ -490,7 +490,8 @@ enum Reply {
     Ignored,
 }
 
-/// How long a batch waits for a replica to acknowledge it (behind Sentinel, with a replica).
+/// How long a batch waits for a replica to acknowledge it (behind Sentinel or on a cluster, with
+/// replicas).
 const REPLICA_WAIT_MS: u64 = 250;
 
 /// Sends a batch's commands; answers per write of the batch its result: an insert's reply, an

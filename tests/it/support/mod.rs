@@ -2,6 +2,7 @@
 //! upstream, MCP servers, Redis, HTTP calls and event-stream reading. Tests `use
 //! crate::support::*` and get all of it.
 
+mod cluster;
 mod http;
 mod json;
 mod mcp;
@@ -11,6 +12,7 @@ mod relay;
 mod sse;
 mod upstream;
 
+pub use cluster::*;
 pub use http::*;
 pub use json::*;
 pub use mcp::*;
