@@ -19,12 +19,14 @@ impl ClusterSet {
         let dir = super::scratch("cluster");
         let nodes: Vec<RedisServer> = (0..primaries * (1 + replicas))
             .map(|_| {
-                let port = RedisServer::free_port();
+                // The cluster bus on a free port of its own (by default it is the port + 10000,
+                // past 65535 for a high ephemeral port).
+                let (port, bus) = (RedisServer::free_port(), RedisServer::free_port());
                 RedisServer::start_with(
                     port,
                     &format!(
                         "--dir {} --cluster-enabled yes --cluster-config-file nodes-{port}.conf \
-                         --cluster-node-timeout 1000",
+                         --cluster-port {bus} --cluster-node-timeout 1000",
                         dir.display()
                     ),
                 )
