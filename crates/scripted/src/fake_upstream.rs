@@ -5,7 +5,7 @@
 //!
 //! Model strings: `NAME` or `NAME?k=v&k=v`. `replay:FILE` streams `FIXTURES/FILE`; any other
 //! name is the scripted model. Options: `deltas`, `delay_ms`, `reasoning`, `refusal`, `finish`,
-//! `usage_on_finish`, `one_index`, `phase`, `pings`, `redacted`, `cached`, `fault`, `fault_after_tools`
+//! `usage_on_finish`, `one_index`, `phase`, `pings`, `redacted`, `cached`, `hold`, `fault`, `fault_after_tools`
 //! (see `options.rs` and `fixtures/README.md`).
 //!
 //! This file: the handle a test holds (the requests received, the streams open) and the accept
@@ -77,6 +77,32 @@ struct State {
     serial: AtomicU64,
     /// Anthropic's prompt cache: the prefixes written at `cache_control` breakpoints.
     prompt_cache: Mutex<HashSet<u64>>,
+    /// Gates opened so far (`hold=NAME` streams wait for theirs), and their opening's signal.
+    gates: Mutex<HashSet<String>>,
+    gate_opened: tokio::sync::Notify,
+}
+
+impl State {
+    fn open_gate(&self, name: &str) {
+        self.gates
+            .lock()
+            .expect("gates lock")
+            .insert(name.to_string());
+        self.gate_opened.notify_waiters();
+    }
+
+    /// Until the gate `name` is open.
+    async fn gate(&self, name: &str) {
+        loop {
+            let opened = self.gate_opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if self.gates.lock().expect("gates lock").contains(name) {
+                return;
+            }
+            opened.await;
+        }
+    }
 }
 
 /// A running fake upstream. Stops accepting and closes every connection on drop or [`shutdown`].
@@ -119,6 +145,11 @@ impl FakeUpstream {
         }
     }
 
+    /// Opens the gate `name`: streams of `hold=NAME` models go on (and later ones do not wait).
+    pub fn open_gate(&self, name: &str) {
+        self.state.open_gate(name);
+    }
+
     /// Stops accepting and closes every open connection. Idempotent.
     pub fn shutdown(&self) {
         self.stop.send_replace(true);
@@ -153,6 +184,8 @@ pub async fn start_with(
         replays: Mutex::new(HashMap::new()),
         serial: AtomicU64::new(1),
         prompt_cache: Mutex::default(),
+        gates: Mutex::default(),
+        gate_opened: tokio::sync::Notify::new(),
     });
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(accept_loop(listener, state.clone(), stopped));

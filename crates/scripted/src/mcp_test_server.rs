@@ -63,7 +63,8 @@ pub struct Options {
     /// Answer `initialize` with the oldest revision, `2024-11-05`, whatever the client offers (as a
     /// server that knows no later one does).
     pub oldest: bool,
-    /// List the long-running tools: `progress(ms, every)` (notifies progress while it works), and
+    /// List the long-running tools: `progress(ms, every)` (notifies progress while it works),
+    /// `gate(name)` (waits until the test opens that gate, `McpTestServer::open_gate`), and
     /// `research(ms)`, a tool with `execution.taskSupport: "required"` (protocol `2025-11-25`
     /// tasks): a plain call is refused with `-32601`; a call with `task` creates a task that
     /// completes after `ms` milliseconds (`tasks/get`, `tasks/result`, `tasks/cancel`).
@@ -111,6 +112,24 @@ struct State {
     listeners: Mutex<Vec<rmcp::service::SubscriptionSink>>,
     /// `research` tasks: id -> (created, ms, cancelled).
     tasks: Mutex<HashMap<String, (Instant, u64, bool)>>,
+    /// Gates opened so far (`gate` calls wait for theirs), and their opening's signal.
+    gates: Mutex<std::collections::HashSet<String>>,
+    gate_opened: tokio::sync::Notify,
+}
+
+impl State {
+    /// Until the gate `name` is open.
+    async fn gate(&self, name: &str) {
+        loop {
+            let opened = self.gate_opened.notified();
+            tokio::pin!(opened);
+            opened.as_mut().enable();
+            if self.gates.lock().expect("gates lock").contains(name) {
+                return;
+            }
+            opened.await;
+        }
+    }
 }
 
 /// A running test server.
@@ -177,7 +196,17 @@ impl McpTestServer {
             .count()
     }
 
-    /// How many `slow` calls were cancelled before they finished.
+    /// Opens the gate `name`: `gate` calls waiting for it finish (and later ones do not wait).
+    pub fn open_gate(&self, name: &str) {
+        self.state
+            .gates
+            .lock()
+            .expect("gates lock")
+            .insert(name.to_string());
+        self.state.gate_opened.notify_waiters();
+    }
+
+    /// How many `slow` (or `gate`) calls were cancelled before they finished.
     pub fn cancelled_calls(&self) -> usize {
         self.state.cancelled.load(Ordering::SeqCst)
     }

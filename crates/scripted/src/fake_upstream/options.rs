@@ -51,6 +51,9 @@ pub(super) struct Opts {
     pub(super) redacted: bool,
     /// Gemini: prompt tokens reported read from its cache (`cachedContentTokenCount`).
     pub(super) cached: u64,
+    /// The stream pauses after its first frames until the gate of this name is opened
+    /// (`FakeUpstream::open_gate`, or `POST /gates/NAME`); an open gate stays open.
+    pub(super) hold: Option<String>,
 }
 
 impl Default for Opts {
@@ -69,6 +72,7 @@ impl Default for Opts {
             pings: 0,
             redacted: false,
             cached: 0,
+            hold: None,
         }
     }
 }
@@ -102,6 +106,7 @@ pub(super) fn parse_model(model: &str) -> Result<(&str, Opts), String> {
             "pings" => o.pings = num()? as usize,
             "redacted" => o.redacted = flag()?,
             "cached" => o.cached = num()?,
+            "hold" => o.hold = Some(v.to_string()),
             "phase" => {
                 o.phase = Some(match v {
                     "commentary" => "commentary",

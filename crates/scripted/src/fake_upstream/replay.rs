@@ -68,7 +68,13 @@ pub(super) async fn replay(
             "replay file '{file}' is {what} transcript: POST it to {route}"
         ));
     }
-    sse_response(state, replay.frames.clone(), opts.delay, Tail::End)
+    sse_response(
+        state,
+        replay.frames.clone(),
+        opts.delay,
+        Tail::End,
+        opts.hold.clone(),
+    )
 }
 
 async fn load_replay(dir: &Path, file: &str) -> Result<Replay, (StatusCode, String)> {

@@ -1,4 +1,4 @@
-//! Routing: the routes (`GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/responses`,
+//! Routing: the routes (`POST /gates/NAME` opens a gate of `hold=NAME` streams, `GET /v1/models`, `POST /v1/chat/completions`, `POST /v1/responses`,
 //! Anthropic's `POST /v1/messages`, Gemini's `GET /v1beta/models` and `POST
 //! /v1beta/models/{model}:streamGenerateContent`), the request log, the status faults answered
 //! before any body, and the choice between the scripted model and a replay. Every error body is
@@ -99,6 +99,10 @@ pub(super) async fn handle(
                 Ok(body) => post(&state, Api::Gemini, body).await,
                 Err((status, message)) => super::gemini::error(status, &message),
             }
+        }
+        (&Method::POST, p) if p.starts_with("/gates/") => {
+            state.open_gate(&p["/gates/".len()..]);
+            json_response(StatusCode::OK, &json!({"opened": &p["/gates/".len()..]}))
         }
         (&Method::POST, "/v1/messages/count_tokens") => {
             json_response(StatusCode::OK, &super::anthropic::count_tokens(&body))
@@ -223,14 +227,14 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
                 .and_then(Value::as_bool)
                 .unwrap_or(false);
             let (frames, tail) = chat_frames(&script, &opts, model, serial, include_usage);
-            sse_response(state, frames, stream_delay(&opts), tail)
+            sse_response(state, frames, stream_delay(&opts), tail, opts.hold.clone())
         }
         (Api::Chat, false) => {
             json_response(StatusCode::OK, &chat_completion(&script, model, serial))
         }
         (Api::Responses, true) => {
             let (frames, tail) = responses_frames(&script, &opts, &body, model, serial);
-            sse_response(state, frames, stream_delay(&opts), tail)
+            sse_response(state, frames, stream_delay(&opts), tail, opts.hold.clone())
         }
         (Api::Responses, false) => json_response(
             StatusCode::OK,
@@ -238,12 +242,12 @@ async fn post(state: &Arc<State>, api: Api, body: Value) -> Response<Body> {
         ),
         (Api::Gemini, _) => {
             let (frames, tail) = super::gemini::gemini_frames(&script, &opts, model, serial);
-            sse_response(state, frames, stream_delay(&opts), tail)
+            sse_response(state, frames, stream_delay(&opts), tail, opts.hold.clone())
         }
         (Api::Anthropic, _) => {
             let (frames, tail) =
                 super::anthropic::anthropic_frames(&script, &opts, model, serial, cached);
-            sse_response(state, frames, stream_delay(&opts), tail)
+            sse_response(state, frames, stream_delay(&opts), tail, opts.hold.clone())
         }
     }
 }

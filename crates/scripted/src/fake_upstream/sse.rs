@@ -43,19 +43,29 @@ impl Drop for OpenGuard {
     }
 }
 
-/// An SSE response writing each frame with one write, `delay` apart, then `tail`.
+/// Frames a `hold=NAME` stream writes before it waits for its gate.
+const HOLD_AFTER: usize = 2;
+
+/// An SSE response writing each frame with one write, `delay` apart, then `tail`; with `hold`,
+/// waiting for that gate after the first [`HOLD_AFTER`] frames.
 pub(super) fn sse_response(
     state: &Arc<State>,
     frames: Vec<Bytes>,
     delay: Duration,
     tail: Tail,
+    hold: Option<String>,
 ) -> Response<Body> {
     let guard = OpenGuard::new(state);
+    let gates = state.clone();
     let stream = async_stream::stream! {
         let _guard = guard;
+        let hold_at = HOLD_AFTER.min(frames.len().saturating_sub(1));
         for (i, frame) in frames.into_iter().enumerate() {
             if i > 0 && !delay.is_zero() {
                 tokio::time::sleep(delay).await;
+            }
+            if i == hold_at && let Some(gate) = &hold {
+                gates.gate(gate).await;
             }
             yield Ok::<_, std::io::Error>(Frame::data(frame));
         }

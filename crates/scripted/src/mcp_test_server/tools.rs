@@ -1,5 +1,5 @@
 //! The server's MCP behaviour: the known tools (`echo`, `add`, `fail`, `boom`, `slow`, `whoami`,
-//! `image`, `structured`, `big`, and with `long_tools` `progress`), the numbered catalog
+//! `image`, `structured`, `big`, and with `long_tools` `progress` and `gate`), the numbered catalog
 //! (`tool_000`.., listed in pages of [`PAGE_SIZE`] when there is one), and the session hooks
 //! (peers told of list changes, `subscriptions/listen` streams). Tools are listed sorted by
 //! name, catalog tools after them.
@@ -102,6 +102,12 @@ struct ProgressArgs {
 struct SlowArgs {
     /// Milliseconds to wait.
     ms: u64,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct GateArgs {
+    /// The gate to wait for.
+    name: String,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -223,6 +229,22 @@ impl TestServer {
         }
     }
 
+    #[tool(description = "Waits until the test opens the gate `name`; stops when cancelled")]
+    async fn gate(
+        &self,
+        Parameters(GateArgs { name }): Parameters<GateArgs>,
+        ct: CancellationToken,
+    ) -> Result<String, String> {
+        let mut counter = CancelCounter(self.state.clone(), false);
+        tokio::select! {
+            _ = self.state.gate(&name) => {
+                counter.1 = true;
+                Ok(format!("gate {name} opened"))
+            }
+            _ = ct.cancelled() => Err("cancelled".to_string()),
+        }
+    }
+
     #[tool(description = "Says whether the bearer token matched, and which custom headers arrived")]
     async fn whoami(&self, Extension(parts): Extension<hyper::http::request::Parts>) -> String {
         let auth = parts
@@ -300,7 +322,7 @@ impl ServerHandler for TestServer {
     ) -> Result<ListToolsResult, ErrorData> {
         let mut all = self.tool_router.list_all();
         if !self.state.opts.long_tools {
-            all.retain(|t| t.name != "progress");
+            all.retain(|t| t.name != "progress" && t.name != "gate");
         }
         all.sort_by(|a, b| a.name.cmp(&b.name));
         all.extend(self.catalog_tools());
