@@ -1,9 +1,9 @@
 //! The Redis store on a real Redis Cluster (three primaries, started by the tests on loopback):
 //! a run's keys in one slot, served and replayed; the guarantees across relays (resume, item
 //! references, cancel, a killed relay's run finished, tenants, conversations' locks, limits)
-//! as on one Redis; a run live while its slot moves to another primary, and while its primary
-//! fails over, ends whole with one terminal event; `store migrate` moves data kept in the old
-//! key layout.
+//! and the usage report as on one Redis; a run live while its slot moves to another primary,
+//! and while its primary fails over or stops, ends whole with one terminal event; `store
+//! migrate` moves data kept in the old key layout.
 
 use std::time::Duration;
 
@@ -139,6 +139,13 @@ limits = { requests_per_minute = 12 }
         (12, 28),
         "{statuses:?}"
     );
+}
+
+#[tokio::test]
+async fn on_a_cluster_two_relays_add_up_their_tenants_usage_in_the_report() {
+    // A cluster of its own: the report covers every tenant's usage in the store.
+    let cluster = ClusterSet::start(3, 0);
+    crate::usage::usage_added_up_across_relays(cluster.url()).await;
 }
 
 #[tokio::test]

@@ -272,9 +272,13 @@ async fn since_takes_days_hours_or_a_day_and_the_report_starts_there() {
 
 #[tokio::test]
 async fn two_relays_sharing_redis_add_up_their_tenants_usage_in_the_report() {
+    usage_added_up_across_relays(redis_db()).await;
+}
+
+/// The test above, on the Redis store at `url` (one server or a cluster) that no other test uses.
+pub(crate) async fn usage_added_up_across_relays(url: String) {
     let up = upstream().await;
     let mcp = mcp_server(Options::default()).await;
-    let url = redis_db();
     let a = relay_app(app_over(&up, &StoreKind::Redis(url.clone()))).await;
     let b = relay_app(app_over(&up, &StoreKind::Redis(url.clone()))).await;
     let mut expected = Expected::default();

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use crate::options::{Opts, Scenario, UpstreamKind};
-use crate::procs::{self, Proc, Redis};
+use crate::procs::{self, Proc, Redis, RedisCluster};
 
 /// The running shared processes and where the binaries are.
 pub struct Env {
@@ -27,6 +27,9 @@ pub struct Env {
     /// A fresh temp dir for the SQLite files, removed when the benchmark ends.
     pub store_dir: TempDir,
     pub redis: RedisState,
+    /// The benchmark's own Redis Cluster (for `store-scale`; `None`: not wanted), or why it did
+    /// not start.
+    pub cluster: Option<Result<RedisCluster, String>>,
 }
 
 /// The benchmark's own `redis-server`.
@@ -67,6 +70,8 @@ pub enum Store {
     Sqlite,
     /// The benchmark's own `redis-server` (ignores `--store`).
     Redis,
+    /// The benchmark's own Redis Cluster (ignores `--store`).
+    RedisCluster,
 }
 
 /// A store URL ready for a relay, and what to clean after the relay is gone.
@@ -127,6 +132,22 @@ impl Env {
                 sqlite_file: None,
             }),
             (Store::Default, None) | (Store::Sqlite, _) => Ok(sqlite()),
+            (Store::RedisCluster, _) => match &self.cluster {
+                Some(Ok(c)) => {
+                    c.flush()
+                        .map_err(|e| StoreErr::Failed(format!("Redis Cluster FLUSHALL: {e}")))?;
+                    Ok(StoreUse {
+                        url: c.url(),
+                        label: "redis-cluster".into(),
+                        redis_pid: None,
+                        sqlite_file: None,
+                    })
+                }
+                Some(Err(e)) => Err(StoreErr::NotAvailable(e.clone())),
+                None => Err(StoreErr::NotAvailable(
+                    "no Redis Cluster (redis-server not on PATH, or --store given)".into(),
+                )),
+            },
             (Store::Redis, _) => match &self.redis {
                 RedisState::Up(r) => {
                     // A clean server for every phase: the previous phase's runs are gone.
@@ -161,6 +182,11 @@ impl Env {
             && let RedisState::Up(r) = &self.redis
         {
             let _ = r.command("FLUSHALL");
+        }
+        if s.label == "redis-cluster"
+            && let Some(Ok(c)) = &self.cluster
+        {
+            let _ = c.flush();
         }
     }
 
@@ -235,6 +261,7 @@ impl Env {
             (Store::Default, Some(url)) => store_label(url),
             (Store::Default, None) | (Store::Sqlite, _) => "sqlite".into(),
             (Store::Redis, _) => "redis".into(),
+            (Store::RedisCluster, _) => "redis-cluster".into(),
         }
     }
 }
@@ -313,6 +340,22 @@ pub async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env,
         }
     };
     let store_dir = TempDir::new()?;
+    // A Redis Cluster for the store-scale scenario's cluster row.
+    let cluster = match (&redis, o.scenario) {
+        (RedisState::Up(_), Scenario::All | Scenario::StoreScale) => {
+            let prog = procs::find_redis_server().expect("redis-server is on PATH");
+            let dir = store_dir.0.join("cluster");
+            let started = std::fs::create_dir_all(&dir)
+                .map_err(|e| e.to_string())
+                .and_then(|_| RedisCluster::start(&prog, &dir, &logs));
+            match &started {
+                Ok(c) => eprintln!("Redis Cluster at {}", c.url()),
+                Err(e) => eprintln!("Redis Cluster not started: {e}"),
+            }
+            Some(started)
+        }
+        _ => None,
+    };
     Ok(Env {
         bin_dir,
         logs,
@@ -335,5 +378,6 @@ pub async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env,
             .collect::<Result<_, _>>()?,
         store_dir,
         redis,
+        cluster,
     })
 }

@@ -217,6 +217,15 @@ impl Redis {
     /// Starts `program` on a free loopback port (a few attempts: the port is picked before the
     /// server binds it) and waits until it answers `PING`.
     pub fn spawn(program: &Path, log: &Path) -> Result<Redis, String> {
+        Self::spawn_with(program, log, |_| Vec::new())
+    }
+
+    /// As [`Redis::spawn`], with more arguments (`extra` of the port picked).
+    pub fn spawn_with(
+        program: &Path,
+        log: &Path,
+        extra: impl Fn(u16) -> Vec<String>,
+    ) -> Result<Redis, String> {
         let mut last = String::new();
         for _ in 0..3 {
             let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -243,6 +252,7 @@ impl Redis {
             ];
             let child = Command::new(program)
                 .args(args)
+                .args(extra(port))
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(stdout))
                 .stderr(Stdio::from(stderr))
@@ -320,6 +330,108 @@ impl Redis {
             .read_line(&mut line)
             .map_err(|e| e.to_string())?;
         Ok(line)
+    }
+}
+
+/// The benchmark's own Redis Cluster: three primaries on loopback, joined by `redis-cli
+/// --cluster create`.
+pub struct RedisCluster {
+    pub nodes: Vec<Redis>,
+}
+
+impl RedisCluster {
+    /// Starts it (its nodes' files in `dir`, their logs in `logs`) and waits until it is `ok`.
+    pub fn start(program: &Path, dir: &Path, logs: &Path) -> Result<RedisCluster, String> {
+        let free = || -> Result<u16, String> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| e.to_string())?
+                .port())
+        };
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let bus = free()?;
+            let dir = dir.display().to_string();
+            nodes.push(Redis::spawn_with(
+                program,
+                &logs.join(format!("redis-cluster-{i}.log")),
+                |port| {
+                    [
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        &format!("nodes-{port}.conf"),
+                        "--cluster-port",
+                        &bus.to_string(),
+                        "--dir",
+                        &dir,
+                    ]
+                    .map(String::from)
+                    .to_vec()
+                },
+            )?);
+        }
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .arg("--cluster-yes")
+            .output()
+            .map_err(|e| format!("redis-cli: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if cluster.nodes.iter().all(Redis::cluster_ok) {
+                return Ok(cluster);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Err("the benchmark's Redis Cluster was not ok within 30 s".into())
+    }
+
+    /// `redis+cluster://` through its first node.
+    pub fn url(&self) -> String {
+        format!("redis+cluster://127.0.0.1:{}", self.nodes[0].port)
+    }
+
+    /// `used_memory` summed over the nodes.
+    pub fn used_memory(&self) -> Result<u64, String> {
+        self.nodes
+            .iter()
+            .map(|n| n.info_field("memory", "used_memory"))
+            .sum()
+    }
+
+    /// Empties every node.
+    pub fn flush(&self) -> Result<(), String> {
+        for n in &self.nodes {
+            n.command("FLUSHALL")?;
+        }
+        Ok(())
+    }
+}
+
+impl Redis {
+    /// Whether this cluster node says the cluster is `ok`.
+    fn cluster_ok(&self) -> bool {
+        use std::io::{Read, Write};
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let Ok(mut s) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(500))
+        else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+        if s.write_all(b"CLUSTER INFO\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 4096];
+        let n = s.read(&mut buf).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..n]).contains("cluster_state:ok")
     }
 }
 

@@ -1,7 +1,7 @@
 //! The `store-scale` scenario (issue 28): fills a fresh store with many short stored runs, reads
 //! what the store then holds per run (SQLite: every file of the database as `du` counts it,
 //! [`SETTLE`] after the fill, with no checkpoint forced, and beside it the database after a full
-//! checkpoint; Redis: `INFO memory`), then measures `store: false` and `store: true` runs on the same relay,
+//! checkpoint; Redis, and a Redis Cluster of three primaries: `INFO memory`), then measures `store: false` and `store: true` runs on the same relay,
 //! so the stored runs' CPU and run time are judged against the same relay's unstored ones.
 
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::env::{Env, RedisState, StoreErr, StoreUse};
+use crate::env::{Env, RedisState, Store, StoreErr, StoreUse};
 use crate::load::{self, Expect, Kind, Req, Stats};
 use crate::measure::{Phase, Row, Window, finish_row, measure_loop, na_row, responses_body};
 use crate::options::Plan;
@@ -25,9 +25,13 @@ const FILL_CLIENTS: usize = 32;
 /// measured before finished runs were packed.
 const REDIS_BYTES_PER_RUN: u64 = 5595;
 
-/// Runs the scenario once per store of `env.phase_stores()`.
+/// Runs the scenario once per store of `env.phase_stores()`, and on the benchmark's Redis Cluster.
 pub async fn scenario(env: &Env, plan: &Plan, rows: &mut Vec<Row>, failures: &mut Vec<String>) {
-    for which in env.phase_stores() {
+    let mut stores = env.phase_stores();
+    if env.cluster.is_some() {
+        stores.push(Store::RedisCluster);
+    }
+    for which in stores {
         let label = env.which_label(which);
         match env.store(which) {
             Ok(su) => {
@@ -106,6 +110,11 @@ fn checkpointed(f: &std::path::Path) -> Result<u64, String> {
 fn held(env: &Env, su: &StoreUse) -> Result<u64, String> {
     if let Some(f) = sqlite_file(su) {
         return Ok(on_disk(&f));
+    }
+    if su.label == "redis-cluster"
+        && let Some(Ok(c)) = &env.cluster
+    {
+        return c.used_memory();
     }
     match (&env.redis, su.redis_pid) {
         (RedisState::Up(r), Some(_)) => r.info_field("memory", "used_memory"),
