@@ -10,6 +10,7 @@ pub mod history;
 pub mod id;
 pub mod request;
 pub mod response;
+pub mod steer;
 
 pub use error::{ErrorBody, FieldError};
 pub use event::{Event, Sequenced};

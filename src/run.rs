@@ -8,7 +8,8 @@
 //!   Response and the first model turn, opened by `turn::open`.
 //! - [`agent`]: the loop, a `Run` that owns its state: opened (created, tool lists), approved
 //!   calls, then model turn → the turn's tool calls → next turn, then ended (one terminal event).
-//!   `stop`: what stops a run early and how each stop ends it.
+//!   `stop`: what stops a run early and how each stop ends it. `steer`: the steering queue a
+//!   WebSocket connection fills and the loop acts on at its safe boundaries.
 //! - `turn`: what the model is sent each turn, and `turn::open`, the one function that opens a
 //!   model turn (the first in `prepare`, the later ones in the loop).
 //! - [`transcode`]: one model turn's events → Responses events.
@@ -36,6 +37,7 @@ pub mod mcp_call;
 mod prepare;
 mod relay_set;
 pub mod search;
+pub mod steer;
 mod stop;
 mod tokens;
 mod tool_search;
@@ -52,6 +54,7 @@ pub use approvals::ApprovalAnswer;
 pub use compact::compact;
 pub use prepare::{Purpose, prepare, prepare_for};
 pub use relay_set::RelaySet;
+pub use steer::Steering;
 pub use tokens::count_input_tokens;
 pub use tools::McpSetup;
 

@@ -208,6 +208,11 @@ pub enum Event {
         output_index: usize,
         input: String,
     },
+
+    /// WebSocket mode's steering (beta): a submission accepted and queued for this response.
+    /// Scoped to no item: it may come between any two events of the run.
+    #[serde(rename = "response.steer.accepted")]
+    SteerAccepted { steer: super::steer::SteerRef },
 }
 
 impl Event {
@@ -250,6 +255,7 @@ impl Event {
             Event::McpCallFailed { .. } => "response.mcp_call.failed",
             Event::McpCallArgumentsDelta { .. } => "response.mcp_call_arguments.delta",
             Event::McpCallArgumentsDone { .. } => "response.mcp_call_arguments.done",
+            Event::SteerAccepted { .. } => "response.steer.accepted",
         }
     }
 

@@ -139,6 +139,8 @@ impl Fold {
                 self.open[*output_index] = false;
                 Ok(())
             }
+            // Steering changes nothing in the Response until the run ends.
+            Event::SteerAccepted { .. } => Ok(()),
             _ => {
                 let Some((item_id, index)) = event.item_scope() else {
                     return Err(err("unexpected event".into()));

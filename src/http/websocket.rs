@@ -1,15 +1,18 @@
 //! WebSocket mode (SPEC §12): `GET /v1/responses` upgraded to a socket on which each
 //! `response.create` frame runs a response as `POST /v1/responses` with `stream: true` would,
-//! every event going out as one text frame holding exactly the JSON of its SSE `data:` line.
+//! every event going out as one text frame holding exactly the JSON of its SSE `data:` line;
+//! `response.steer` frames steer a running response of the connection (`steer`, SPEC §22).
+//! This file: the upgrade, the reader, the lanes and their creates; `writer` writes the socket.
 //!
 //! Invariants:
 //! - Per connection: the reader task (client frames, lifetime, shutdown), one task per lane
-//!   running its responses, and the writer task, the only one that writes to the socket. The writer reads each run's log itself, a cursor
-//!   like an SSE body (nothing is queued per event); every ready event is fed, then one flush.
+//!   running its responses, and the writer task (`writer`), the only one that writes to the
+//!   socket, reading each run's log itself as a cursor.
 //! - Responses of one lane (`stream_id`, or none) run one after another; lanes run side by side,
-//!   and every event (and `error`) of a named lane carries its `stream_id`.
-//! - Every client frame is answered: with its response's events, or with an `error` frame (the
-//!   SDKs' nested shape), after which the connection serves the next one.
+//!   and every event (and `error`) of a named lane carries its `stream_id`. A steered response's
+//!   successor runs next on its lane, before the lane's next create.
+//! - Every client frame is answered: with its response's events, with steering events, or with
+//!   an `error` frame (the SDKs' nested shape), after which the connection serves the next one.
 //! - The connection remembers its last `store: false` responses (bounded) from their start, so a
 //!   later create may chain to them with `previous_response_id` (stored ones chain from the
 //!   store); one naming a response still running waits for its end.
@@ -23,10 +26,9 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures::{SinkExt, StreamExt};
+use bytes::Bytes;
+use futures::StreamExt;
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode, header};
 use hyper_util::rt::TokioIo;
@@ -43,20 +45,21 @@ use crate::api::FieldError;
 use crate::api::request::{InputItem, parse_create_value};
 use crate::app::App;
 use crate::run;
+use steer::{Create, Steers, Target};
+use writer::Out;
+
+mod steer;
+mod writer;
 
 /// Responses a connection remembers for `previous_response_id`.
 const REMEMBERED: usize = 16;
 /// Bytes read from the socket at a time (tungstenite keeps a buffer this large per connection
 /// and zeroes it on each read attempt: small, as client frames are few).
 const READ_CHUNK: usize = 4096;
-/// Silence after which the writer pings the client.
-const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Creates that may wait in one lane.
 const LANE_QUEUE: usize = 16;
 /// Named lanes one connection may open.
 const MAX_LANES: usize = 32;
-/// Events the writer takes from a run's log at a time.
-const QUEUE: usize = 256;
 const LIFETIME_MESSAGE: &str = "Responses websocket connection limit reached (60 minutes). Create a new websocket connection to continue.";
 
 /// Whether `req` asks for a WebSocket upgrade.
@@ -116,18 +119,6 @@ pub fn accept(
         .expect("valid response"))
 }
 
-/// What the writer is given to send.
-enum Out {
-    /// One frame (an `error`, or the close frame, which ends the writer).
-    Frame(Message),
-    /// Every event of a run, read from its log as they come; `done` once the terminal event went.
-    Run {
-        log: Arc<crate::eventlog::log::RunLog>,
-        lane: Option<String>,
-        done: tokio::sync::oneshot::Sender<()>,
-    },
-}
-
 /// What one connection shares between its reader, its lanes and its writer.
 struct Conn {
     app: App,
@@ -138,6 +129,8 @@ struct Conn {
     /// runs cancelled unless `background`.
     over: CancellationToken,
     remembered: Mutex<Remembered>,
+    /// The responses steers may name, and steering input waiting for a continuation.
+    steers: Mutex<Steers>,
     /// Responses started on this connection.
     started: std::sync::atomic::AtomicU64,
 }
@@ -198,7 +191,7 @@ impl Remembered {
     }
 }
 
-type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
+pub(super) type Socket = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
 /// The connection's reader: client frames to their lanes, the lifetime, the relay's shutdown.
 /// The writer is a task of its own (so the reader is polled only when the client sends, and
@@ -213,7 +206,7 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     // Not instrumented (a span entered on every poll is a cost per event an SSE body does not
     // pay): the writer enters the request's span only to log.
     let span = tracing::Span::current();
-    let writer = tokio::spawn(write_frames(sink, queue, stall, gone.clone(), span));
+    let writer = tokio::spawn(writer::write_frames(sink, queue, stall, gone.clone(), span));
     let conn = Arc::new(Conn {
         app: app.clone(),
         access,
@@ -221,6 +214,7 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
         out,
         over: gone.child_token(),
         remembered: Mutex::new(Remembered::default()),
+        steers: Mutex::new(Steers::default()),
         started: Default::default(),
     });
     tracing::info!("websocket connection opened");
@@ -286,142 +280,17 @@ async fn serve(app: App, ws: Socket, access: Access, bearer: Option<String>) {
     tracing::info!(responses = started, "websocket connection closed");
 }
 
-/// The connection's writer: queued frames, and the events of the runs it is given, until the
-/// close frame, the queue's end, or the client gone.
-async fn write_frames(
-    mut sink: futures::stream::SplitSink<Socket, Message>,
-    mut queue: mpsc::UnboundedReceiver<Out>,
-    stall: Duration,
-    gone: CancellationToken,
-    span: tracing::Span,
-) {
-    let (mut taken, mut sending) = (Vec::with_capacity(16), Vec::<Sending>::new());
-    let mut open = true;
-    let client_gone = gone.cancelled();
-    // A ping after KEEPALIVE without a frame, as an SSE body's `: keepalive` (one timer, set
-    // again only when it fires: writes only note the time).
-    let mut wrote_at = tokio::time::Instant::now();
-    let keepalive = tokio::time::sleep(KEEPALIVE);
-    tokio::pin!(client_gone, keepalive);
-    while open || !sending.is_empty() {
-        match write_ready(&mut sink, &mut taken, &mut sending, stall, &span).await {
-            Ok((false, 0)) => {}
-            Ok((false, _)) => wrote_at = tokio::time::Instant::now(),
-            Ok((true, _)) | Err(()) => break,
-        }
-        tokio::select! {
-            biased;
-            _ = &mut client_gone => break,
-            n = queue.recv_many(&mut taken, 16), if open => open = n > 0,
-            _ = wait_for_events(&sending) => {}
-            _ = &mut keepalive => {
-                if wrote_at.elapsed() >= KEEPALIVE {
-                    taken.push(Out::Frame(Message::Ping(Bytes::new())));
-                    wrote_at = tokio::time::Instant::now();
-                }
-                keepalive.as_mut().reset(wrote_at + KEEPALIVE);
-            }
-        }
-    }
-    gone.cancel();
-    let _ = tokio::time::timeout(Duration::from_secs(1), sink.close()).await;
-}
-
-/// A run whose events are being sent: its log, how far it got, and whom to tell when it is done.
-struct Sending {
-    log: Arc<crate::eventlog::log::RunLog>,
-    cursor: usize,
-    lane: Option<String>,
-    done: Option<tokio::sync::oneshot::Sender<()>>,
-}
-
-/// Feeds the frames taken from the queue and every event ready in the runs being sent, then
-/// flushes once (a model's burst is one write). Runs are read from their logs as cursors:
-/// nothing is queued per event. `Err`: the socket failed, or the client took nothing for
-/// `stall` while frames waited (it is gone).
-async fn write_ready(
-    ws: &mut futures::stream::SplitSink<Socket, Message>,
-    taken: &mut Vec<Out>,
-    sending: &mut Vec<Sending>,
-    stall: Duration,
-    span: &tracing::Span,
-) -> Result<(bool, usize), ()> {
-    let writing = async {
-        let (mut fed, mut closing) = (0usize, false);
-        for out in taken.drain(..) {
-            match out {
-                Out::Frame(m) => {
-                    closing |= matches!(m, Message::Close(_));
-                    ws.feed(m).await?;
-                    fed += 1;
-                }
-                Out::Run { log, lane, done } => sending.push(Sending {
-                    log,
-                    cursor: 0,
-                    lane,
-                    done: Some(done),
-                }),
-            }
-        }
-        for run in sending.iter_mut() {
-            let batch = run.log.read(run.cursor, QUEUE);
-            run.cursor += batch.entries.len();
-            fed += batch.entries.len();
-            for entry in &batch.entries {
-                ws.feed(event_frame(&entry.json(), run.lane.as_deref()))
-                    .await?;
-            }
-            if batch.finished {
-                run.done.take().map(|d| d.send(()));
-            }
-        }
-        sending.retain(|r| r.done.is_some());
-        if fed > 0 {
-            ws.flush().await?;
-        }
-        Ok::<_, tokio_tungstenite::tungstenite::Error>((closing, fed))
-    };
-    // The stall timer starts only when a write has to wait (a timer per event costs more than
-    // the event: measured).
-    tokio::pin!(writing);
-    let wrote = match futures::poll!(&mut writing) {
-        std::task::Poll::Ready(r) => Ok(r),
-        std::task::Poll::Pending => tokio::time::timeout(stall, writing).await,
-    };
-    match wrote {
-        Ok(Ok(wrote)) => Ok(wrote),
-        Ok(Err(_)) => Err(()),
-        Err(_) => {
-            span.in_scope(|| {
-                tracing::warn!(
-                    stalled_ms = stall.as_millis() as u64,
-                    "the WebSocket client stopped reading; cancelling its runs"
-                )
-            });
-            Err(())
-        }
+/// A client frame: a JSON object.
+fn client_event(text: &Utf8Bytes) -> Result<Value, ApiError> {
+    match serde_json::from_str(text.as_str()) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err(invalid(None, "A client event must be a JSON object.")),
+        Err(e) => Err(invalid(None, &format!("The frame is not valid JSON: {e}"))),
     }
 }
 
-/// Until one of the runs being sent has more events visible (never, with none).
-async fn wait_for_events(sending: &[Sending]) {
-    match sending {
-        [] => std::future::pending().await,
-        [one] => one.log.wait_past(one.cursor).await,
-        many => {
-            let waits = many.iter().map(|r| Box::pin(r.log.wait_past(r.cursor)));
-            futures::future::select_all(waits).await;
-        }
-    }
-}
-
-/// A client frame: a JSON object, and the lane its `stream_id` names (`None`: the default one).
-fn client_event(text: &Utf8Bytes) -> Result<(Value, Option<String>), ApiError> {
-    let value: Value = match serde_json::from_str(text.as_str()) {
-        Ok(v @ Value::Object(_)) => v,
-        Ok(_) => return Err(invalid(None, "A client event must be a JSON object.")),
-        Err(e) => return Err(invalid(None, &format!("The frame is not valid JSON: {e}"))),
-    };
+/// The lane a create's `stream_id` names (`None`: the default one).
+fn lane_of(value: &Value) -> Result<Option<String>, ApiError> {
     let lane = match value.get("stream_id") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) if valid_stream_id(s) => Some(s.clone()),
@@ -433,25 +302,16 @@ fn client_event(text: &Utf8Bytes) -> Result<(Value, Option<String>), ApiError> {
             .at("stream_id"));
         }
     };
-    Ok((value, lane))
+    Ok(lane)
 }
 
-/// Whether `value` is a `response.create`; any other client event is answered here (on `lane`).
+/// Whether `value` is a `response.create`; any other client event (a steer among them) is
+/// answered here (on `lane`).
 fn is_create(conn: &Conn, value: &Value, lane: Option<&str>) -> bool {
     match value.get("type").and_then(Value::as_str) {
         Some("response.create") => true,
         Some("response.steer") => {
-            // The SDKs' own answer for a server that does not steer.
-            let steer = json!({"input": value.get("input").cloned().unwrap_or(Value::Null),
-                "previous_response_id": value.get("previous_response_id").cloned().unwrap_or(Value::Null)});
-            let frame = json!({"type": "response.steer.failed", "sequence_number": 0,
-                "error": {"type": "invalid_request_error", "code": "steering_not_supported",
-                    "message": "This relay does not steer responses; send a new response.create."},
-                "steer": steer});
-            tracing::info!(code = "steering_not_supported", "websocket steer refused");
-            let _ = conn.out.send(Out::Frame(Message::Text(Utf8Bytes::from(
-                frame.to_string(),
-            ))));
+            steer::steer(conn, value);
             false
         }
         Some(other) => {
@@ -480,9 +340,17 @@ fn dispatch(
     lanes: &mut HashMap<Option<String>, mpsc::Sender<Value>>,
     tasks: &mut tokio::task::JoinSet<()>,
 ) {
-    let (value, lane) = match client_event(&text) {
+    let value = match client_event(&text) {
         Ok(event) => event,
         Err(e) => return conn.send_error(None, &e),
+    };
+    // A steer's lane is its response's: its `stream_id` is refused by the steer itself.
+    let lane = match value.get("type").and_then(Value::as_str) {
+        Some("response.steer") => None,
+        _ => match lane_of(&value) {
+            Ok(lane) => lane,
+            Err(e) => return conn.send_error(None, &e),
+        },
     };
     if !is_create(conn, &value, lane.as_deref()) {
         return;
@@ -524,16 +392,51 @@ async fn run_lane(conn: Arc<Conn>, lane: Option<String>, mut creates: mpsc::Rece
             conn.send_error(lane.as_deref(), &lifetime_error());
             continue;
         }
-        if let Err(e) = conn.respond(create, lane.as_deref()).await {
-            conn.send_error(lane.as_deref(), &e);
+        // A response steered starts its successor on this lane, and so on.
+        let mut next = Some(Create {
+            body: create,
+            commits: None,
+        });
+        while let Some(create) = next.take() {
+            next = conn.create(create, lane.as_deref()).await;
         }
     }
 }
 
 impl Conn {
+    /// Runs one create of the lane: the client's (with the steering input waiting for its
+    /// continuation, if any), or a successor's. A client's create that fails before its first
+    /// event is answered with an `error` frame; input it was to commit is handed back. Returns
+    /// the successor to start when the response ended with steering input queued.
+    async fn create(&self, create: Create, lane: Option<&str>) -> Option<Create> {
+        let Create { mut body, commits } = create;
+        let commits = match commits {
+            Some(commits) => Some(commits),
+            None => self.take_waiting(&mut body, lane),
+        };
+        let automatic = commits.as_ref().is_some_and(|c| c.automatic());
+        match self.respond(body, lane).await {
+            Ok(next) => next,
+            Err(e) => {
+                if !automatic {
+                    self.send_error(lane, &e);
+                }
+                if let Some(commits) = commits {
+                    self.commit_failed(commits, &e.body().message);
+                }
+                None
+            }
+        }
+    }
+
     /// Runs one `response.create`, sending its events; an error before the first event is
-    /// returned (for an `error` frame).
-    async fn respond(&self, mut create: Value, lane: Option<&str>) -> Result<(), ApiError> {
+    /// returned (for an `error` frame). Returns the successor's create when the response ended
+    /// with steering input queued.
+    async fn respond(
+        &self,
+        mut create: Value,
+        lane: Option<&str>,
+    ) -> Result<Option<Create>, ApiError> {
         let app = &self.app;
         if app.shutdown_token().is_cancelled() {
             return Err(ApiError::new(
@@ -564,10 +467,17 @@ impl Conn {
                 ));
             }
         };
+        // A successor inherits the settings as the client sent them.
+        let settings = create.clone();
         let request = parse_create_value(create)?;
         let (mut request, mut relay, tenant) = self.access.clone().admit(request)?;
         request.stream = true;
         relay.generate = generate;
+        // Conversation-bound and automatically compacting responses are not steered (as OpenAI).
+        let steerable = request.conversation.is_none() && request.compact_threshold.is_none();
+        let steering = steerable.then(|| Arc::new(run::Steering::new()));
+        relay.steering = steering.clone();
+        let model = request.model.clone();
         if let Some(prev) = &request.previous_response_id {
             relay.prior_history = self.chain_of(prev).await;
         }
@@ -579,10 +489,17 @@ impl Conn {
         let prepared = tokio::select! {
             prepared = run::prepare(app, request, relay, self.bearer.clone(), tenant) => prepared?,
             // Nobody to answer: nothing is started.
-            _ = self.over.cancelled() => return Ok(()),
+            _ = self.over.cancelled() => return Ok(None),
         };
         let history = (!prepared.request.store).then(|| Arc::new(prepared.history.clone()));
         let handle = run::start(app, prepared, permit);
+        // A steer may name it from its `response.created` on.
+        let target = Target {
+            lane: lane.map(str::to_string),
+            model,
+            steering: steering.clone(),
+        };
+        (self.steers.lock().expect("not poisoned")).register(handle.id.clone(), target);
         // A stored response chains from the store; only `store: false` ones need remembering.
         if let Some(history) = &history {
             let earlier = Earlier::Running {
@@ -606,11 +523,15 @@ impl Conn {
                 _ = self.over.cancelled() => false,
             };
         if !delivered {
-            // As for an SSE client that went away: a background run goes on without it.
+            // As for an SSE client that went away: a background run goes on without it, and
+            // unsteered (its queued input is dropped: no successor would start).
+            if let Some(steering) = &steering {
+                steering.take();
+            }
             if !handle.background {
                 handle.cancel.cancel();
             }
-            return Ok(());
+            return Ok(None);
         }
         if let Some(history) = history {
             let ended = Earlier::Ended(Earlier::chain(&history, &handle.log));
@@ -619,7 +540,11 @@ impl Conn {
                 *entry = ended;
             }
         }
-        Ok(())
+        let queued = steering.map(|s| s.take()).unwrap_or_default();
+        if queued.is_empty() {
+            return Ok(None);
+        }
+        Ok(self.after_steered(&handle, settings, queued, lane))
     }
 
     /// The chain a remembered response stands for (its history, then its output), once it has
@@ -662,24 +587,6 @@ impl Conn {
         let text = Utf8Bytes::from(frame.to_string());
         let _ = self.out.send(Out::Frame(Message::Text(text)));
     }
-}
-
-/// An event's text frame: its SSE `data:` JSON as it is, or with the lane's `stream_id` added.
-fn event_frame(json: &Bytes, lane: Option<&str>) -> Message {
-    let bytes = match lane {
-        None => json.clone(),
-        Some(lane) => {
-            let mut buf = BytesMut::with_capacity(json.len() + lane.len() + 16);
-            buf.put_slice(&json[..json.len() - 1]);
-            buf.put_slice(b",\"stream_id\":");
-            buf.put_slice(Value::from(lane).to_string().as_bytes());
-            buf.put_u8(b'}');
-            buf.freeze()
-        }
-    };
-    // SAFETY: the log's events are serialized by serde_json, always UTF-8; a lane is a
-    // JSON-encoded `&str`.
-    Message::Text(unsafe { Utf8Bytes::from_bytes_unchecked(bytes) })
 }
 
 fn valid_stream_id(s: &str) -> bool {

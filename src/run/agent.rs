@@ -28,6 +28,9 @@ use crate::eventlog::emitter::{Emitter, Ending};
 use crate::eventlog::log::RunLog;
 use crate::upstream::{FinishReason, FunctionDef, ModelStream};
 
+/// `incomplete_details.reason` of a response that ended for queued steering input.
+const STEERED: &str = "steered";
+
 /// Runs the whole agent loop and ends the log with one terminal event.
 /// Not an `async fn`: its arguments would be kept in the future beside the `Run` they are moved
 /// into.
@@ -38,7 +41,8 @@ pub fn drive(
     cancel: CancellationToken,
 ) -> impl std::future::Future<Output = ()> + Send {
     use futures::FutureExt;
-    let (signal, timer) = StopSignal::start(&app, &cancel, p.response.id.clone());
+    let steering = p.relay.steering.clone();
+    let (signal, timer) = StopSignal::start(&app, &cancel, p.response.id.clone(), steering);
     Run::new(app, p, log, signal)
         .drive()
         .map(move |()| timer.abort())
@@ -132,6 +136,10 @@ impl Run {
             && let ControlFlow::Break(ending) = Box::pin(self.answer_approvals()).await
         {
             return ending;
+        }
+        // The approved calls were a turn of their own: a safe boundary.
+        if !self.p.mcp.answers.is_empty() && self.signal.steered() {
+            return Ending::Incomplete(STEERED.into());
         }
         loop {
             if let ControlFlow::Break(ending) = self.step().await {
@@ -264,11 +272,14 @@ impl Run {
             }
         }
         let (p, conversation) = (&self.p, &self.conversation);
-        ControlFlow::Continue(tokio::select! {
-            biased;
-            stop = stopped(&self.app, &self.signal) => Err(stop),
-            opened = turn::open(&self.app, p, conversation, self.step, &self.found, limit) => {
-                opened.map_err(Stop::Upstream)
+        let opening = turn::open(&self.app, p, conversation, self.step, &self.found, limit);
+        tokio::pin!(opening);
+        ControlFlow::Continue(loop {
+            tokio::select! {
+                biased;
+                stop = stopped(&self.app, &self.signal) => break Err(stop),
+                () = self.signal.steer_arrived() => self.signal.announce_steers(&mut self.em),
+                opened = &mut opening => break opened.map_err(Stop::Upstream),
             }
         })
     }
@@ -379,11 +390,20 @@ impl Run {
     /// Whether the loop takes another turn: approval requests and client calls hand the turn
     /// back to the client, a turn that ran nothing is the answer, and `max_steps` bounds the
     /// turns.
+    /// A turn whose calls are done is a safe boundary: with steering queued the response ends
+    /// `steered` there (unless it waits for the client's own calls or approvals: the steering
+    /// input then waits for the client's continuation).
     fn next_or_end(&self, outcome: &TurnOutcome) -> ControlFlow<Ending> {
         let acted = !outcome.mcp_calls.is_empty()
             || !outcome.searches.is_empty()
             || !outcome.web_searches.is_empty();
-        if !outcome.approvals.is_empty() || outcome.client_calls > 0 || !acted {
+        if !outcome.approvals.is_empty() || outcome.client_calls > 0 {
+            return ControlFlow::Break(Ending::Completed);
+        }
+        if self.signal.steered() {
+            return ControlFlow::Break(Ending::Incomplete(STEERED.into()));
+        }
+        if !acted {
             return ControlFlow::Break(Ending::Completed);
         }
         let max_steps =
@@ -412,6 +432,8 @@ impl Run {
     async fn end(mut self, ending: Ending) {
         self.charge_tokens();
         let ending = keep_in_conversation(&self.app, &mut self.p, &mut self.em, ending).await;
+        let completed = matches!(ending, Ending::Completed);
+        self.signal.close_steering(&mut self.em, completed);
         self.em.finish(ending, Some(self.usage));
         let id = self.em.snapshot().id;
         self.app
@@ -510,11 +532,17 @@ async fn run_turn(
 ) -> (TurnOutcome, Option<Stop>) {
     // One stop future for the whole turn (not a new registration with the token per event).
     let stopping = stopped(app, cancel);
-    tokio::pin!(stopping);
+    let steered = cancel.steer_arrived();
+    tokio::pin!(stopping, steered);
     let stop = loop {
         tokio::select! {
             biased;
             stop = &mut stopping => break Some(stop),
+            // Announced at once, acted on only at the turn's end (never mid-item).
+            () = &mut steered => {
+                cancel.announce_steers(em);
+                steered.set(cancel.steer_arrived());
+            }
             next = stream.next() => match next {
                 None => break None,
                 Some(Ok(ev)) => tc.on(ev, em, tools),

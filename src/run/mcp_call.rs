@@ -192,14 +192,18 @@ pub(super) async fn run(
     let mut done = Vec::with_capacity(calls.len());
     let mut image_parts: Vec<InputPart> = Vec::new();
     for (i, call) in calls.iter().enumerate() {
-        let result = tokio::select! {
-            biased;
-            stop = stopped(app, signal) => {
-                drop(results);
-                fail_open(em, &calls[i..], "The run stopped before this call finished.");
-                return Err(stop);
+        let result = loop {
+            tokio::select! {
+                biased;
+                stop = stopped(app, signal) => {
+                    drop(results);
+                    fail_open(em, &calls[i..], "The run stopped before this call finished.");
+                    return Err(stop);
+                }
+                // A steer is announced while calls run; the calls are never cut short for it.
+                () = signal.steer_arrived() => signal.announce_steers(em),
+                r = results.next() => break r.expect("one result per call"),
             }
-            r = results.next() => r.expect("one result per call"),
         };
         let result = result.map(|(text, images)| {
             if app.config().upstream_vision && !images.is_empty() {

@@ -19,6 +19,9 @@ pub struct RelaySet {
     /// What the request's key is held to (token budgets charged per turn, MCP calls counted),
     /// if it is limited.
     pub account: Option<std::sync::Arc<crate::limits::Account>>,
+    /// The response's steering queue, when the door can steer it (a WebSocket connection's
+    /// `response.steer`; `None`: never steered).
+    pub steering: Option<std::sync::Arc<super::steer::Steering>>,
 }
 
 impl Default for RelaySet {
@@ -28,6 +31,7 @@ impl Default for RelaySet {
             generate: true,
             prior_history: None,
             account: None,
+            steering: None,
         }
     }
 }

@@ -29,6 +29,9 @@ pub struct StopSignal {
     timed_out: Arc<std::sync::atomic::AtomicBool>,
     /// The run's id, to ask the store whether it is the one that stopped the run.
     run: String,
+    /// The run's steering queue (WebSocket mode): the waits that take long also wake to
+    /// announce accepted steers.
+    steering: Option<Arc<super::steer::Steering>>,
 }
 
 impl StopSignal {
@@ -38,11 +41,13 @@ impl StopSignal {
         app: &App,
         cancel: &CancellationToken,
         run: String,
+        steering: Option<Arc<super::steer::Steering>>,
     ) -> (Self, tokio::task::JoinHandle<()>) {
         let signal = StopSignal {
             token: cancel.child_token(),
             timed_out: Arc::default(),
             run,
+            steering,
         };
         let (token, flag, limit) = (
             signal.token.clone(),
@@ -55,6 +60,41 @@ impl StopSignal {
             token.cancel();
         });
         (signal, timer)
+    }
+}
+
+impl StopSignal {
+    /// Resolves when a steer was accepted that the run has not announced (never without a
+    /// steering queue).
+    pub(super) async fn steer_arrived(&self) {
+        match &self.steering {
+            Some(s) => s.arrived().await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Announces the accepted steers not announced yet (`response.steer.accepted`).
+    pub(super) fn announce_steers(&self, em: &mut crate::eventlog::emitter::Emitter) {
+        if let Some(s) = &self.steering {
+            s.announce(em, &self.run);
+        }
+    }
+
+    /// Whether steering input is queued: the run ends `steered` at its next safe boundary.
+    pub(super) fn steered(&self) -> bool {
+        self.steering.as_ref().is_some_and(|s| s.is_queued())
+    }
+
+    /// The run takes no more steers; the accepted ones are announced (before its terminal
+    /// event, which says `completed` or not).
+    pub(super) fn close_steering(
+        &self,
+        em: &mut crate::eventlog::emitter::Emitter,
+        completed: bool,
+    ) {
+        if let Some(s) = &self.steering {
+            s.close(em, &self.run, completed);
+        }
     }
 }
 

@@ -23,6 +23,7 @@ mod registered;
 mod safety;
 mod sentinel;
 mod ssrf;
+mod steering;
 mod stored;
 mod support;
 mod surface;

@@ -298,13 +298,15 @@ async fn errors_are_error_frames_and_the_connection_serves_the_next_create() {
             assert_eq!(e["error"]["code"], code, "{frame}: {e}");
         }
     }
-    // A steer gets the SDKs' own refusal for a server that does not steer.
+    // A steer naming no response of this connection gets the SDK's own refusal, its input back
+    // (steering itself: tests/it/steering/).
     ws.send(json!({"type": "response.steer", "input": "faster", "previous_response_id": "resp_1"}))
         .await;
     let steer: Value = serde_json::from_str(&ws.next_text().await.unwrap()).unwrap();
     assert_eq!(steer["type"], "response.steer.failed", "{steer}");
-    assert_eq!(steer["error"]["code"], "steering_not_supported");
+    assert_eq!(steer["error"]["code"], "response_not_found");
     assert_eq!(steer["steer"]["previous_response_id"], "resp_1");
+    assert_eq!(steer["steer"]["input"], "faster");
     // Not JSON at all, then a binary frame: still answered.
     ws.socket
         .send(Message::Text("{not json".into()))

@@ -1,8 +1,8 @@
 """WebSocket mode (issue 22) through the official Python SDK's `client.responses.connect()` and its
 lane helper (`ResponsesWebSocketSession`), over both upstream kinds: text runs, an MCP run, two
 responses chained with `store: false` on one connection, errors as `error` events after which the
-connection serves the next create, and `response.steer` answered (`response.steer.failed`), never
-left hanging."""
+connection serves the next create, and `response.steer` (the beta connection's steering; its
+refusals as `response.steer.failed`), never left hanging."""
 
 from __future__ import annotations
 
@@ -90,15 +90,44 @@ def test_an_error_then_a_good_create_on_the_same_connection(client):
     assert ok.response.output_text == "Hello! You said: still here"
 
 
-def test_steer_is_answered_with_the_sdks_steer_failed_event(client):
+def test_a_steer_naming_no_response_of_the_connection_gets_the_sdks_steer_failed_event(client):
     with client.responses.connect() as conn:
         conn.response.steer(input="faster", previous_response_id="resp_1")
         failed = next(iter(conn))
         assert failed.type == "response.steer.failed"
-        assert failed.error.code == "steering_not_supported"
+        assert failed.error.code == "response_not_found"
         assert failed.steer.previous_response_id == "resp_1"
+        assert failed.steer.input == "faster"
         conn.response.create(model=MODEL, input="after steer")
         assert until_terminal(conn)[-1].type == "response.completed"
+
+
+def test_a_running_response_is_steered_and_its_successor_answers_the_steering_text(client):
+    # The beta connection: the steer accepted in the response's own sequence, the response
+    # ended `incomplete`/`steered` at its turn's end, a successor started by itself.
+    with client.beta.responses.connect() as conn:
+        conn.response.create(model=MODEL, input="a long answer")
+        rid = None
+        events = []
+        for ev in conn:
+            events.append(ev)
+            if ev.type == "response.created" and rid is None:
+                rid = ev.response.id
+                conn.response.steer(input="now in one line", previous_response_id=rid)
+            if ev.type == "response.steer.failed":
+                # The answer came first: refused, the input handed back.
+                assert ev.error.code == "response_already_completed"
+                assert ev.steer.input == "now in one line"
+                return
+            if ev.type == "response.completed" and ev.response.previous_response_id == rid:
+                break
+    steered = [e for e in events if e.type in ("response.incomplete", "response.completed")]
+    accepted = [e for e in events if e.type == "response.steer.accepted"]
+    assert accepted[0].steer.previous_response_id == rid
+    assert steered[0].response.id == rid
+    assert steered[-1].response.previous_response_id == rid
+    texts = [c.text for o in steered[-1].response.output if o.type == "message" for c in o.content]
+    assert texts == ["Hello! You said: now in one line"]
 
 
 def test_lanes_of_the_session_helper_get_their_final_responses(client):
