@@ -146,6 +146,9 @@ impl Recording {
                     out.push_str(&line);
                     out.push('\n');
                 }
+                Event::SteerAccepted { steer } => {
+                    out.push_str(&format!("{at}  response.steer.accepted {}\n", steer.id))
+                }
                 _ => {}
             }
         }
@@ -393,4 +396,51 @@ async fn answer(
         .header(header::CACHE_CONTROL, "no-cache")
         .body(BodyExt::boxed_unsync(StreamBody::new(frames)))
         .expect("valid response"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::response::IncompleteDetails;
+    use crate::api::steer::SteerRef;
+    use crate::api::{Response, ResponseStatus};
+
+    #[test]
+    fn the_timeline_shows_when_a_steer_was_accepted_and_the_run_it_ended() {
+        let r = Response::in_progress("resp_1".into(), "m".into(), 0);
+        let mut ended = r.clone();
+        ended.status = ResponseStatus::Incomplete;
+        ended.incomplete_details = Some(IncompleteDetails {
+            reason: "steered".into(),
+        });
+        let events = [
+            Event::Created {
+                response: Box::new(r),
+            },
+            Event::SteerAccepted {
+                steer: SteerRef {
+                    id: "steer_1".into(),
+                    previous_response_id: "resp_1".into(),
+                },
+            },
+            Event::Incomplete {
+                response: Box::new(ended),
+            },
+        ];
+        let recording = Recording {
+            events: (events.iter().enumerate())
+                .map(|(i, e)| {
+                    let mut v = serde_json::to_value(e).unwrap();
+                    v["sequence_number"] = i.into();
+                    (i as u64 * 500, v.to_string())
+                })
+                .collect(),
+        };
+        let timeline = recording.timeline().unwrap();
+        assert!(
+            timeline.contains("   0.500s  response.steer.accepted steer_1\n"),
+            "{timeline}"
+        );
+        assert!(timeline.contains("reason: steered"), "{timeline}");
+    }
 }

@@ -330,7 +330,8 @@ async fn list(app: &App, tenant: &Tenant, query: Option<&str>) -> Result<Respons
 
 /// A run's summary row: from its Response and its log's (time offset, event type) pairs.
 /// `duration_ms` is the terminal event's offset (null while the run goes on); `ttft_ms` that of
-/// the first delta of any kind (the model's first token); `tool_calls` counts `*_call` items.
+/// the first delta of any kind (the model's first token); `tool_calls` counts `*_call` items;
+/// `steers` the steering submissions the run accepted.
 pub fn summary(r: &ApiResponse, log: &[(u64, String)]) -> Value {
     const TERMINAL: &[&str] = &[
         "response.completed",
@@ -367,5 +368,8 @@ pub fn summary(r: &ApiResponse, log: &[(u64, String)]) -> Value {
         "items": r.output.len(),
         "events": log.len(),
         "error": error,
+        // The chain (a steered run's successor names it): the viewer links both ways.
+        "previous_response_id": r.previous_response_id,
+        "steers": log.iter().filter(|(_, k)| k == "response.steer.accepted").count(),
     })
 }

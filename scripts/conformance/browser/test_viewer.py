@@ -1,4 +1,5 @@
-"""The run viewer, the playground, `replay FILE`'s viewer and `demo`, in headless chromium.
+"""The run viewer (a steered run's chain among its pages), the playground, `replay FILE`'s viewer
+and `demo`, in headless chromium.
 
 Each test drives real pages served by a real relay process on loopback, and ends by checking the
 page raised no error (exceptions, console errors, CSP violations) and requested nothing from any
@@ -326,4 +327,38 @@ def test_the_run_page_shows_reasoning_client_tool_calls_and_a_tool_search(relay,
     assert "shell" in shown["custom_tool_call"] and "ls -l" in shown["custom_tool_call"]
     assert "echo" in shown["tool_search_call"]
     assert "deferred.echo" in shown["tool_search_output"], shown["tool_search_output"]
+    clean(page, relay.base)
+
+
+def test_a_steered_runs_page_shows_its_steer_and_links_its_chain(relay, servers, page):
+    # A run steered over WebSocket mode with the SDK's beta connection (the fake upstream holds
+    # the answer until its gate opens), then its page: the steer accepted, the chain to its
+    # successor, and the successor's page back to it.
+    from openai import OpenAI
+
+    client = OpenAI(base_url=relay.base + "/v1", api_key="unused", max_retries=0)
+    gate = servers["upstream"].removesuffix("/v1") + "/gates/chain1"
+    with client.beta.responses.connect() as conn:
+        conn.response.create(model="fake-model?hold=chain1", input="write the report")
+        steered = None
+        for ev in conn:
+            if ev.type == "response.created" and steered is None:
+                steered = ev.response.id
+                conn.response.steer(input="also check the tests", previous_response_id=steered)
+            if ev.type == "response.steer.accepted":
+                call("POST", gate)
+            if ev.type == "response.completed" and ev.response.previous_response_id == steered:
+                successor = ev.response.id
+                break
+    page.goto(f"{relay.base}/ui/runs/{steered}")
+    chain = page.wait("document.querySelectorAll('#chain [data-chain]').length === 2 && "
+                      "[...document.querySelectorAll('#chain [data-chain]')].map(a => a.dataset.chain)",
+                      what="the chain of the steered run")
+    assert chain == [steered, successor], chain
+    summary = page.eval("document.getElementById('summary').innerText")
+    assert "incomplete: steered" in summary and "Steered" in summary and "steer_" in summary, summary
+    page.goto(f"{relay.base}/ui/runs/{successor}")
+    text = page.wait("document.querySelectorAll('#chain [data-chain]').length === 2 && "
+                     "document.getElementById('chain').innerText", what="the chain of the successor")
+    assert text.startswith(steered + " (incomplete, steered) → " + successor), text
     clean(page, relay.base)

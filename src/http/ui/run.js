@@ -1,6 +1,7 @@
 // The run page: reads the run's log from /ui/api/runs/{id}/log, shows its timeline, usage and
 // raw events (runs of deltas folded with a count), tails the public stream while the run goes
-// on, replays the log at a chosen speed, and downloads what `logs export` writes. With `?tenant=`
+// on, replays the log at a chosen speed, and downloads what `logs export` writes; its chain (the
+// runs it follows and a steered run's successors) links the runs around it. With `?tenant=`
 // in the page's URL (an operator's key reading another tenant's run), every read names it and goes
 // through /ui/api/, the public API's routes being the key's own tenant's.
 "use strict";
@@ -30,7 +31,37 @@
       ["Duration", end ? ms(end.offset_ms) : "running"], ["First token", ms(first ? first.offset_ms : null)],
       ["Tool calls", String(calls)], ["Events", String(entries.length)], ["Error", err || "—"]];
     if (r.previous_response_id) rows.push(["Previous", el("a", { href: runPage(r.previous_response_id) }, r.previous_response_id)]);
+    const steers = entries.filter((e) => e.event.type === "response.steer.accepted");
+    if (steers.length) rows.push(["Steered", steers.map((e) => e.event.steer.id + " at " + ms(e.offset_ms)).join(", ")]);
+    rows.push(["Chain", el("span", { id: "chain" }, chainShown || "—")]);
     document.getElementById("summary").replaceChildren(...rows.flatMap(([k, v]) => [el("dt", {}, k), el("dd", { class: k === "Error" && err ? "error" : "" }, v)]));
+  }
+
+  let chainShown = null;  // the chain's links, once read
+
+  /** The run's chain: the runs it follows (previous_response_id, back to the first) and the
+   *  runs that follow it (a steered run's successor and theirs, found among the latest runs),
+   *  each a link with its status, this run in bold. */
+  async function chain() {
+    const get = (runId) => RR.getJson(scoped("/ui/api/runs/" + encodeURIComponent(runId)));
+    const before = [];
+    let prev = (await get(id)).previous_response_id;
+    while (prev && before.length < 20) {
+      const run = await get(prev).catch(() => null);
+      if (!run) break;
+      before.unshift(run);
+      prev = run.previous_response_id;
+    }
+    const recent = (await RR.getJson(scoped("/ui/api/runs?limit=100"))).data;
+    const after = [];
+    let last = id;
+    for (let next; after.length < 20 && (next = recent.find((x) => x.previous_response_id === last)); last = next.id) after.push(next);
+    if (!before.length && !after.length) return;
+    const link = (run) => el("a", { href: runPage(run.id), "data-chain": run.id }, run.id + " (" + run.status
+      + (run.error === "incomplete: steered" ? ", steered" : "") + ")");
+    const parts = [...before.map(link), el("strong", { "data-chain": id }, id), ...after.map(link)];
+    chainShown = el("span", { class: "chain" }, ...parts.flatMap((p, i) => i ? [" → ", p] : [p]));
+    document.getElementById("chain").replaceChildren(chainShown);
   }
 
   let turnUsage = null;   // each model turn's usage, once the store kept it (the run ended)
@@ -192,6 +223,7 @@
     }
     showAll();
     input(4).catch((e) => { document.getElementById("run-message").textContent = "Could not read the run's input: " + e.message; });
+    chain().catch(() => {});
     if (!finished()) tail().then(() => input(4)).catch(() => {});
   });
 })();

@@ -7,6 +7,7 @@ mod mcp;
 mod pending;
 mod refusals;
 mod sdk;
+mod stored;
 mod text;
 
 use std::time::Duration;
