@@ -545,10 +545,12 @@ impl Redis {
         let mut cmd = script(DELETE, &[Self::resp_key(id), Self::log_key(id)]);
         cmd.arg(tenant.map(|t| t.as_str()).unwrap_or("*"));
         let existed: i64 = self.inner.conn.query(&cmd).await?;
-        if existed != 1 {
+        if existed == -1 {
+            // Another tenant's run: not this caller's to remove.
             return Ok(false);
         }
-        // Its items and index entries, each in its own slot.
+        // Its items and index entries, each in its own slot (also when its hash had already
+        // lapsed: its index entries stay otherwise).
         let prefix = item_prefix(&owner);
         let mut beside: Vec<::redis::Cmd> = items
             .iter()
@@ -572,7 +574,7 @@ impl Redis {
                 tracing::warn!(response_id = %id, error = %e, "a deleted run's item or index entry stays");
             }
         }
-        Ok(true)
+        Ok(existed == 1)
     }
 
     pub async fn expire(&self, now: i64, live: Vec<String>) -> Result<usize, StoreError> {

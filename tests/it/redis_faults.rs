@@ -1,7 +1,8 @@
 //! The Redis store when Redis misbehaves mid-run (issue 36, point 4): asleep (`DEBUG SLEEP`) or
 //! paused (`CLIENT PAUSE`). Every stream ends with exactly one terminal event, `/healthz` keeps
 //! answering (`degraded` while Redis does not), new stored runs get a clear 503 and unstored
-//! ones run, and the relay reconnects by itself. (Redis stopped and restarted: `redis`.)
+//! ones run, and the relay reconnects by itself. (Redis stopped and restarted: `redis`.) A run
+//! whose keys Redis dropped before the relay's expiry sweep leaves the indexes all the same.
 
 use std::time::Duration;
 
@@ -113,4 +114,55 @@ async fn writes_held_by_a_paused_redis_are_kept_when_it_resumes_and_the_run_comp
     let (status, replay) = get_text(&relay.url(&format!("/v1/responses/{id}?stream=true"))).await;
     assert_eq!(status, 200);
     assert_eq!(parse_sse(&replay).raw, body.raw);
+}
+
+#[tokio::test]
+async fn a_run_whose_keys_redis_already_dropped_leaves_the_indexes_at_the_expiry_sweep() {
+    let up = upstream().await;
+    let url = redis_db();
+    let mut c = config(&up.base_url());
+    c.store = responses_relay::config::StoreKind::Redis(url.clone());
+    c.store_ttl = Some(Duration::from_secs(60));
+    let app = responses_relay::App::new(c);
+    let relay = relay_app(app.clone()).await;
+    let (_, r) = relay
+        .create(&json!({"model": "fake-model", "input": "x"}))
+        .await;
+    let id = r["id"].as_str().unwrap().to_string();
+    eventually("the run is no longer live", || {
+        app.store().live(&Default::default(), &id).is_none()
+    })
+    .await;
+    app.store().flush().await;
+    // Redis let its keys go first (as their own expiry does); the indexes still name it.
+    let db: u32 = url.rsplit('/').next().unwrap().parse().unwrap();
+    let mut redis = plain_connection(shared_redis().port);
+    ::redis::cmd("SELECT")
+        .arg(db)
+        .query::<()>(&mut redis)
+        .unwrap();
+    ::redis::cmd("DEL")
+        .arg(format!("relay:resp:{{{id}}}"))
+        .query::<()>(&mut redis)
+        .unwrap();
+    let indexed = |redis: &mut ::redis::Connection| -> Vec<Option<f64>> {
+        ["relay:expiry", "relay:runs:default"]
+            .iter()
+            .map(|k| {
+                ::redis::cmd("ZSCORE")
+                    .arg(*k)
+                    .arg(&id)
+                    .query(redis)
+                    .unwrap()
+            })
+            .collect()
+    };
+    assert!(indexed(&mut redis).iter().all(Option::is_some));
+    let removed = app
+        .store()
+        .expire(app.clock().now_unix() + 61)
+        .await
+        .unwrap();
+    assert_eq!(removed, 0, "nothing was left to remove");
+    assert_eq!(indexed(&mut redis), vec![None, None]);
 }

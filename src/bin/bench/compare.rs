@@ -1,8 +1,8 @@
 //! The `compare` scenario: this build's relay beside another revision's (`--compare-relay`,
 //! built by `bash scripts/bench.sh --compare REV`), in the same windows, half the clients each,
 //! so a change's cost is a ratio measured on one machine at one time rather than two numbers
-//! from different days. Each workload (plain `store: false` runs, stored runs on SQLite, MCP
-//! runs) is measured `--reps` times, the two relays started in alternating order, every rep on
+//! from different days. Each workload (plain `store: false` runs, stored runs on SQLite and on
+//! the benchmark's Redis, MCP runs) is measured `--reps` times, the two relays started in alternating order, every rep on
 //! fresh relays and stores; the rows merge the reps and the ratios list each rep's too.
 //! `side_by_side` is that loop for any two relays (`kinds` runs it on two upstream kinds).
 
@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use crate::env::{Env, Store, StoreErr};
+use crate::env::{Env, RedisState, Store, StoreErr};
 use crate::load::{Expect, Kind, Req};
 use crate::mcp::mcp_body;
 use crate::measure::{Phase, Row, measure_loop, responses_body};
@@ -22,28 +22,40 @@ use crate::report::fmt_opt;
 pub const THIS: &str = "this build";
 
 /// One workload both relays run.
+#[derive(Clone, Copy)]
 pub struct Workload {
     /// `compare plain`, `compare stored`, `compare mcp`.
     pub scenario: &'static str,
     pub store: bool,
     pub mcp: bool,
+    /// Where stored runs are kept.
+    pub on: Store,
 }
 
-const WORKLOADS: [Workload; 3] = [
+const WORKLOADS: [Workload; 4] = [
     Workload {
         scenario: "compare plain",
         store: false,
         mcp: false,
+        on: Store::Sqlite,
     },
     Workload {
         scenario: "compare stored",
         store: true,
         mcp: false,
+        on: Store::Sqlite,
+    },
+    Workload {
+        scenario: "compare stored redis",
+        store: true,
+        mcp: false,
+        on: Store::Redis,
     },
     Workload {
         scenario: "compare mcp",
         store: false,
         mcp: true,
+        on: Store::Sqlite,
     },
 ];
 
@@ -79,7 +91,15 @@ pub async fn scenario(
         flags: other_flags,
         name: label,
     };
-    side_by_side(env, plan, &WORKLOADS, this, other, rows).await
+    side_by_side(env, plan, &workloads(env), this, other, rows).await
+}
+
+/// The workloads this machine can run: the Redis one only with the benchmark's `redis-server`.
+pub fn workloads(env: &Env) -> Vec<Workload> {
+    WORKLOADS
+        .into_iter()
+        .filter(|w| w.on != Store::Redis || matches!(env.redis, RedisState::Up(_)))
+        .collect()
 }
 
 /// Runs each workload `plan.reps` times on relays `a` and `b` in the same windows, half the
@@ -152,7 +172,7 @@ struct Side {
 }
 
 async fn side(env: &Env, plan: &Plan, w: &Workload, c: Contender<'_>) -> Result<Side, String> {
-    let store = env.store(Store::Sqlite).map_err(StoreErr::into_msg)?;
+    let store = env.store(w.on).map_err(StoreErr::into_msg)?;
     let relay = env.relay_from(c.bin, &store.url, c.flags)?;
     let (body, deltas) = if w.mcp {
         (mcp_body(env, plan, w.store), plan.mcp_deltas)

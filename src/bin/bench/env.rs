@@ -320,7 +320,11 @@ pub async fn start_env(o: &Opts, bin_dir: PathBuf, logs: PathBuf) -> Result<Env,
     };
     let wants_stores = matches!(
         o.scenario,
-        Scenario::All | Scenario::Stream | Scenario::Replay | Scenario::StoreScale
+        Scenario::All
+            | Scenario::Stream
+            | Scenario::Replay
+            | Scenario::StoreScale
+            | Scenario::Compare
     );
     let redis = if o.store.is_some() || !wants_stores {
         RedisState::NotWanted

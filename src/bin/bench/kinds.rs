@@ -7,7 +7,7 @@
 //! `store: false` runs and MCP runs (one `tool_use` block, then the text).
 
 use crate::compare::{Contender, RepRatios, Workload, side_by_side};
-use crate::env::Env;
+use crate::env::{Env, Store};
 use crate::measure::Row;
 use crate::options::Plan;
 use crate::report::{Target, fmt_opt};
@@ -23,11 +23,13 @@ const WORKLOADS: [Workload; 2] = [
         scenario: "upstream-kinds plain",
         store: false,
         mcp: false,
+        on: Store::Sqlite,
     },
     Workload {
         scenario: "upstream-kinds mcp",
         store: false,
         mcp: true,
+        on: Store::Sqlite,
     },
 ];
 

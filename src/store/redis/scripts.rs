@@ -130,12 +130,12 @@ return 0
 "#;
 
 /// Deletes a run's hash and log (`KEYS[1]`, `KEYS[2]`) if it is of tenant `ARGV[1]` (`*`: any,
-/// for expiry and recovery). Answers 1 if it existed and was deleted. (Its items and index
-/// entries are deleted beside it.)
+/// for expiry and recovery). Answers 1 if it existed and was deleted, 0 if there was none, -1 if
+/// it is another tenant's. (Its items and index entries are deleted beside it.)
 pub(super) const DELETE: &str = r#"
 local existed = redis.call('EXISTS', KEYS[1])
 local t = redis.call('HGET', KEYS[1], 'tenant') or 'default'
-if existed == 1 and ARGV[1] ~= '*' and t ~= ARGV[1] then return 0 end
+if existed == 1 and ARGV[1] ~= '*' and t ~= ARGV[1] then return -1 end
 redis.call('DEL', KEYS[1], KEYS[2])
 return existed
 "#;
