@@ -16,7 +16,8 @@
 # RELAY_URL_ANTHROPIC, RELAY_URL_GEMINI (relays driving the same fake upstream natively, with
 # `--upstream-api anthropic` on its /v1/messages and `--upstream-api gemini` on its /v1beta base,
 # each with an upstream key so the x-api-key / x-goog-api-key header is sent),
-# RELAY_MCP_RUST_URL, RELAY_MCP_PY_URL (MCP Streamable HTTP endpoints, http://ADDR/mcp).
+# RELAY_MCP_RUST_URL, RELAY_MCP_PY_URL (MCP Streamable HTTP endpoints, http://ADDR/mcp),
+# RELAY_FAKE_UPSTREAM_URL (the fake upstream, http://ADDR, whose gates a test opens).
 #
 # Prints "N passed, M failed" as its last line; exits non-zero if any test failed or a suite
 # could not run (pytest's "no tests ran" counts as a failure).
@@ -119,6 +120,8 @@ done
 echo "== starting processes (logs in $LOGS)"
 start fake-upstream "$BIN_DIR/fake-upstream" --listen 127.0.0.1:0
 UPSTREAM="$ADDR/v1"
+# Its gates (`hold=NAME` models wait for `POST /gates/NAME`): the steering tests open them.
+export RELAY_FAKE_UPSTREAM_URL=$ADDR
 # Gemini's API base is /v1beta (the model goes in the path).
 UPSTREAM_GEMINI="$ADDR/v1beta"
 

@@ -6,6 +6,10 @@ refusals as `response.steer.failed`), never left hanging."""
 
 from __future__ import annotations
 
+import os
+import uuid
+
+import httpx
 import pytest
 from openai.lib.responses_websocket import (
     ResponsesWebSocketError,
@@ -103,30 +107,30 @@ def test_a_steer_naming_no_response_of_the_connection_gets_the_sdks_steer_failed
 
 
 def test_a_running_response_is_steered_and_its_successor_answers_the_steering_text(client):
-    # The beta connection: the steer accepted in the response's own sequence, the response
-    # ended `incomplete`/`steered` at its turn's end, a successor started by itself.
+    # The beta connection: the answer held by the fake upstream until its gate opens, the steer
+    # accepted in the response's own sequence, the response ended `incomplete`/`steered` at its
+    # turn's end (its message whole), a successor started by itself with the steering text.
+    gate = f"conformance-{uuid.uuid4().hex}"
     with client.beta.responses.connect() as conn:
-        conn.response.create(model=MODEL, input="a long answer")
-        rid = None
-        events = []
+        conn.response.create(model=f"{MODEL}?hold={gate}", input="a long answer")
+        rid, events = None, []
         for ev in conn:
             events.append(ev)
             if ev.type == "response.created" and rid is None:
                 rid = ev.response.id
                 conn.response.steer(input="now in one line", previous_response_id=rid)
-            if ev.type == "response.steer.failed":
-                # The answer came first: refused, the input handed back.
-                assert ev.error.code == "response_already_completed"
-                assert ev.steer.input == "now in one line"
-                return
+            if ev.type == "response.steer.accepted":
+                httpx.post(f"{os.environ['RELAY_FAKE_UPSTREAM_URL']}/gates/{gate}")
             if ev.type == "response.completed" and ev.response.previous_response_id == rid:
                 break
-    steered = [e for e in events if e.type in ("response.incomplete", "response.completed")]
+    ends = [e for e in events if e.type in ("response.incomplete", "response.completed")]
     accepted = [e for e in events if e.type == "response.steer.accepted"]
-    assert accepted[0].steer.previous_response_id == rid
-    assert steered[0].response.id == rid
-    assert steered[-1].response.previous_response_id == rid
-    texts = [c.text for o in steered[-1].response.output if o.type == "message" for c in o.content]
+    assert [a.steer.previous_response_id for a in accepted] == [rid]
+    assert (ends[0].response.id, ends[0].response.status) == (rid, "incomplete")
+    assert ends[0].response.incomplete_details.reason == "steered"
+    assert [c.text for o in ends[0].response.output for c in o.content] == ["Hello! You said: a long answer"]
+    assert ends[-1].response.previous_response_id == rid
+    texts = [c.text for o in ends[-1].response.output if o.type == "message" for c in o.content]
     assert texts == ["Hello! You said: now in one line"]
 
 
