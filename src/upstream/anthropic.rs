@@ -163,7 +163,8 @@ pub fn tool_id(call_id: &str) -> String {
 
 /// The conversation as Anthropic's `system` text and `messages`: instructions, system and
 /// developer messages joined into `system`; every other item a content block of a user or
-/// assistant message, consecutive blocks of one role in one message. `signed(i)` gives the signed
+/// assistant message, consecutive blocks of one role in one message (a user message's
+/// `tool_result` blocks first). `signed(i)` gives the signed
 /// reasoning blocks of item `i` (a reasoning item without them is left out).
 pub fn messages<'s>(
     instructions: Option<&str>,
@@ -233,9 +234,14 @@ pub fn messages<'s>(
             _ => {}
         }
     }
+    // In a user message the tool results come first (Anthropic's rule; steering input prepended
+    // to a continuation's outputs comes before them in the input).
     let messages = out
         .into_iter()
-        .map(|(role, content)| json!({"role": role, "content": content}))
+        .map(|(role, mut content)| {
+            content.sort_by_key(|b| b["type"] != "tool_result");
+            json!({"role": role, "content": content})
+        })
         .collect();
     (system.join("\n\n"), messages)
 }

@@ -103,15 +103,29 @@ pub fn request_body(req: &TurnRequest) -> Body<ChatTool<'_>> {
 
 /// The conversation as chat `messages`: instructions first as a system message; consecutive
 /// calls merge into one assistant message with `tool_calls`; `developer` becomes `system`
-/// (local servers reject the newer role).
+/// (local servers reject the newer role). A user or system message that comes between calls and
+/// their outputs (steering input prepended to a continuation's tool outputs, as OpenAI orders
+/// it) follows the outputs: Chat Completions servers want each `tool` message right after the
+/// call's assistant message.
 pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(items.len() + 1);
     if let Some(i) = instructions {
         out.push(json!({"role": "system", "content": i}));
     }
+    // Calls of the last assistant message not answered yet, and the messages held back until
+    // they are.
+    let (mut unanswered, mut held): (Vec<&str>, Vec<Value>) = (Vec::new(), Vec::new());
     for item in items {
         match item {
+            InputItem::Message(m) if m.role != Role::Assistant && !unanswered.is_empty() => {
+                let mut one = messages(None, std::slice::from_ref(item));
+                held.append(&mut one);
+            }
             InputItem::Message(m) => {
+                // An assistant message ends a group whose outputs never came: what was held
+                // keeps its place before it.
+                unanswered.clear();
+                out.append(&mut held);
                 let role = match m.role {
                     Role::User => "user",
                     Role::System | Role::Developer => "system",
@@ -127,18 +141,28 @@ pub fn messages(instructions: Option<&str>, items: &[InputItem]) -> Vec<Value> {
                 out.push(json!({"role": role, "content": content}));
             }
             InputItem::FunctionCall(f) => {
+                if out.last().is_none_or(|m| m["role"] != "assistant") {
+                    unanswered.clear();
+                    out.append(&mut held);
+                }
+                unanswered.push(&f.call_id);
                 push_tool_call(&mut out, &f.call_id, &f.name, &f.arguments)
             }
             InputItem::FunctionCallOutput(o) => {
                 out.push(
                     json!({"role": "tool", "tool_call_id": o.call_id, "content": o.output.text()}),
                 );
+                unanswered.retain(|id| *id != o.call_id);
+                if unanswered.is_empty() {
+                    out.append(&mut held);
+                }
             }
             // Every tool's calls reach the upstream as function calls and outputs
             // (`run::turn::model_view`); the rest is not the model's business.
             _ => {}
         }
     }
+    out.append(&mut held);
     out
 }
 
@@ -450,5 +474,49 @@ impl super::StreamParser for ChunkParser {
         Err(UpstreamError::Cut(
             "the stream ended without a finish reason or [DONE]".into(),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_between_calls_and_their_outputs_follows_the_outputs() {
+        let items: Vec<InputItem> = serde_json::from_value(json!([
+            {"type": "message", "role": "user", "content": "look it up"},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+            {"type": "message", "role": "user", "content": "prefer recent results"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r1"},
+            {"type": "function_call_output", "call_id": "c2", "output": "r2"},
+            {"type": "message", "role": "assistant", "content": "done"},
+            {"type": "function_call", "call_id": "c3", "name": "lookup", "arguments": "{}"},
+            {"type": "message", "role": "user", "content": "never answered"},
+            {"type": "message", "role": "assistant", "content": "moving on"}
+        ]))
+        .unwrap();
+        let out = messages(None, &items);
+        let shape: Vec<(&str, &str)> = (out.iter())
+            .map(|m| {
+                let what = m["content"].as_str().or(m["tool_call_id"].as_str());
+                (m["role"].as_str().unwrap(), what.unwrap_or("calls"))
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("user", "look it up"),
+                ("assistant", "calls"),
+                ("tool", "r1"),
+                ("tool", "r2"),
+                ("user", "prefer recent results"),
+                ("assistant", "done"),
+                ("user", "never answered"),
+                ("assistant", "moving on"),
+            ]
+        );
+        assert_eq!(out[1]["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(out[5]["tool_calls"][0]["id"], "c3");
     }
 }

@@ -219,3 +219,23 @@ fn max_tokens_bounds_the_thinking_budget() {
         b.get("thinking").is_none() && b.get("tools").is_none() && b.get("tool_choice").is_none()
     );
 }
+
+#[test]
+fn a_user_message_before_the_tool_results_comes_after_them_in_their_message() {
+    let (_, messages) = messages(
+        None,
+        &items(json!([
+            {"type": "message", "role": "user", "content": "look it up"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "message", "role": "user", "content": "prefer recent results"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r1"},
+        ])),
+        |_| None,
+    );
+    assert_eq!(
+        messages[2],
+        json!({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": "c1", "content": "r1"},
+            {"type": "text", "text": "prefer recent results"}]})
+    );
+}

@@ -186,7 +186,8 @@ async fn the_python_sdks_beta_connection_steers_text_and_mcp_runs_and_continues_
         p["stub"],
         json!({"type": "function_call_output", "call_id": p["call_id"], "name": "lookup"})
     );
-    assert_eq!(p["cont_text"], "Tool results: r1");
+    // The model saw the call's output, then the steering text last.
+    assert_eq!(p["cont_text"], "Hello! You said: prefer recent results");
     let continuation = model_requests(&up).pop().unwrap();
     assert!(
         user_texts(&continuation).contains(&"prefer recent results".to_string()),
