@@ -242,10 +242,17 @@ pub fn contents<'s>(
             _ => {}
         }
     }
+    // A user turn answers the calls first (steering input prepended to a continuation's outputs
+    // comes before them in the input).
     let contents = c
         .out
         .into_iter()
-        .map(|(role, parts)| json!({"role": role, "parts": parts}))
+        .map(|(role, mut parts)| {
+            if role == "user" {
+                parts.sort_by_key(|p| p.get("functionResponse").is_none());
+            }
+            json!({"role": role, "parts": parts})
+        })
         .collect();
     (system.join("\n\n"), contents)
 }

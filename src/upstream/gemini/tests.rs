@@ -279,3 +279,23 @@ fn models_that_generate_content_are_listed_by_their_short_id() {
         .is_none()
     );
 }
+
+#[test]
+fn a_user_message_before_the_function_responses_comes_after_them_in_their_turn() {
+    let (_, contents) = contents(
+        None,
+        &items(json!([
+            {"type": "message", "role": "user", "content": "look it up"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "message", "role": "user", "content": "prefer recent results"},
+            {"type": "function_call_output", "call_id": "c1", "output": "r1"},
+        ])),
+        |_| None,
+    );
+    assert_eq!(
+        contents[2],
+        json!({"role": "user", "parts": [
+            {"functionResponse": {"name": "f", "response": {"output": "r1"}}},
+            {"text": "prefer recent results"}]})
+    );
+}
