@@ -320,6 +320,34 @@ mod tests {
     }
 
     #[test]
+    fn a_response_waits_for_each_client_call_and_approval_request_it_ended_with() {
+        let mut r = Response::in_progress("resp_1".into(), "m".into(), 0);
+        let items = json!([
+            {"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": "x", "annotations": [], "logprobs": []}]},
+            {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup",
+                "arguments": "{}", "status": "completed"},
+            {"type": "custom_tool_call", "id": "ctc_1", "call_id": "call_2", "name": "patch",
+                "input": "x", "status": "completed"},
+            {"type": "mcp_approval_request", "id": "mcpr_1", "server_label": "s", "name": "t",
+                "arguments": "{}"},
+            {"type": "shell_call", "id": "sh_1", "call_id": "call_3", "status": "completed",
+                "action": {"commands": ["ls"]}}
+        ]);
+        r.output = serde_json::from_value(items).unwrap();
+        let stubs = serde_json::to_value(required_input(&r)).unwrap();
+        assert_eq!(
+            stubs,
+            json!([
+                {"type": "function_call_output", "call_id": "call_1", "name": "lookup"},
+                {"type": "custom_tool_call_output", "call_id": "call_2"},
+                {"type": "mcp_approval_response", "approval_request_id": "mcpr_1"},
+                {"type": "shell_call_output", "call_id": "call_3"}
+            ])
+        );
+    }
+
+    #[test]
     fn a_failed_notice_is_the_sdks_shape() {
         let steer = FailedSteer {
             id: None,

@@ -234,3 +234,50 @@ async fn a_steer_racing_the_end_of_a_response_is_either_committed_or_refused_nev
         "Hello! You said: after the races"
     );
 }
+
+#[tokio::test]
+async fn a_steer_goes_to_its_responses_lane_and_the_successor_runs_there_while_another_lane_goes_on()
+ {
+    let (up, relay) = plain_relay().await;
+    let mut ws = Ws::connect(&relay, None).await;
+    ws.create(json!({"model": "fake-model?hold=la", "input": "lane a work", "stream_id": "a"}))
+        .await;
+    let id = ws.until("response.created").await["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ws.create(json!({"model": "fake-model?hold=lb", "input": "lane b work", "stream_id": "b"}))
+        .await;
+    let other = ws.until("response.created").await;
+    assert_eq!(other["stream_id"], "b");
+    ws.steer(&id, json!("lane a, change course")).await;
+    let accepted = ws.until("response.steer.accepted").await;
+    assert_eq!(accepted["stream_id"], "a");
+    up.open_gate("la");
+    // Lane a: steered, then its successor; lane b still held all along.
+    ws.terminals(2).await;
+    let lane = |name: &str| -> Vec<Value> {
+        (ws.frames.iter())
+            .filter(|f| f["stream_id"] == name)
+            .cloned()
+            .collect()
+    };
+    let a = lane("a");
+    let (runs, _) = responses(&a);
+    assert_eq!(runs.len(), 2, "{:#?}", kinds(&a));
+    assert_eq!(
+        check_events(&runs[0])["incomplete_details"]["reason"],
+        "steered"
+    );
+    let successor = check_events(&runs[1]);
+    assert_eq!(successor["previous_response_id"], id.as_str());
+    assert!(!lane("b").iter().any(is_terminal), "lane b is still held");
+    up.open_gate("lb");
+    let done = ws.until("response.completed").await;
+    assert_eq!(done["stream_id"], "b");
+    assert_eq!(
+        message_text(&done["response"]),
+        "Hello! You said: lane b work"
+    );
+    assert_eq!(done["response"]["previous_response_id"], Value::Null);
+}
