@@ -168,15 +168,21 @@ impl Run {
             response: Box::new(snapshot),
         });
         let unresolved = if self.p.tools_pending {
-            tokio::select! {
-                biased;
-                stop = stopped(&self.app, &self.signal) => Some(ending_for(stop)),
-                resolved = tools::resolve_tools(&self.app, &mut self.p) => resolved.err().map(|e| {
-                    Ending::Failed(ResponseError {
-                        code: "server_error".into(),
-                        message: e.to_string(),
-                    })
-                }),
+            let (app, signal, em) = (&self.app, &self.signal, &mut self.em);
+            let resolving = tools::resolve_tools(app, &mut self.p);
+            tokio::pin!(resolving);
+            loop {
+                tokio::select! {
+                    biased;
+                    stop = stopped(app, signal) => break Some(ending_for(stop)),
+                    () = signal.steer_arrived() => signal.announce_steers(em),
+                    resolved = &mut resolving => break resolved.err().map(|e| {
+                        Ending::Failed(ResponseError {
+                            code: "server_error".into(),
+                            message: e.to_string(),
+                        })
+                    }),
+                }
             }
         } else {
             None

@@ -72,11 +72,19 @@ pub(super) async fn web_search(
             code: refused.status(),
             message: refused.message(),
         }),
-        None => tokio::select! {
-            biased;
-            stop = stopped(app, signal) => return Err(stop),
-            r = app.mcp().call_tool(spec, &tool, &args, cfg.call_timeout) => r,
-        },
+        None => {
+            let calling = app.mcp().call_tool(spec, &tool, &args, cfg.call_timeout);
+            tokio::pin!(calling);
+            loop {
+                tokio::select! {
+                    biased;
+                    stop = stopped(app, signal) => return Err(stop),
+                    // A steer is announced while the search runs, never cutting it short.
+                    () = signal.steer_arrived() => signal.announce_steers(em),
+                    r = &mut calling => break r,
+                }
+            }
+        }
     };
     let result = if called.is_ok() { "ok" } else { "error" };
     app.metrics().mcp_called(
