@@ -1,4 +1,5 @@
-// WebSocket mode (issue 22) with the official Node SDK's `ResponsesWS` and the JS Agents SDK's
+// WebSocket mode (issue 22) with the official Node SDK's `ResponsesWS` (its beta one steering a
+// response, issue 38) and the JS Agents SDK's
 // websocket transport (`setOpenAIResponsesTransport('websocket')`, Node 22's global WebSocket),
 // over both upstream kinds. No model call may go over HTTP: every `fetch` is recorded.
 // RELAY_URL_CHAT and RELAY_URL_RESPONSES give the relays' base URLs (http://ADDR).
@@ -7,6 +8,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { ResponsesWS } from 'openai/resources/responses/ws';
+import { ResponsesWS as BetaResponsesWS } from 'openai/resources/beta/responses/ws';
 import {
   Agent,
   run,
@@ -96,6 +98,48 @@ for (const kind of ['chat', 'responses']) {
         ws.close();
       }
       assert.deepEqual(posts, []);
+    });
+
+    test("the Node SDK's beta socket steers a running response into its successor", async () => {
+      // The answer is held by the fake upstream until its gate opens (once the steer is accepted).
+      const gate = `node-${kind}-${Date.now()}`;
+      const ws = new BetaResponsesWS(clientFor(base, []));
+      await new Promise((resolve, reject) => {
+        ws.socket.once('open', resolve);
+        ws.socket.once('error', reject);
+      });
+      const events = [];
+      try {
+        await new Promise((resolve, reject) => {
+          const timer = setTimeout(() => reject(new Error(JSON.stringify(events.map((e) => e.type)))), 20000);
+          let steered = null;
+          ws.on('event', (ev) => {
+            events.push(ev);
+            if (ev.type === 'response.created' && steered === null) {
+              steered = ev.response.id;
+              ws.send({ type: 'response.steer', previous_response_id: steered, input: 'now in one line' });
+            }
+            if (ev.type === 'response.steer.accepted') {
+              fetch(`${process.env.RELAY_FAKE_UPSTREAM_URL}/gates/${gate}`, { method: 'POST' }).catch(reject);
+            }
+            if (ev.type === 'response.completed' && ev.response.previous_response_id === steered) {
+              clearTimeout(timer);
+              resolve();
+            }
+          });
+          ws.send({ type: 'response.create', model: `fake-model?hold=${gate}`, input: 'a long answer' });
+        });
+      } finally {
+        ws.close();
+      }
+      const accepted = events.find((e) => e.type === 'response.steer.accepted');
+      const ended = events.find((e) => e.type === 'response.incomplete');
+      assert.equal(accepted.steer.previous_response_id, ended.response.id);
+      assert.ok(accepted.steer.id.startsWith('steer_'));
+      assert.equal(ended.response.incomplete_details.reason, 'steered');
+      assert.ok(accepted.sequence_number < ended.sequence_number);
+      const done = events.at(-1);
+      assert.equal(done.response.output[0].content[0].text, 'Hello! You said: now in one line');
     });
 
     test('the Agents SDK websocket transport completes runs, chained and in one session', async () => {
