@@ -9,9 +9,11 @@
 //! turn and its MCP calls done), never mid-item, and never cancels anything for it.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 
+use futures::task::AtomicWaker;
 use serde_json::Value;
-use tokio::sync::Notify;
 
 use crate::api::Event;
 use crate::api::steer::{SteerErrorCode, SteerRef};
@@ -32,8 +34,11 @@ pub struct Steer {
 #[derive(Debug, Default)]
 pub struct Steering {
     state: Mutex<State>,
-    /// Woken when a submission is queued (one waiter: the run; a permit is kept).
-    arrived: Notify,
+    /// Whether a queued submission waits to be announced (set and cleared under `state`'s lock;
+    /// read without it: the run's waits poll it on every wake-up, so it costs no lock).
+    fresh: AtomicBool,
+    /// The run's task, woken when a submission is queued.
+    arrived: AtomicWaker,
 }
 
 #[derive(Debug, Default)]
@@ -84,8 +89,9 @@ impl Steering {
             ));
         }
         state.queued.push(Steer { id: mint(), input });
+        self.fresh.store(true, Ordering::Release);
         drop(state);
-        self.arrived.notify_one();
+        self.arrived.wake();
         Ok(())
     }
 
@@ -96,15 +102,18 @@ impl Steering {
 
     /// Resolves when a submission is queued that the run has not announced yet.
     pub(super) async fn arrived(&self) {
-        loop {
-            {
-                let state = self.state.lock().expect("not poisoned");
-                if state.announced < state.queued.len() {
-                    return;
-                }
+        std::future::poll_fn(|cx| {
+            if self.fresh.load(Ordering::Acquire) {
+                return Poll::Ready(());
             }
-            self.arrived.notified().await;
-        }
+            self.arrived.register(cx.waker());
+            if self.fresh.load(Ordering::Acquire) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await
     }
 
     /// Emits `response.steer.accepted` for each submission not announced yet, in order.
@@ -115,6 +124,7 @@ impl Steering {
                 .map(|s| s.id.clone())
                 .collect();
             state.announced = state.queued.len();
+            self.fresh.store(false, Ordering::Release);
             fresh
         };
         for id in fresh {
@@ -141,6 +151,7 @@ impl Steering {
         let mut state = self.state.lock().expect("not poisoned");
         state.closed.get_or_insert(false);
         state.announced = 0;
+        self.fresh.store(false, Ordering::Release);
         std::mem::take(&mut state.queued)
     }
 }
