@@ -128,3 +128,63 @@ async fn a_function_call_on_a_lane_keeps_the_steering_input_pending_for_that_lan
     let first: &Value = &items["data"][0];
     assert_eq!(first["role"], "user");
 }
+
+#[tokio::test]
+async fn a_custom_tool_call_waits_and_a_continuation_that_fails_hands_the_steering_input_back() {
+    let (up, relay) = plain_relay().await;
+    let mut ws = Ws::connect(&relay, None).await;
+    let tools = json!([{"type": "custom", "name": "patch", "description": "Applies a patch."}]);
+    ws.create(
+        json!({"model": "fake-model?hold=u1", "input": "CALL patch {\"input\":\"diff\"}",
+        "tools": tools}),
+    )
+    .await;
+    let id = ws.until("response.created").await["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    ws.steer(&id, json!("keep the old header")).await;
+    let accepted = ws.until("response.steer.accepted").await;
+    up.open_gate("u1");
+    let done = ws.until("response.completed").await;
+    let call = &done["response"]["output"][0];
+    assert_eq!(call["type"], "custom_tool_call");
+    let pending = ws.until("response.steer.pending").await;
+    assert_eq!(
+        pending["required_input"],
+        json!([{"type": "custom_tool_call_output", "call_id": call["call_id"]}])
+    );
+    // The continuation is refused before it starts: its error, then the input handed back.
+    let output = json!([{"type": "custom_tool_call_output", "call_id": call["call_id"], "output": "applied"}]);
+    ws.create(
+        json!({"model": "fake-model", "previous_response_id": id, "tools": tools,
+        "input": output, "temperatur": 1}),
+    )
+    .await;
+    let error = ws.next().await;
+    assert_eq!(error["type"], "error", "{error}");
+    assert_eq!(error["error"]["code"], "unknown_parameter");
+    let failed = ws.until("response.steer.failed").await;
+    assert_eq!(
+        failed["error"]["code"], "successor_creation_failed",
+        "{failed}"
+    );
+    assert_eq!(
+        failed["steer"],
+        json!({"id": accepted["steer"]["id"], "previous_response_id": id, "input": "keep the old header"})
+    );
+    assert_eq!(
+        failed["sequence_number"].as_u64().unwrap(),
+        pending["sequence_number"].as_u64().unwrap() + 1
+    );
+    // Handed back, it is no longer queued: a good continuation carries only its own input.
+    ws.create(
+        json!({"model": "fake-model", "previous_response_id": id, "tools": tools,
+        "input": output}),
+    )
+    .await;
+    let done = ws.until("response.completed").await;
+    let next = done["response"]["id"].as_str().unwrap();
+    let (_, items) = get(&relay.url(&format!("/v1/responses/{next}/input_items"))).await;
+    assert_eq!(strs(&items["data"], "type"), ["custom_tool_call_output"]);
+}
