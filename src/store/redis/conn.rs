@@ -110,6 +110,24 @@ impl Conn {
         self.target.nodes().is_some()
     }
 
+    /// `items` in groups that one script call may take: by the hash slot of each one's `key` on
+    /// a cluster, all in one group otherwise; each group in the items' order.
+    pub(super) fn by_slot<T>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        key: impl Fn(&T) -> String,
+    ) -> Vec<Vec<T>> {
+        let mut groups: Vec<(Option<Slot>, Vec<T>)> = Vec::new();
+        for item in items {
+            let slot = self.group_of(&key(&item));
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, g)) => g.push(item),
+                None => groups.push((slot, vec![item])),
+            }
+        }
+        groups.into_iter().map(|(_, g)| g).collect()
+    }
+
     /// What [`Conn::send`] sends together with `key`'s commands: its slot on a cluster, all
     /// together (`None`) otherwise.
     pub(super) fn group_of(&self, key: &str) -> Option<Slot> {

@@ -139,17 +139,10 @@ pub(super) async fn keep_leases(inner: Weak<Inner>) {
             .collect();
         if !ids.is_empty() {
             // One script per hash slot (one on one Redis), and the index of leases beside.
-            let mut groups: Vec<(_, Vec<&String>)> = Vec::new();
-            for id in &ids {
-                let slot = store.inner.conn.group_of(&Redis::resp_key(id));
-                match groups.iter_mut().find(|(s, _)| *s == slot) {
-                    Some((_, g)) => g.push(id),
-                    None => groups.push((slot, vec![id])),
-                }
-            }
+            let groups = store.inner.conn.by_slot(&ids, |id| Redis::resp_key(id));
             let mut cmds: Vec<::redis::Cmd> = groups
                 .iter()
-                .map(|(_, g)| {
+                .map(|g| {
                     let keys: Vec<String> = g.iter().map(|id| Redis::resp_key(id)).collect();
                     let mut cmd = script(RENEW, &keys);
                     cmd.arg(&store.inner.instance).arg(LEASE_MS).arg(g);

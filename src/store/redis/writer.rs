@@ -395,17 +395,10 @@ pub(super) fn pack(
     tokio::spawn(async move {
         for _ in 0..PACK_TRIES {
             // One script per hash slot (all together on one Redis).
-            let mut groups: Vec<(Option<Slot>, Vec<(String, usize, Vec<u8>)>)> = Vec::new();
-            for run in runs.drain(..) {
-                let slot = conn.group_of(&Redis::resp_key(&run.0));
-                match groups.iter_mut().find(|(s, _)| *s == slot) {
-                    Some((_, g)) => g.push(run),
-                    None => groups.push((slot, vec![run])),
-                }
-            }
+            let groups = conn.by_slot(runs.drain(..), |(id, ..)| Redis::resp_key(id));
             let cmds: Vec<::redis::Cmd> = groups
                 .iter()
-                .map(|(_, g)| {
+                .map(|g| {
                     let keys: Vec<String> = g
                         .iter()
                         .flat_map(|(id, ..)| {
@@ -419,7 +412,7 @@ pub(super) fn pack(
                     cmd
                 })
                 .collect();
-            for ((_, g), reply) in groups.into_iter().zip(conn.send(&cmds, &[]).await) {
+            for (g, reply) in groups.into_iter().zip(conn.send(&cmds, &[]).await) {
                 match reply.and_then(|v| Vec::<i64>::from_redis_value(v).map_err(|e| e.to_string()))
                 {
                     // Those still tailed are tried again later.

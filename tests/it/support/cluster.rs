@@ -99,12 +99,18 @@ impl ClusterSet {
             .unwrap()
     }
 
-    /// The port of the primary serving `slot` now, and of its replicas.
+    /// The port of the primary serving `slot` now, and of its replicas, as the first node that
+    /// answers says (a stopped node does not).
     pub fn serving(&self, slot: u16) -> (u16, Vec<u16>) {
         for n in &self.nodes {
+            let Ok(mut c) = ::redis::Client::open(format!("redis://127.0.0.1:{}/", n.port))
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(2)))
+            else {
+                continue;
+            };
             let Ok(ranges) = ::redis::cmd("CLUSTER")
                 .arg("SLOTS")
-                .query::<Vec<::redis::Value>>(&mut self.node(n.port))
+                .query::<Vec<::redis::Value>>(&mut c)
             else {
                 continue;
             };
