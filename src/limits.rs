@@ -742,7 +742,7 @@ async fn renew_leases(inner: Weak<Inner>) {
                 cmd
             })
             .collect();
-        if let Some(Err(e)) = conn.send(&cmds, &[]).await.into_iter().find(Result::is_err) {
+        if let Some(Err(e)) = conn.send(cmds, &[]).await.into_iter().find(Result::is_err) {
             tracing::debug!(error = %e, "concurrent-run slots not renewed");
         }
     }

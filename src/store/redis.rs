@@ -569,7 +569,7 @@ impl Redis {
             c.arg(index).arg(id);
             beside.push(c);
         }
-        for r in self.inner.conn.send(&beside, &[]).await {
+        for r in self.inner.conn.send(beside, &[]).await {
             if let Err(e) = r {
                 tracing::warn!(response_id = %id, error = %e, "a deleted run's item or index entry stays");
             }

@@ -251,10 +251,11 @@ impl Conn {
     /// one Redis; to a cluster, in one pipeline per hash slot, all at once (the commands of one
     /// slot in their order). `then`: commands sent at the end of every pipeline, whose replies
     /// are not answered (`WAIT`).
-    pub async fn send(&self, cmds: &[Cmd], then: &[Cmd]) -> Vec<Result<Value, String>> {
+    pub async fn send(&self, cmds: Vec<Cmd>, then: &[Cmd]) -> Vec<Result<Value, String>> {
         if cmds.is_empty() {
             return Vec::new();
         }
+        let n = cmds.len();
         let groups: Vec<Vec<usize>> = if self.is_cluster() {
             let mut by_slot: HashMap<Option<Slot>, Vec<usize>> = HashMap::new();
             let mut order = Vec::new();
@@ -277,17 +278,27 @@ impl Conn {
         };
         let link = match self.get().await {
             Ok(l) => l,
-            Err(e) => return vec![Err(e.to_string()); cmds.len()],
+            Err(e) => return vec![Err(e.to_string()); n],
         };
-        let sent = groups.iter().map(|g| {
-            let mut pipe = ::redis::pipe();
-            pipe.ignore_errors();
-            for i in g {
-                pipe.add_command(cmds[*i].clone());
-            }
-            for c in then {
-                pipe.add_command(c.clone());
-            }
+        // Each command moved into its group's pipeline (not copied: they carry whole Responses).
+        let mut cmds: Vec<Option<Cmd>> = cmds.into_iter().map(Some).collect();
+        let pipes: Vec<::redis::Pipeline> = groups
+            .iter()
+            .map(|g| {
+                let mut pipe = ::redis::pipe();
+                pipe.ignore_errors();
+                for i in g {
+                    if let Some(c) = cmds[*i].take() {
+                        pipe.add_command(c);
+                    }
+                }
+                for c in then {
+                    pipe.add_command(c.clone());
+                }
+                pipe
+            })
+            .collect();
+        let sent = pipes.into_iter().map(|pipe| {
             let mut link = link.clone();
             async move {
                 pipe.query_async::<Vec<::redis::RedisResult<Value>>>(&mut link)
@@ -295,7 +306,7 @@ impl Conn {
             }
         });
         let replies = futures::future::join_all(sent).await;
-        let mut out: Vec<Result<Value, String>> = vec![Err("no reply".into()); cmds.len()];
+        let mut out: Vec<Result<Value, String>> = vec![Err("no reply".into()); n];
         for (g, reply) in groups.iter().zip(replies) {
             match reply {
                 Ok(v) => {

@@ -161,7 +161,7 @@ pub(super) async fn keep_leases(inner: Weak<Inner>) {
             for reply in store
                 .inner
                 .conn
-                .send(&cmds, &[])
+                .send(cmds, &[])
                 .await
                 .into_iter()
                 .take(renewals)

@@ -166,7 +166,7 @@ async fn read(
             c
         })
         .collect();
-    let days: Vec<Vec<String>> = replies(conn.send(&asks, &[]).await)?;
+    let days: Vec<Vec<String>> = replies(conn.send(asks, &[]).await)?;
     let wanted: Vec<(&String, String)> = tenants
         .iter()
         .zip(days)
@@ -183,7 +183,7 @@ async fn read(
             c
         })
         .collect();
-    let hashes: Vec<BTreeMap<String, i64>> = replies(conn.send(&asks, &[]).await)?;
+    let hashes: Vec<BTreeMap<String, i64>> = replies(conn.send(asks, &[]).await)?;
     let mut rows = Vec::new();
     for ((tenant, day), fields) in wanted.into_iter().zip(hashes) {
         let mut models: BTreeMap<String, Tally> = BTreeMap::new();

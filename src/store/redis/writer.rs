@@ -143,8 +143,8 @@ pub(super) async fn write_loop(
     let mut batch = Vec::with_capacity(BATCH);
     // Waits for one command, then takes every one already queued (up to BATCH).
     while rx.recv_many(&mut batch, BATCH).await > 0 {
-        let plan = writer.plan(&batch);
-        let mut results = send(&writer.conn, &plan).await.into_iter();
+        let plan = writer.plan(&mut batch);
+        let mut results = send(&writer.conn, plan).await.into_iter();
         for c in batch.drain(..) {
             let result = results.next().flatten();
             match c {
@@ -204,7 +204,7 @@ impl Writer {
     /// beside it); the appends between two inserts as one script call per group (all of them on
     /// one Redis, per hash slot on a cluster), so an insert still precedes its run's first
     /// event; then the commands beside the appends. A broken run's events are not sent.
-    fn plan(&self, batch: &[Cmd]) -> Plan {
+    fn plan(&self, batch: &mut [Cmd]) -> Plan {
         let mut plan = Plan {
             cmds: Vec::new(),
             replies: Vec::new(),
@@ -212,22 +212,24 @@ impl Writer {
         };
         let mut groups: Vec<(Option<Slot>, Vec<usize>)> = Vec::new();
         let mut later: Vec<::redis::Cmd> = Vec::new();
-        for (i, c) in batch.iter().enumerate() {
-            match c {
+        for i in 0..batch.len() {
+            // The commands are moved out (the writes keep what settling them needs).
+            match &mut batch[i] {
                 Cmd::Insert { cmd, beside, .. } => {
+                    let (cmd, beside) = (std::mem::take(cmd), std::mem::take(beside));
                     self.flush_groups(batch, &mut groups, &mut plan);
-                    plan.push(cmd.clone(), Reply::Insert(i));
+                    plan.push(cmd, Reply::Insert(i));
                     for b in beside {
-                        plan.push(b.clone(), Reply::Ignored);
+                        plan.push(b, Reply::Ignored);
                     }
                 }
-                Cmd::Append { id, beside, .. } if !self.broken.contains_key(id) => {
+                Cmd::Append { id, beside, .. } if !self.broken.contains_key(id.as_str()) => {
+                    later.append(beside);
                     let slot = self.conn.group_of(&Redis::resp_key(id));
                     match groups.iter_mut().find(|(s, _)| *s == slot) {
                         Some((_, g)) => g.push(i),
                         None => groups.push((slot, vec![i])),
                     }
-                    later.extend(beside.iter().cloned());
                 }
                 _ => {}
             }
@@ -412,7 +414,7 @@ pub(super) fn pack(
                     cmd
                 })
                 .collect();
-            for (g, reply) in groups.into_iter().zip(conn.send(&cmds, &[]).await) {
+            for (g, reply) in groups.into_iter().zip(conn.send(cmds, &[]).await) {
                 match reply.and_then(|v| Vec::<i64>::from_redis_value(v).map_err(|e| e.to_string()))
                 {
                     // Those still tailed are tried again later.
@@ -490,7 +492,7 @@ const REPLICA_WAIT_MS: u64 = 250;
 /// Sends a batch's commands; answers per write of the batch its result: an insert's reply, an
 /// appended event's code (every event of a call that failed gets its error), `None` for a write
 /// not sent (a broken run's event, a flush).
-pub(super) async fn send(conn: &Conn, plan: &Plan) -> Vec<Option<Result<i64, String>>> {
+pub(super) async fn send(conn: &Conn, plan: Plan) -> Vec<Option<Result<i64, String>>> {
     let mut out: Vec<Option<Result<i64, String>>> = vec![None; plan.writes];
     if plan.cmds.is_empty() {
         return out;
@@ -505,7 +507,7 @@ pub(super) async fn send(conn: &Conn, plan: &Plan) -> Vec<Option<Result<i64, Str
             vec![w]
         }
     };
-    let replies = conn.send(&plan.cmds, &wait).await;
+    let replies = conn.send(plan.cmds, &wait).await;
     for (reply, r) in plan.replies.iter().zip(replies) {
         match reply {
             Reply::Insert(i) => {
