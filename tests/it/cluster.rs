@@ -9,11 +9,9 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::quotas::{START_MS, create, hi, limited_at};
 use crate::redis::{read_events, relay_over, rest_of};
 use crate::support::*;
 use responses_relay::config::StoreKind;
-use responses_relay::limits::Clock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_responses-relay");
 
@@ -29,6 +27,21 @@ async fn streamed(relay: &Relay, model: &str) -> (String, SseBody) {
         .unwrap()
         .to_string();
     (id, body)
+}
+
+/// A long stored run streamed through `relay` (`deltas` of them, 30 ms apart), its first events
+/// read: the stream, the text read and the run's id.
+async fn live_run(relay: &Relay, deltas: usize) -> (reqwest::Response, String, String) {
+    let model = format!("fake-model?deltas={deltas}&delay_ms=30");
+    let mut live = relay
+        .send(&json!({"model": model, "input": "long", "stream": true}))
+        .await;
+    let seen = read_events(&mut live, 6).await;
+    let id = parse_sse(&seen).events[0]["response"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (live, seen, id)
 }
 
 #[tokio::test]
@@ -114,31 +127,14 @@ async fn on_a_cluster_a_busy_conversation_is_locked_across_relays_until_its_run_
 
 #[tokio::test]
 async fn on_a_cluster_two_relays_admit_concurrent_load_exactly_to_a_tenants_limit() {
-    let up = upstream().await;
-    let store = shared_cluster().url();
-    let args = ["--store", store.as_str()];
     // A tenant of this test only (the cluster is shared by the binary's tests).
-    let toml = r#"
-[[keys]]
-key = "kcl"
-tenant = "cluster-limits"
-limits = { requests_per_minute = 12 }
-"#;
-    let (a, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let (b, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let statuses = futures::future::join_all((0..40).map(|i| {
-        let relay = if i % 2 == 0 { &a } else { &b };
-        async move { create(relay, "kcl", &hi()).await.0 }
-    }))
+    let up = upstream().await;
+    crate::quotas_redis::admitted_exactly_to_the_limit(
+        &up,
+        &shared_cluster().url(),
+        "cluster-limits",
+    )
     .await;
-    assert_eq!(
-        (
-            statuses.iter().filter(|s| **s == 200).count(),
-            statuses.iter().filter(|s| **s == 429).count()
-        ),
-        (12, 28),
-        "{statuses:?}"
-    );
 }
 
 #[tokio::test]
@@ -153,16 +149,7 @@ async fn a_run_live_while_its_slot_moves_to_another_primary_ends_whole_on_the_ne
     let cluster = ClusterSet::start(3, 0);
     let up = upstream().await;
     let relay = relay_over(&up, &cluster.url()).await;
-    let mut live = relay
-        .send(
-            &json!({"model": "fake-model?deltas=60&delay_ms=30", "input": "long", "stream": true}),
-        )
-        .await;
-    let seen = read_events(&mut live, 6).await;
-    let id = parse_sse(&seen).events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (live, seen, id) = live_run(&relay, 60).await;
     // Moves the run's slot, its keys with it, while the run appends to its log: the relay's
     // writes meet `ASK` while the keys move and `MOVED` after.
     let slot = cluster.slot(&format!("relay:resp:{{{id}}}"));
@@ -232,16 +219,7 @@ async fn a_primary_failed_over_under_a_live_stream_loses_no_acknowledged_run() {
     let relay = relay_over(&up, &cluster.url()).await;
     // A run acknowledged before the failover.
     let (done_id, done) = streamed(&relay, "fake-model?deltas=3").await;
-    let mut live = relay
-        .send(
-            &json!({"model": "fake-model?deltas=60&delay_ms=30", "input": "long", "stream": true}),
-        )
-        .await;
-    let seen = read_events(&mut live, 6).await;
-    let id = parse_sse(&seen).events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (live, seen, id) = live_run(&relay, 60).await;
     // The replica of the live run's primary takes over (as an operator's `CLUSTER FAILOVER`).
     let slot = cluster.slot(&format!("relay:resp:{{{id}}}"));
     let (primary, replicas) = cluster.serving(slot);
@@ -254,17 +232,7 @@ async fn a_primary_failed_over_under_a_live_stream_loses_no_acknowledged_run() {
         c.serving(slot).0 == replica
     });
     let body = rest_of(live, seen).await;
-    let terminals = body
-        .events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e["type"].as_str(),
-                Some("response.completed" | "response.failed" | "response.incomplete")
-            )
-        })
-        .count();
-    assert_eq!(terminals, 1, "exactly one terminal event");
+    // `check_events` holds it to exactly one terminal event, last.
     let folded = check_events(&body.events);
     assert_eq!(folded["status"], "completed", "{folded}");
     assert_eq!(
@@ -284,16 +252,7 @@ async fn a_primary_stopped_under_a_live_stream_ends_it_once_and_loses_no_acknowl
     let mut cluster = ClusterSet::start(3, 1);
     let up = upstream().await;
     let relay = relay_over(&up, &cluster.url()).await;
-    let mut live = relay
-        .send(
-            &json!({"model": "fake-model?deltas=100&delay_ms=30", "input": "long", "stream": true}),
-        )
-        .await;
-    let seen = read_events(&mut live, 6).await;
-    let id = parse_sse(&seen).events[0]["response"]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (live, seen, id) = live_run(&relay, 100).await;
     let slot = cluster.slot(&format!("relay:resp:{{{id}}}"));
     let (primary, replicas) = cluster.serving(slot);
     // Runs acknowledged before the primary goes (a third of them, by their ids, on it).
@@ -312,17 +271,7 @@ async fn a_primary_stopped_under_a_live_stream_ends_it_once_and_loses_no_acknowl
     });
     // The live stream ends, once, whatever became of its writes meanwhile.
     let body = rest_of(live, seen).await;
-    let terminals = body
-        .events
-        .iter()
-        .filter(|e| {
-            matches!(
-                e["type"].as_str(),
-                Some("response.completed" | "response.failed" | "response.incomplete")
-            )
-        })
-        .count();
-    assert_eq!(terminals, 1, "exactly one terminal event");
+    // `check_events` holds it to exactly one terminal event, last.
     check_events(&body.events);
     // Every acknowledged run reads back whole, on the promoted replica too.
     for (done_id, done) in &kept {

@@ -15,29 +15,7 @@ async fn concurrent_load_on_two_relays_over_redis_is_admitted_exactly_to_the_lim
     let up = upstream().await;
     let store = redis_db();
     let args = ["--store", store.as_str()];
-    let toml = r#"
-[[keys]]
-key = "ka"
-tenant = "team-a"
-limits = { requests_per_minute = 12 }
-"#;
-    let (a, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let (b, _) = limited_at(&up, &args, toml, Clock::manual(START_MS)).await;
-    let statuses = futures::future::join_all((0..40).map(|i| {
-        let relay = if i % 2 == 0 { &a } else { &b };
-        async move { create(relay, "ka", &hi()).await.0 }
-    }))
-    .await;
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 200).count(),
-        12,
-        "{statuses:?}"
-    );
-    assert_eq!(
-        statuses.iter().filter(|s| **s == 429).count(),
-        28,
-        "{statuses:?}"
-    );
+    admitted_exactly_to_the_limit(&up, &store, "team-a").await;
     // A slot taken on one relay is seen by the other.
     let toml = r#"
 [[keys]]
@@ -54,6 +32,28 @@ limits = { concurrent_runs = 1 }
     assert_eq!(status, 429, "{r}");
     let id = r["id"].as_str().map(str::to_string);
     assert_eq!(id, None);
+}
+
+/// Two relays on the Redis store at `store` take 40 concurrent creates of a key of `tenant`
+/// limited to 12 requests a minute: exactly 12 are admitted.
+pub(crate) async fn admitted_exactly_to_the_limit(
+    up: &fake_upstream::FakeUpstream,
+    store: &str,
+    tenant: &str,
+) {
+    let args = ["--store", store];
+    let toml = format!(
+        "[[keys]]\nkey = \"ka\"\ntenant = \"{tenant}\"\nlimits = {{ requests_per_minute = 12 }}\n"
+    );
+    let (a, _) = limited_at(up, &args, &toml, Clock::manual(START_MS)).await;
+    let (b, _) = limited_at(up, &args, &toml, Clock::manual(START_MS)).await;
+    let statuses = futures::future::join_all((0..40).map(|i| {
+        let relay = if i % 2 == 0 { &a } else { &b };
+        async move { create(relay, "ka", &hi()).await.0 }
+    }))
+    .await;
+    let count = |s: u16| statuses.iter().filter(|x| **x == s).count();
+    assert_eq!((count(200), count(429)), (12, 28), "{statuses:?}");
 }
 
 #[tokio::test]
