@@ -9,9 +9,9 @@
 #   bash scripts/bench.sh --compare REV        # this checkout's relay beside revision REV's
 #   bash scripts/bench.sh --scenario peers     # the relay beside SMG and agentic-api (issue 34)
 #   bash scripts/bench.sh --compare-limits     # this build beside itself with every limit set
-# `--compare REV` builds REV's relay (release, from `git archive` into a temporary directory, its
-# build kept in target/compare/) and runs the `compare` scenario: both relays in the same
-# windows, half the clients each, the ratios printed per workload. Other arguments go on to
+# `--compare REV` builds REV's relay and this checkout's the same way (release, from `git
+# archive` into a temporary directory, kept in target/compare/) and runs the `compare` scenario:
+# both relays in the same windows, half the clients each, the ratios printed per workload. Other arguments go on to
 # `bench` (`--reps`, `--clients`, `--seconds`).
 # `--scenario peers` first makes (or reuses) the benchmark's own Python venv, target/bench-venv
 # (BENCH_VENV=DIR to use another), with the peers pinned from PyPI (the one thing fetched from
@@ -23,6 +23,27 @@ cd "$(dirname "$0")/.."
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 target="${CARGO_TARGET_DIR:-target}"
 
+# The relay of commit $1, built in release mode from `git archive` at a path of the same length
+# for every commit, in one target directory (target/compare/), and kept there; prints its path.
+relay_of() {
+  local commit="$1" compare out src
+  compare="$(realpath -m "$target")/compare"
+  out="$compare/bin/responses-relay-${commit:0:12}"
+  if [[ ! -x "$out" ]]; then
+    # Outside this checkout, so that its Cargo.toml is not taken for a member of this workspace.
+    src="/tmp/relay-compare-src/${commit:0:12}"
+    rm -rf "$src"
+    mkdir -p "$src"
+    git archive "$commit" | tar -x -C "$src"
+    echo "bench.sh: building ${commit:0:12} in $src" >&2
+    (cd "$src" && CARGO_TARGET_DIR="$compare/build" cargo build --release --quiet --bin responses-relay)
+    mkdir -p "$compare/bin"
+    cp "$compare/build/release/responses-relay" "$out"
+    rm -rf "$src"
+  fi
+  echo "$out"
+}
+
 args=()
 while (($#)); do
   if [[ "$1" == "--compare" ]]; then
@@ -31,20 +52,13 @@ while (($#)); do
     shift 2
     commit="$(git rev-parse --verify --quiet "$rev^{commit}")" \
       || { echo "bench.sh: --compare $rev: not a revision of this repository" >&2; exit 2; }
-    compare="$(realpath -m "$target")/compare"
-    other="$compare/bin/responses-relay-${commit:0:12}"
-    if [[ ! -x "$other" ]]; then
-      # Outside this checkout, so that its Cargo.toml is not taken for a member of this workspace.
-      src="$(mktemp -d)"
-      git archive "$commit" | tar -x -C "$src"
-      echo "bench.sh: building $rev (${commit:0:12}) in $src" >&2
-      CARGO_TARGET_DIR="$compare/build" \
-        cargo build --release --quiet --manifest-path "$src/Cargo.toml" --bin responses-relay
-      mkdir -p "$compare/bin"
-      cp "$compare/build/release/responses-relay" "$other"
-      rm -rf "$src"
-    fi
-    args+=(--scenario compare --compare-relay "$other" --compare-label "$rev")
+    # This checkout (its tracked files, changes included) is built the same way as REV, so the
+    # two binaries differ only by their source: built from a path and a target directory
+    # apart from this checkout's, the same relay measured 5% apart.
+    this="$(git stash create)"
+    other="$(relay_of "$commit")"
+    args+=(--scenario compare --this-relay "$(relay_of "${this:-$(git rev-parse HEAD)}")"
+      --compare-relay "$other" --compare-label "$rev")
   elif [[ "$1" == "--compare-limits" ]]; then
     # This build beside itself with every limit configured (too high to refuse anything).
     shift

@@ -76,11 +76,12 @@ pub type RepRatios = Vec<(&'static str, Vec<Option<f64>>)>;
 pub async fn scenario(
     env: &Env,
     plan: &Plan,
+    this: Option<&Path>,
     (other, other_flags): (&Path, &[String]),
     label: &str,
     rows: &mut Vec<Row>,
 ) -> Result<RepRatios, String> {
-    let bin = env.bin_dir.join("responses-relay");
+    let bin = this.map_or_else(|| env.bin_dir.join("responses-relay"), Path::to_path_buf);
     let this = Contender {
         bin: &bin,
         flags: &[],

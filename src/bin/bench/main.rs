@@ -263,7 +263,9 @@ async fn bench(o: Opts) -> ExitCode {
                     .map(str::to_string)
                     .collect();
                 let other = (other.as_path(), extra.as_slice());
-                match compare::scenario(&env, &plan, other, &o.compare_label, &mut rows).await {
+                let this = o.this_relay.as_deref();
+                match compare::scenario(&env, &plan, this, other, &o.compare_label, &mut rows).await
+                {
                     Ok(r) => compared = Some(r),
                     Err(e) => failures.push(format!("compare: {e}")),
                 }

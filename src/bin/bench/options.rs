@@ -101,6 +101,11 @@ pub struct Opts {
     /// `compare`: the other relay executable (another revision's `responses-relay`).
     #[arg(long, value_name = "PATH")]
     pub compare_relay: Option<PathBuf>,
+    /// `compare`: this build's relay executable (default: the one beside `bench`).
+    /// `scripts/bench.sh --compare` builds it the way it builds the other, so that the two
+    /// differ only by their source.
+    #[arg(long, value_name = "PATH")]
+    pub this_relay: Option<PathBuf>,
     /// `compare`: what to call the other relay in the table (its revision).
     #[arg(long, default_value = "other")]
     pub compare_label: String,
