@@ -7,6 +7,8 @@
 #   bash scripts/profile.sh                    # relay, 10 s, 64 clients
 #   bash scripts/profile.sh floor 10 --clients 64
 #   PROFILE_CALLS=1 bash scripts/profile.sh    # with call stacks: inclusive costs per function
+#   PROFILE_NTH=6 bash scripts/profile.sh      # the sixth relay the scenario starts: its stored
+#                                              # phase on SQLite (1 is store: false)
 # Further arguments go on to `bench` (`--clients`, `--delay-ms`, `--deltas`). With PROFILE_CALLS=1
 # the binaries are built with frame pointers into target/fp/ (a build of its own) and the report
 # lists each function with what it and its callees cost.
@@ -31,8 +33,8 @@ args=(--scenario stream --clients 64 --seconds $((seconds + 10)) "$@")
 "$target/release/bench" --no-build "${args[@]}" >"$out/bench.out" 2>"$out/bench.err" &
 bench=$!
 pid=""
-for _ in $(seq 1 600); do
-  pid="$(grep -o "$proc pid [0-9]*" "$out/bench.err" | head -n 1 | awk '{print $3}')" || true
+for _ in $(seq 1 6000); do
+  pid="$(grep -o "$proc pid [0-9]*" "$out/bench.err" | sed -n "${PROFILE_NTH:-1}p" | awk '{print $3}')" || true
   [[ -n "$pid" ]] && break
   sleep 0.1
 done

@@ -36,7 +36,10 @@ fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let app = app.clone();
-    let svc = service_fn(move |req| crate::http::handle(app.clone(), req));
+    // Boxed: the handler's future (preparing a run: about 24 KiB) is freed once it answers,
+    // instead of sizing the stream's task (or the HTTP/1.1 connection's slot) for as long as
+    // the response streams.
+    let svc = service_fn(move |req| Box::pin(crate::http::handle(app.clone(), req)));
     let conn = builder
         .serve_connection_with_upgrades(TokioIo::new(stream), svc)
         .into_owned();
