@@ -630,10 +630,11 @@ pub(crate) fn parsed_events(
     mut parser: impl StreamParser,
 ) -> ModelStream {
     use futures::StreamExt;
-    let data = sse_data(resp, idle);
+    // Boxed here, not pinned inside: pinning it there would keep it twice in the stream's
+    // state (as the captured value and as the local it is moved into), for the whole answer.
+    let mut data = Box::pin(sse_data(resp, idle));
     Box::pin(async_stream::stream! {
         let mut buf = Vec::new();
-        futures::pin_mut!(data);
         while let Some(item) = data.next().await {
             let done = match item {
                 Err(e) => { yield Err(e); return; }

@@ -103,12 +103,16 @@ impl Run {
         }
     }
 
-    /// The run from its first event to its terminal one.
-    async fn drive(mut self) {
-        let ending = self.run().await;
-        // The rarer stages are boxed: a run's future is as large as its largest stage, and it
-        // lives as long as the stream (measured: 20 KiB per run with every stage inline).
-        Box::pin(self.end(ending)).await;
+    /// The run from its first event to its terminal one. Not an `async fn`: one would keep the
+    /// `Run` twice in its future, as its argument and as the local the argument is moved into.
+    fn drive(self) -> impl std::future::Future<Output = ()> + Send {
+        let mut run = self;
+        async move {
+            let ending = run.run().await;
+            // The rarer stages are boxed: a run's future is as large as its largest stage, and
+            // it lives as long as the stream (measured: 20 KiB per run with every stage inline).
+            Box::pin(run.end(ending)).await;
+        }
     }
 
     /// Everything before the terminal event: how the run ends.
@@ -435,12 +439,13 @@ impl Run {
 
     /// Ends the run: a run on a conversation adds its items to it first, then the one terminal
     /// event is emitted, and the store keeps the finished run with each turn's usage.
-    async fn end(mut self, ending: Ending) {
+    async fn end(&mut self, ending: Ending) {
         self.charge_tokens();
         let ending = keep_in_conversation(&self.app, &mut self.p, &mut self.em, ending).await;
         let completed = matches!(ending, Ending::Completed);
         self.signal.close_steering(&mut self.em, completed);
-        self.em.finish(ending, Some(self.usage));
+        self.em
+            .finish(ending, Some(std::mem::take(&mut self.usage)));
         let id = self.em.snapshot().id;
         self.app
             .store()
