@@ -105,13 +105,12 @@ impl Run {
 
     /// The run from its first event to its terminal one. Not an `async fn`: one would keep the
     /// `Run` twice in its future, as its argument and as the local the argument is moved into.
-    fn drive(self) -> impl std::future::Future<Output = ()> + Send {
-        let mut run = self;
+    fn drive(mut self) -> impl std::future::Future<Output = ()> + Send {
         async move {
-            let ending = run.run().await;
+            let ending = self.run().await;
             // The rarer stages are boxed: a run's future is as large as its largest stage, and
             // it lives as long as the stream (measured: 20 KiB per run with every stage inline).
-            Box::pin(run.end(ending)).await;
+            Box::pin(self.end(ending)).await;
         }
     }
 
