@@ -105,12 +105,13 @@ impl Run {
 
     /// The run from its first event to its terminal one. Not an `async fn`: one would keep the
     /// `Run` twice in its future, as its argument and as the local the argument is moved into.
-    fn drive(mut self) -> impl std::future::Future<Output = ()> + Send {
+    fn drive(self) -> impl std::future::Future<Output = ()> + Send {
+        let mut run = self;
         async move {
-            let ending = self.run().await;
+            let ending = run.run().await;
             // The rarer stages are boxed: a run's future is as large as its largest stage, and
             // it lives as long as the stream (measured: 20 KiB per run with every stage inline).
-            Box::pin(self.end(ending)).await;
+            Box::pin(run.end(ending)).await;
         }
     }
 
