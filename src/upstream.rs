@@ -623,48 +623,20 @@ pub(crate) trait StreamParser: Send + 'static {
 }
 
 /// The model events of a streamed answer, read by `parser`: the one loop every adapter's
-/// `events` is.
+/// `events` is. Reads the body's SSE events with an idle timeout between them (`[DONE]` ends) and
+/// parses each event's data where the decoder holds it: one stream layer, no copy per event.
 pub(crate) fn parsed_events(
     resp: reqwest::Response,
     idle: Duration,
     mut parser: impl StreamParser,
 ) -> ModelStream {
     use futures::StreamExt;
-    // Boxed here, not pinned inside: pinning it there would keep it twice in the stream's
-    // state (as the captured value and as the local it is moved into), for the whole answer.
-    let mut data = Box::pin(sse_data(resp, idle));
+    // Made here, not inside: a value moved inside the stream would be kept twice in its state
+    // (as the captured value and as the local it is moved into), for the whole answer.
+    let mut body = resp.bytes_stream();
+    let mut decoder = sse::SseDecoder::new();
     Box::pin(async_stream::stream! {
         let mut buf = Vec::new();
-        while let Some(item) = data.next().await {
-            let done = match item {
-                Err(e) => { yield Err(e); return; }
-                Ok(SseData::Done) => true,
-                Ok(SseData::End) => false,
-                Ok(SseData::Event { data }) => {
-                    if let Err(e) = parser.parse(&data, &mut buf) { yield Err(e); return; }
-                    for ev in buf.drain(..) { yield Ok(ev); }
-                    if parser.complete() { return; }
-                    continue;
-                }
-            };
-            let ended = parser.end(done, &mut buf);
-            for ev in buf.drain(..) { yield Ok(ev); }
-            if let Err(e) = ended { yield Err(e); }
-            return;
-        }
-    })
-}
-
-/// Reads SSE events from an upstream answer, with an idle timeout between events; `[DONE]` ends.
-pub(crate) fn sse_data(
-    resp: reqwest::Response,
-    idle: Duration,
-) -> impl Stream<Item = Result<SseData, UpstreamError>> + Send {
-    use futures::StreamExt;
-    async_stream::stream! {
-        let mut body = resp.bytes_stream();
-        let mut decoder = sse::SseDecoder::new();
-        let mut ready: Vec<String> = Vec::new();
         // One timer for the whole answer. Taking events only notes the time (no timer-wheel
         // work per event); when the timer fires early for that reason, it is set again to the
         // end of the real silence.
@@ -685,38 +657,43 @@ pub(crate) fn sse_data(
                     return;
                 }
             };
-            let chunk = match chunk {
-                None => { yield Ok(SseData::End); return; }
+            let done = match chunk {
+                None => false,
                 Some(Err(e)) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
-                Some(Ok(c)) => c,
-            };
-            if let Err(e) = decoder.push(&chunk, &mut ready) {
-                yield Err(UpstreamError::Cut(e.to_string()));
-                return;
-            }
-            let had_events = !ready.is_empty();
-            for data in ready.drain(..) {
-                if data.trim() == "[DONE]" {
-                    yield Ok(SseData::Done);
-                    return;
+                Some(Ok(c)) => {
+                    decoder.push(&c);
+                    let mut had_events = false;
+                    let mut done = false;
+                    while let Some(data) = decoder.next_data() {
+                        had_events = true;
+                        let data = match data {
+                            Ok(d) => d,
+                            Err(e) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
+                        };
+                        if data.trim() == "[DONE]" {
+                            done = true;
+                            break;
+                        }
+                        if let Err(e) = parser.parse(data, &mut buf) { yield Err(e); return; }
+                        for ev in buf.drain(..) { yield Ok(ev); }
+                        if parser.complete() { return; }
+                    }
+                    if !done {
+                        if had_events {
+                            // We run again only when the reader asks for more: the silence counts
+                            // from now, not from when the events arrived (a reader busy with them
+                            // is not a silent model).
+                            heard = tokio::time::Instant::now();
+                        }
+                        continue;
+                    }
+                    true
                 }
-                yield Ok(SseData::Event { data });
-            }
-            if had_events {
-                // We run again only when the reader asks for more: the silence counts from now,
-                // not from when the events arrived (a reader busy with them is not a silent model).
-                heard = tokio::time::Instant::now();
-            }
+            };
+            let ended = parser.end(done, &mut buf);
+            for ev in buf.drain(..) { yield Ok(ev); }
+            if let Err(e) = ended { yield Err(e); }
+            return;
         }
-    }
-}
-
-pub(crate) enum SseData {
-    Event {
-        data: String,
-    },
-    /// `data: [DONE]`.
-    Done,
-    /// The body ended.
-    End,
+    })
 }

@@ -4,7 +4,8 @@
 //! CR, `:` comments, `field[: value]` lines, an empty line dispatching the event whose data lines
 //! are joined with LF; an event without `data` is not dispatched, and an unfinished event at the end
 //! of the body is dropped. Only `data` matters to the relay (`event`, `id` and `retry` are read and
-//! ignored). Works on bytes in one buffer, consumed once: no per-line copies of what follows.
+//! ignored). Works on bytes in one buffer, consumed once: no per-line copies of what follows, and
+//! each event's data is lent to the caller until it asks for the next (no copy per event).
 
 /// The decoder's state between chunks.
 #[derive(Debug, Default)]
@@ -13,11 +14,14 @@ pub struct SseDecoder {
     buf: Vec<u8>,
     /// How far `buf` has been consumed.
     pos: usize,
-    /// How far `buf` has been searched for a line end.
+    /// How far past `pos` `buf` is known to hold no line end (a long line arriving in pieces is
+    /// searched once).
     scanned: usize,
     /// The current event's data lines, each followed by LF.
     data: Vec<u8>,
     has_data: bool,
+    /// Whether `data` was handed out by the last [`SseDecoder::next_data`] (cleared on the next).
+    handed: bool,
     /// Whether the stream's first bytes (a possible byte-order mark) were seen.
     started: bool,
 }
@@ -34,26 +38,37 @@ impl SseDecoder {
         Self::default()
     }
 
-    /// Takes the next chunk of the body and appends the data of every event it completes to `out`.
-    pub fn push(&mut self, chunk: &[u8], out: &mut Vec<String>) -> Result<(), InvalidUtf8> {
-        if self.pos > 0 && self.pos == self.buf.len() {
-            self.buf.clear();
+    /// Takes the next chunk of the body; [`SseDecoder::next_data`] then hands out the events it
+    /// completes.
+    pub fn push(&mut self, chunk: &[u8]) {
+        if self.pos > 0 && self.pos * 2 >= self.buf.len() {
+            // Keep the buffer small: drop what was consumed once it is at least half of it.
+            self.buf.drain(..self.pos);
+            self.scanned = self.scanned.saturating_sub(self.pos);
             self.pos = 0;
-            self.scanned = 0;
         }
         self.buf.extend_from_slice(chunk);
         if !self.started {
             if self.buf.len() < BOM.len() && BOM.starts_with(&self.buf) {
-                return Ok(()); // Maybe the start of a byte-order mark: wait for more.
+                return; // Maybe the start of a byte-order mark: wait for more.
             }
             self.started = true;
             if self.buf.starts_with(BOM) {
                 self.pos = BOM.len();
             }
         }
-        // Bytes before `scanned` hold no line end (a long line arriving in pieces is scanned once).
+    }
+
+    /// The data of the next event the bytes pushed so far complete, borrowed until the next
+    /// call (no copy per event); `None` once more bytes are needed.
+    pub fn next_data(&mut self) -> Option<Result<&str, InvalidUtf8>> {
+        if std::mem::take(&mut self.handed) {
+            self.data.clear();
+        }
+        if !self.started {
+            return None;
+        }
         let mut from = self.scanned.max(self.pos);
-        self.scanned = self.buf.len();
         while let Some(end) = self.buf[from..]
             .iter()
             .position(|b| *b == b'\n' || *b == b'\r')
@@ -66,7 +81,7 @@ impl SseDecoder {
                     None => {
                         // A CR that ends the buffer may be the first half of CRLF: wait for more.
                         self.scanned = line_end;
-                        break;
+                        return None;
                     }
                 },
                 _ => line_end + 1,
@@ -74,25 +89,24 @@ impl SseDecoder {
             let start = self.pos;
             self.pos = next;
             from = next;
-            self.line(start, line_end, out)?;
+            if self.line(start, line_end) {
+                self.handed = true;
+                self.data.pop(); // The LF after the last data line.
+                return Some(std::str::from_utf8(&self.data).map_err(|_| InvalidUtf8));
+            }
         }
-        if self.pos > 0 && self.pos * 2 >= self.buf.len() {
-            // Keep the buffer small: drop what was consumed once it is at least half of it.
-            self.buf.drain(..self.pos);
-            self.scanned -= self.pos;
-            self.pos = 0;
-        }
-        Ok(())
+        self.scanned = self.buf.len();
+        None
     }
 
-    /// Handles the line `buf[start..end]`.
-    fn line(&mut self, start: usize, end: usize, out: &mut Vec<String>) -> Result<(), InvalidUtf8> {
+    /// Handles the line `buf[start..end]`: whether it dispatches an event.
+    fn line(&mut self, start: usize, end: usize) -> bool {
         let line = &self.buf[start..end];
         if line.is_empty() {
-            return self.dispatch(out);
+            return std::mem::take(&mut self.has_data);
         }
         if line[0] == b':' {
-            return Ok(());
+            return false;
         }
         let (field, value) = match line.iter().position(|b| *b == b':') {
             Some(colon) => {
@@ -106,18 +120,7 @@ impl SseDecoder {
             self.data.push(b'\n');
             self.has_data = true;
         }
-        Ok(())
-    }
-
-    fn dispatch(&mut self, out: &mut Vec<String>) -> Result<(), InvalidUtf8> {
-        if !self.has_data {
-            return Ok(());
-        }
-        self.has_data = false;
-        self.data.pop(); // The LF after the last data line.
-        let data = std::mem::take(&mut self.data);
-        out.push(String::from_utf8(data).map_err(|_| InvalidUtf8)?);
-        Ok(())
+        false
     }
 }
 
@@ -125,11 +128,20 @@ impl SseDecoder {
 mod tests {
     use super::*;
 
+    /// Pushes each chunk and takes every event it completes.
+    fn drain(d: &mut SseDecoder, chunk: &[u8], out: &mut Vec<String>) -> Result<(), InvalidUtf8> {
+        d.push(chunk);
+        while let Some(data) = d.next_data() {
+            out.push(data?.to_string());
+        }
+        Ok(())
+    }
+
     fn decode_in(chunks: &[&[u8]]) -> Result<Vec<String>, InvalidUtf8> {
         let mut d = SseDecoder::new();
         let mut out = Vec::new();
         for c in chunks {
-            d.push(c, &mut out)?;
+            drain(&mut d, c, &mut out)?;
         }
         Ok(out)
     }
@@ -217,8 +229,7 @@ mod tests {
         let mut d = SseDecoder::new();
         let mut out = Vec::new();
         for i in 0..10_000 {
-            d.push(format!("data: {i}\n\n").as_bytes(), &mut out)
-                .expect("valid");
+            drain(&mut d, format!("data: {i}\n\n").as_bytes(), &mut out).expect("valid");
         }
         assert_eq!(out.len(), 10_000);
         assert_eq!(out[9_999], "9999");
