@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::log::{LogEntry, RunLog, encode};
+use super::log::{Frames, LogEntry, RunLog};
 use crate::api::Fold;
 use crate::api::id::IdSource;
 use crate::api::response::{IncompleteDetails, ResponseError};
@@ -60,6 +60,7 @@ pub struct Emitter {
     ids: IdSource,
     clock: Clock,
     started: Instant,
+    frames: Frames,
 }
 
 impl Emitter {
@@ -70,6 +71,7 @@ impl Emitter {
             ids,
             clock,
             started: Instant::now(),
+            frames: Frames::default(),
         }
     }
 
@@ -104,6 +106,7 @@ impl Emitter {
             Clock::System => self.started.elapsed().as_millis() as u64,
             Clock::Fixed(_) => 0,
         };
+        let frames = &mut self.frames;
         let appended = self.log.append_with(|fold: &mut Fold, seq| {
             if let Err(e) = fold.apply(&event) {
                 debug_assert!(false, "relay emitted an invalid event: {e}");
@@ -113,7 +116,7 @@ impl Emitter {
             Some(LogEntry {
                 seq,
                 offset_ms,
-                frame: encode(&event, seq),
+                frame: frames.encode(&event, seq),
             })
         });
         if let Some(entry) = appended {

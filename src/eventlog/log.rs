@@ -7,7 +7,7 @@
 
 use std::sync::Mutex;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::Notify;
 
 use crate::api::response::ResponseError;
@@ -65,9 +65,14 @@ pub fn write_export_line(
 }
 
 /// Serializes `event` with its `sequence_number` and frames it as one SSE event:
-/// `event: T\ndata: {...,"sequence_number":N}\n\n`. Built in a per-thread scratch buffer and
-/// copied out once (measured: growing a fresh buffer cost three allocations per event).
-pub fn encode(event: &Event, seq: u64) -> bytes::Bytes {
+/// `event: T\ndata: {...,"sequence_number":N}\n\n`, in its own buffer.
+pub fn encode(event: &Event, seq: u64) -> Bytes {
+    encode_with(event, seq, Bytes::copy_from_slice)
+}
+
+/// Builds the frame in a per-thread scratch buffer and hands it to `keep`, which copies it out
+/// once (measured: growing a fresh buffer cost three allocations per event).
+fn encode_with(event: &Event, seq: u64, keep: impl FnOnce(&[u8]) -> Bytes) -> Bytes {
     use std::io::Write;
     thread_local! {
         static SCRATCH: std::cell::RefCell<Vec<u8>> = std::cell::RefCell::new(Vec::with_capacity(4096));
@@ -83,13 +88,39 @@ pub fn encode(event: &Event, seq: u64) -> bytes::Bytes {
         debug_assert_eq!(buf.last(), Some(&b'}'));
         buf.pop();
         let _ = write!(buf, ",\"sequence_number\":{seq}}}\n\n");
-        let frame = bytes::Bytes::copy_from_slice(&buf);
+        let frame = keep(&buf);
         if buf.capacity() > 1 << 20 {
             // One huge event (a long final Response) must not pin a megabyte per thread.
             *buf = Vec::with_capacity(4096);
         }
         frame
     })
+}
+
+/// Where one run's frames are kept. Small frames (a delta) are copied into a shared buffer of
+/// [`Frames::SHARED`] bytes: one allocation for many events, and a frame shared with a reader or
+/// the store is a reference count, not the allocation a lone buffer makes when first shared. A
+/// frame over half that size gets a buffer of its own (no tail left unused by a run that has
+/// written only its first, large events).
+#[derive(Debug, Default)]
+pub struct Frames(BytesMut);
+
+impl Frames {
+    const SHARED: usize = 2048;
+
+    /// [`encode`], kept here.
+    pub fn encode(&mut self, event: &Event, seq: u64) -> Bytes {
+        encode_with(event, seq, |frame| {
+            if frame.len() > Self::SHARED / 2 {
+                return Bytes::copy_from_slice(frame);
+            }
+            if self.0.capacity() < frame.len() {
+                self.0 = BytesMut::with_capacity(Self::SHARED);
+            }
+            self.0.extend_from_slice(frame);
+            self.0.split().freeze()
+        })
+    }
 }
 
 #[derive(Debug)]
