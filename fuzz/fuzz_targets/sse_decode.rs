@@ -10,7 +10,10 @@ fn decode(chunks: &[&[u8]]) -> Result<Vec<String>, ()> {
     let mut d = SseDecoder::new();
     let mut out = Vec::new();
     for c in chunks {
-        d.push(c, &mut out).map_err(|_| ())?;
+        d.push(c);
+        while let Some(data) = d.next_data() {
+            out.push(data.map_err(|_| ())?.to_string());
+        }
     }
     Ok(out)
 }

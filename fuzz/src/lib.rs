@@ -357,6 +357,9 @@ pub fn encode_ops(turns: &[Turn]) -> Vec<u8> {
                 }
                 // Not encoded: the transcoder passes over it.
                 ModelEvent::ResponseId(_) | ModelEvent::MessagePhase(_) => {}
+                // Not in this encoding ([`decode_ops`] never makes them: only the Anthropic and
+                // Gemini adapters do).
+                ModelEvent::ReasoningSummary(_) | ModelEvent::SignedReasoning(_) => {}
             }
         }
         if turn.error.is_some() {
