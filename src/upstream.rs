@@ -643,7 +643,8 @@ pub(crate) fn parsed_events(
         let mut heard = tokio::time::Instant::now();
         let silence = tokio::time::sleep(idle);
         tokio::pin!(silence);
-        loop {
+        // `true` when `[DONE]` ended the answer, `false` when the body just ended.
+        let done = 'read: loop {
             let chunk = tokio::select! {
                 biased;
                 c = body.next() => c,
@@ -657,43 +658,34 @@ pub(crate) fn parsed_events(
                     return;
                 }
             };
-            let done = match chunk {
-                None => false,
+            let chunk = match chunk {
+                None => break 'read false,
                 Some(Err(e)) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
-                Some(Ok(c)) => {
-                    decoder.push(&c);
-                    let mut had_events = false;
-                    let mut done = false;
-                    while let Some(data) = decoder.next_data() {
-                        had_events = true;
-                        let data = match data {
-                            Ok(d) => d,
-                            Err(e) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
-                        };
-                        if data.trim() == "[DONE]" {
-                            done = true;
-                            break;
-                        }
-                        if let Err(e) = parser.parse(data, &mut buf) { yield Err(e); return; }
-                        for ev in buf.drain(..) { yield Ok(ev); }
-                        if parser.complete() { return; }
-                    }
-                    if !done {
-                        if had_events {
-                            // We run again only when the reader asks for more: the silence counts
-                            // from now, not from when the events arrived (a reader busy with them
-                            // is not a silent model).
-                            heard = tokio::time::Instant::now();
-                        }
-                        continue;
-                    }
-                    true
-                }
+                Some(Ok(c)) => c,
             };
-            let ended = parser.end(done, &mut buf);
-            for ev in buf.drain(..) { yield Ok(ev); }
-            if let Err(e) = ended { yield Err(e); }
-            return;
-        }
+            decoder.push(&chunk);
+            let mut had_events = false;
+            while let Some(data) = decoder.next_data() {
+                had_events = true;
+                let data = match data {
+                    Ok(d) => d,
+                    Err(e) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
+                };
+                if data.trim() == "[DONE]" {
+                    break 'read true;
+                }
+                if let Err(e) = parser.parse(data, &mut buf) { yield Err(e); return; }
+                for ev in buf.drain(..) { yield Ok(ev); }
+                if parser.complete() { return; }
+            }
+            if had_events {
+                // We run again only when the reader asks for more: the silence counts from now,
+                // not from when the events arrived (a reader busy with them is not a silent model).
+                heard = tokio::time::Instant::now();
+            }
+        };
+        let ended = parser.end(done, &mut buf);
+        for ev in buf.drain(..) { yield Ok(ev); }
+        if let Err(e) = ended { yield Err(e); }
     })
 }
