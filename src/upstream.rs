@@ -12,6 +12,7 @@ pub mod gemini;
 pub mod responses;
 mod routes;
 pub mod sse;
+mod wire;
 
 pub use routes::Upstreams;
 
@@ -342,13 +343,13 @@ impl Upstream {
             ),
         };
         let body = bytes::Bytes::from(body.expect("request bodies always serialize"));
-        let resp = self.post(&path, body, req.client_bearer.as_deref()).await?;
-        let idle = self.timeouts.idle;
+        let answer = self.post(&path, body, req.client_bearer.as_deref()).await?;
+        let (body, idle) = (answer.body, self.timeouts.idle);
         Ok(match self.api {
-            UpstreamApi::Chat => chat::events(resp, idle),
-            UpstreamApi::Responses => responses::events(resp, idle),
-            UpstreamApi::Anthropic => anthropic::events(resp, idle),
-            UpstreamApi::Gemini => gemini::events(resp, idle),
+            UpstreamApi::Chat => chat::events(body, idle),
+            UpstreamApi::Responses => responses::events(body, idle),
+            UpstreamApi::Anthropic => anthropic::events(body, idle),
+            UpstreamApi::Gemini => gemini::events(body, idle),
         })
     }
 
@@ -373,12 +374,15 @@ impl Upstream {
             }
             UpstreamApi::Chat | UpstreamApi::Responses => return Ok(None),
         };
-        let resp = self
+        let answer = self
             .post(&path, body.into(), req.client_bearer.as_deref())
             .await?;
-        let counted: Value = resp
-            .json()
+        let counted = answer
+            .body
+            .all(MAX_JSON)
             .await
+            .map_err(UpstreamError::Protocol)?;
+        let counted: Value = serde_json::from_slice(&counted)
             .map_err(|e| UpstreamError::Protocol(format!("the token count is not JSON: {e}")))?;
         counted[field]
             .as_u64()
@@ -386,34 +390,53 @@ impl Upstream {
             .ok_or_else(|| UpstreamError::Protocol(format!("the token count has no {field}")))
     }
 
-    /// `rb` with this upstream's credentials: the key (or the client's bearer) as the bearer, or,
-    /// to an Anthropic upstream, as `x-api-key` with the `anthropic-version` it speaks, or, to a
-    /// Gemini upstream, as `x-goog-api-key` (never as `Authorization`, never in the URL).
-    fn authorized(
-        &self,
-        mut rb: reqwest::RequestBuilder,
-        client_bearer: Option<&str>,
-    ) -> reqwest::RequestBuilder {
+    /// This upstream's credentials as headers: the key (or the client's bearer) as the bearer,
+    /// or, to an Anthropic upstream, as `x-api-key` with the `anthropic-version` it speaks, or, to
+    /// a Gemini upstream, as `x-goog-api-key` (never as `Authorization`, never in the URL).
+    fn credentials(&self, client_bearer: Option<&str>) -> Vec<(&'static str, String)> {
         let key = self.bearer(client_bearer);
+        let mut headers = Vec::with_capacity(2);
         match self.api {
             UpstreamApi::Anthropic => {
-                rb = rb.header("anthropic-version", anthropic::VERSION);
+                headers.push(("anthropic-version", anthropic::VERSION.to_string()));
                 if let Some(k) = key {
-                    rb = rb.header("x-api-key", k);
+                    headers.push(("x-api-key", k.to_string()));
                 }
             }
             UpstreamApi::Gemini => {
                 if let Some(k) = key {
-                    rb = rb.header("x-goog-api-key", k);
+                    headers.push(("x-goog-api-key", k.to_string()));
                 }
             }
             UpstreamApi::Chat | UpstreamApi::Responses => {
                 if let Some(k) = key {
-                    rb = rb.bearer_auth(k);
+                    headers.push(("authorization", format!("Bearer {k}")));
                 }
             }
         }
-        rb
+        headers
+    }
+
+    /// Sends one request to `{base}{path}` with the credentials: a POST of `body`, or a GET.
+    async fn send(
+        &self,
+        path: &str,
+        post: Option<bytes::Bytes>,
+        extra: &[(&'static str, &str)],
+        client_bearer: Option<&str>,
+    ) -> Result<wire::Answer, UpstreamError> {
+        let url = format!("{}{path}", self.base);
+        let credentials = self.credentials(client_bearer);
+        let headers: Vec<(&'static str, &str)> = (extra.iter().copied())
+            .chain(credentials.iter().map(|(k, v)| (*k, v.as_str())))
+            .collect();
+        let req = wire::Request {
+            post: post.is_some(),
+            url: &url,
+            headers: &headers,
+            body: post.unwrap_or_default(),
+        };
+        wire::send(req, self.timeouts.connect, || self.http()).await
     }
 
     /// Sends a turn, retrying (with backoff, honouring `Retry-After` up to a bound) while the
@@ -424,29 +447,27 @@ impl Upstream {
         path: &str,
         body: bytes::Bytes,
         client_bearer: Option<&str>,
-    ) -> Result<reqwest::Response, UpstreamError> {
+    ) -> Result<wire::Answer, UpstreamError> {
         let mut attempt = 0;
         // The turn's `chat` span is current here (when traces are on).
         let traceparent = crate::otel::traceparent_current();
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", "text/event-stream"),
+        ];
+        if let Some(tp) = &traceparent {
+            headers.push(("traceparent", tp.as_str()));
+        }
         loop {
-            let mut rb = self
-                .http()
-                .post(format!("{}{path}", self.base))
-                .header("content-type", "application/json")
-                .header("accept", "text/event-stream")
-                .body(body.clone());
-            if let Some(tp) = &traceparent {
-                rb = rb.header("traceparent", tp);
-            }
-            rb = self.authorized(rb, client_bearer);
-            let result = match tokio::time::timeout(self.timeouts.first_byte, rb.send()).await {
+            let sent = self.send(path, Some(body.clone()), &headers, client_bearer);
+            let result = match tokio::time::timeout(self.timeouts.first_byte, sent).await {
                 Err(_) => Err(UpstreamError::Timeout(format!(
                     "no response within {:?}",
                     self.timeouts.first_byte
                 ))),
                 Ok(sent) => match sent {
-                    Ok(resp) => check_status(resp).await,
-                    Err(e) => Err(transport_error(e)),
+                    Ok(answer) => check_status(answer).await,
+                    Err(e) => Err(e),
                 },
             };
             let wait = match &result {
@@ -486,14 +507,17 @@ impl Upstream {
             UpstreamApi::Gemini => "?pageSize=1000",
             UpstreamApi::Chat | UpstreamApi::Responses => "",
         };
-        let rb = self.authorized(
-            self.http().get(format!("{}/models{query}", self.base)),
-            client_bearer,
-        );
         let wait = wait.min(self.timeouts.first_byte);
+        let path = format!("/models{query}");
         let listed = async {
-            let resp = check_status(rb.send().await.map_err(transport_error)?).await?;
-            let body: Value = resp.json().await.map_err(transport_error)?;
+            let answer = check_status(self.send(&path, None, &[], client_bearer).await?).await?;
+            let body = answer
+                .body
+                .all(MAX_JSON)
+                .await
+                .map_err(UpstreamError::Protocol)?;
+            let body: Value = serde_json::from_slice(&body)
+                .map_err(|e| UpstreamError::Protocol(format!("the model list is not JSON: {e}")))?;
             match body {
                 // Gemini's `models`: those that generate content, by their short id.
                 Value::Object(mut o) if self.api == UpstreamApi::Gemini => match o.remove("models")
@@ -552,19 +576,19 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(200 * 2u64.pow(attempt.min(6)))
 }
 
-async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, UpstreamError> {
-    let status = resp.status();
-    if status.is_success() {
-        return Ok(resp);
+/// The largest JSON answer read whole (an error, a model list, a token count).
+const MAX_JSON: usize = 16 << 20;
+
+async fn check_status(answer: wire::Answer) -> Result<wire::Answer, UpstreamError> {
+    let status = answer.status;
+    if (200..300).contains(&status) {
+        return Ok(answer);
     }
-    let retry_after = resp
-        .headers()
-        .get(reqwest::header::RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
+    let retry_after = (answer.retry_after.as_deref())
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    let bytes = resp.bytes().await.unwrap_or_default();
+    let bytes = answer.body.all(MAX_JSON).await.unwrap_or_default();
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
     let retry_after = retry_after.or_else(|| body.as_ref().and_then(retry_delay));
     let message = body
@@ -581,7 +605,7 @@ async fn check_status(resp: reqwest::Response) -> Result<reqwest::Response, Upst
                 .to_string()
         });
     Err(UpstreamError::Status {
-        status: status.as_u16(),
+        status,
         message,
         body,
         retry_after,
@@ -626,14 +650,10 @@ pub(crate) trait StreamParser: Send + 'static {
 /// `events` is. Reads the body's SSE events with an idle timeout between them (`[DONE]` ends) and
 /// parses each event's data where the decoder holds it: one stream layer, no copy per event.
 pub(crate) fn parsed_events(
-    resp: reqwest::Response,
+    mut body: wire::Body,
     idle: Duration,
     mut parser: impl StreamParser,
 ) -> ModelStream {
-    use futures::StreamExt;
-    // Made here, not inside: a value moved inside the stream would be kept twice in its state
-    // (as the captured value and as the local it is moved into), for the whole answer.
-    let mut body = resp.bytes_stream();
     let mut decoder = sse::SseDecoder::new();
     Box::pin(async_stream::stream! {
         let mut buf = Vec::new();
@@ -660,10 +680,10 @@ pub(crate) fn parsed_events(
             };
             let chunk = match chunk {
                 None => break 'read false,
-                Some(Err(e)) => { yield Err(UpstreamError::Cut(e.to_string())); return; }
+                Some(Err(e)) => { yield Err(UpstreamError::Cut(e)); return; }
                 Some(Ok(c)) => c,
             };
-            decoder.push(&chunk);
+            decoder.push(chunk);
             let mut had_events = false;
             while let Some(data) = decoder.next_data() {
                 had_events = true;

@@ -600,8 +600,8 @@ fn stream_error(e: &Value) -> UpstreamError {
 }
 
 /// The model events of a streaming Messages answer.
-pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    super::parsed_events(resp, idle, EventParser::new())
+pub(crate) fn events(body: super::wire::Body, idle: Duration) -> ModelStream {
+    super::parsed_events(body, idle, EventParser::new())
 }
 
 impl super::StreamParser for EventParser {

@@ -457,8 +457,8 @@ pub(crate) fn preview(s: &str) -> String {
 }
 
 /// The model events of a streaming chat answer.
-pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    super::parsed_events(resp, idle, ChunkParser::new())
+pub(crate) fn events(body: super::wire::Body, idle: Duration) -> ModelStream {
+    super::parsed_events(body, idle, ChunkParser::new())
 }
 
 impl super::StreamParser for ChunkParser {

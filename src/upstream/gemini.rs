@@ -593,8 +593,8 @@ fn error(e: &Value) -> UpstreamError {
 }
 
 /// The model events of a streamed answer (no `[DONE]`: the stream ends when the body does).
-pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    super::parsed_events(resp, idle, ChunkParser::new())
+pub(crate) fn events(body: super::wire::Body, idle: Duration) -> ModelStream {
+    super::parsed_events(body, idle, ChunkParser::new())
 }
 
 impl super::StreamParser for ChunkParser {

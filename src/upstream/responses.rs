@@ -438,8 +438,8 @@ fn lenient_usage(u: &Value) -> Usage {
 }
 
 /// The model events of a streaming Responses answer.
-pub fn events(resp: reqwest::Response, idle: Duration) -> ModelStream {
-    super::parsed_events(resp, idle, EventParser::new())
+pub(crate) fn events(body: super::wire::Body, idle: Duration) -> ModelStream {
+    super::parsed_events(body, idle, EventParser::new())
 }
 
 impl super::StreamParser for EventParser {
