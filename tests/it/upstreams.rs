@@ -386,3 +386,43 @@ async fn v1_models_leaves_out_an_upstream_that_hangs_and_serves_the_merged_list_
     assert_eq!(asked(&a), 1, "served from memory");
     held.abort();
 }
+
+/// An `http://` upstream is reached through the HTTP proxy the environment names, as reqwest
+/// reaches every origin; without one the relay's own client connects to it directly. The proxy
+/// here is the fake upstream itself, which answers the proxied (absolute-form) request; the
+/// upstream's own host (`model.invalid`) is never resolved or connected to.
+#[tokio::test]
+async fn an_http_upstream_is_reached_through_the_proxy_the_environment_names() {
+    let up = upstream().await;
+    let proxy = up.base_url().trim_end_matches("/v1").to_string();
+    let args = serve_args("http://model.invalid/v1", "memory", &[]);
+    let relay = spawn_relay(
+        &args,
+        &[("HTTP_PROXY", &proxy)],
+        std::process::Stdio::null(),
+    );
+    let (status, r) = relay
+        .create(&json!({"model": "fake-model", "input": "hi", "stream": false}))
+        .await;
+    assert_eq!(status, 200, "{r}");
+    assert_eq!(r["status"], "completed", "{r}");
+    let sent = up.requests().pop().unwrap();
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(sent.header("host"), Some("model.invalid"));
+
+    // No proxy: the same request straight to the upstream, named as it is.
+    let direct = spawn_relay(
+        &serve_args(&up.base_url(), "memory", &[]),
+        &[],
+        std::process::Stdio::null(),
+    );
+    let (status, r) = direct
+        .create(&json!({"model": "fake-model", "input": "hi", "stream": false}))
+        .await;
+    assert_eq!((status, &r["status"]), (200, &json!("completed")), "{r}");
+    let sent = up.requests().pop().unwrap();
+    assert_eq!(
+        sent.header("host"),
+        Some(proxy.trim_start_matches("http://"))
+    );
+}
