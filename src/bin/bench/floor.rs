@@ -1,7 +1,8 @@
-//! The floor: a pass-through proxy on the relay's own stack (its serving lanes, hyper's auto server
-//! with the same settings, a reqwest upstream client per lane with the same settings). It forwards the request bytes to the
-//! upstream and the response bytes back, chunk for chunk, parsing neither. Whatever the relay
-//! costs beyond this is the relay's own work.
+//! The floor: a pass-through proxy on the relay's serving lanes and hyper's auto server with the
+//! same settings, with a reqwest upstream client per lane (what a Rust proxy is usually made of;
+//! the relay reads `http://` model servers with its own client, `upstream/wire.rs`). It forwards
+//! the request bytes to the upstream and the response bytes back, chunk for chunk, parsing
+//! neither.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
