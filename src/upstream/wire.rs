@@ -522,8 +522,9 @@ mod tests {
     use tokio::net::TcpListener;
 
     /// A server on loopback: on each of `conns` connections it reads requests and answers each
-    /// with the next of `answers` (written byte by byte when `trickle`); a `None` next closes the
-    /// connection, and no answers left ends the server. Returns the address and the requests'
+    /// with the next of `answers` (written byte by byte when `trickle`; an empty one closes the
+    /// connection instead); a `None` next closes the connection before a request, and no answers
+    /// left ends the server. Returns the address and the requests'
     /// first lines.
     async fn server(
         conns: usize,
@@ -562,6 +563,8 @@ mod tests {
                     conn.read_exact(&mut body).await.unwrap();
                     seen.push(head.lines().next().unwrap().to_string());
                     match answers.next().flatten() {
+                        // An empty answer: the request read, then the connection closed.
+                        Some([]) => break 'conn,
                         Some(a) if trickle => {
                             for b in a {
                                 conn.write_all(&[*b]).await.unwrap();
@@ -639,6 +642,21 @@ mod tests {
         assert_eq!(
             seen.await.unwrap(),
             ["POST /1 HTTP/1.1", "POST /2 HTTP/1.1"]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_a_kept_connection_closes_on_unanswered_goes_out_again_on_a_new_one() {
+        let length: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        // The kept connection takes the second request and closes without a byte of answer (a
+        // server's keep-alive timeout racing the request); a new connection answers it.
+        let (addr, seen) = server(2, vec![Some(length), Some(b""), Some(length)], false).await;
+        assert_eq!(get(&addr, "/1").await.unwrap().1, "ok");
+        assert_eq!(idle(&addr), 1);
+        assert_eq!(get(&addr, "/2").await.unwrap().1, "ok");
+        assert_eq!(
+            seen.await.unwrap(),
+            ["POST /1 HTTP/1.1", "POST /2 HTTP/1.1", "POST /2 HTTP/1.1"]
         );
     }
 
