@@ -7,7 +7,9 @@
 //! Invariants: a connection goes back to its thread's pool only at a message boundary (the
 //! answer read to its end with nothing after it, neither side asking to close); a pooled
 //! connection the server has closed is found before a request is written to it, and a request
-//! that fails on a reused connection before any byte of an answer is sent again on a new one.
+//! that fails on a reused connection before any byte of an answer is sent again, once, on a new
+//! one. Every length the server gives is bounded: the head (64 KiB, 100 headers), a chunk-size
+//! or trailer line (16 KiB).
 //! Head and body framing are parsed by `httparse` (status line, headers, chunk sizes).
 
 use std::cell::RefCell;
@@ -24,8 +26,11 @@ use super::{UpstreamError, transport_error};
 
 /// The read buffer a connection starts with; it grows only for a larger head or chunk header.
 const READ_BUF: usize = 4096;
-/// The largest response head read.
+/// The largest response head read, and the most headers in it.
 const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 100;
+/// The longest chunk-size or trailer line.
+const MAX_LINE: usize = 16 * 1024;
 /// Connections kept idle per origin and thread, and for how long.
 const MAX_IDLE: usize = 256;
 const IDLE_FOR: Duration = Duration::from_secs(60);
@@ -152,11 +157,13 @@ fn target(url: &str) -> Result<(String, String, String), UpstreamError> {
 
 async fn send_direct(req: Request<'_>, connect: Duration) -> Result<Answer, UpstreamError> {
     let (addr, host, path) = target(req.url)?;
-    let mut head = format!(
-        "{} {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\n",
-        if req.post { "POST" } else { "GET" },
-        req.body.len()
-    );
+    let mut head = match req.post {
+        true => format!(
+            "POST {path} HTTP/1.1\r\nhost: {host}\r\ncontent-length: {}\r\n",
+            req.body.len()
+        ),
+        false => format!("GET {path} HTTP/1.1\r\nhost: {host}\r\n"),
+    };
     for (k, v) in req.headers {
         head.push_str(k);
         head.push_str(": ");
@@ -166,17 +173,21 @@ async fn send_direct(req: Request<'_>, connect: Duration) -> Result<Answer, Upst
     head.push_str("\r\n");
     let mut out = head.into_bytes();
     out.extend_from_slice(&req.body);
+    let mut reuse = true;
     loop {
-        let (conn, reused) = match pooled(&addr) {
-            Some(conn) => (conn, true),
-            None => (fresh(&addr, connect).await?, false),
+        let kept = if reuse { pooled(&addr) } else { None };
+        let reused = kept.is_some();
+        let conn = match kept {
+            Some(conn) => conn,
+            None => fresh(&addr, connect).await?,
         };
         match exchange(conn, &out, &addr).await {
             Ok(answer) => return Ok(answer),
-            // The server closed a kept connection as the request went out: a new one.
+            // The server closed a kept connection as the request went out (its keep-alive
+            // timeout racing the request): once more, on a new connection.
             Err(Failed {
                 answered: false, ..
-            }) if reused => continue,
+            }) if reused => reuse = false,
             Err(Failed { error, .. }) => return Err(UpstreamError::Protocol(error)),
         }
     }
@@ -212,14 +223,15 @@ fn pooled(addr: &str) -> Option<TcpStream> {
 }
 
 fn keep(addr: String, conn: TcpStream) {
-    POOL.with(|pool| {
+    // `try_with`: a body dropped while its thread ends just closes its connection.
+    let _ = POOL.try_with(|pool| {
         let mut pool = pool.borrow_mut();
         let idle = pool.entry(addr).or_default();
         idle.retain(|(_, since)| since.elapsed() < IDLE_FOR);
         if idle.len() < MAX_IDLE {
             idle.push((conn, Instant::now()));
         }
-    })
+    });
 }
 
 /// Whether a socket is open with nothing to read, asked of the kernel without waiting and
@@ -264,79 +276,106 @@ async fn exchange(mut conn: TcpStream, out: &[u8], addr: &str) -> Result<Answer,
     };
     conn.write_all(out).await.map_err(unanswered)?;
     let mut buf = Vec::with_capacity(READ_BUF);
+    // Whether any byte of an answer (an interim one included) came: the request was taken.
+    let mut answered = false;
     loop {
+        if !buf.is_empty() {
+            let failed = |error: String| Failed {
+                answered: true,
+                error,
+            };
+            let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(&buf) {
+                Ok(httparse::Status::Complete(used)) => {
+                    let status = resp.code.unwrap_or(0);
+                    if (100..200).contains(&status) {
+                        // An interim answer (`100 Continue`, `103 Early Hints`): the real one
+                        // follows, perhaps already read.
+                        buf.drain(..used);
+                        continue;
+                    }
+                    let head = head(&resp).map_err(failed)?;
+                    buf.drain(..used);
+                    return Ok(Answer {
+                        status: head.status,
+                        retry_after: head.retry_after,
+                        body: Body::Direct(DirectBody {
+                            conn: Some(conn),
+                            buf,
+                            pos: 0,
+                            framing: head.framing,
+                            keep_alive: head.keep_alive,
+                            addr: addr.to_string(),
+                        }),
+                    });
+                }
+                Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+                Ok(httparse::Status::Partial) => {
+                    return Err(failed("the answer's head is too large".into()));
+                }
+                Err(e) => return Err(failed(format!("the answer's head is invalid: {e}"))),
+            }
+        }
         if buf.capacity() == buf.len() {
             buf.reserve(READ_BUF);
         }
         let n = conn.read_buf(&mut buf).await.map_err(|e| Failed {
-            answered: !buf.is_empty(),
+            answered,
             error: format!("reading the answer: {e}"),
         })?;
         if n == 0 {
             return Err(Failed {
-                answered: !buf.is_empty(),
+                answered,
                 error: "the connection closed before an answer".into(),
             });
         }
-        let failed = |error: String| Failed {
-            answered: true,
-            error,
-        };
-        let mut headers = [httparse::EMPTY_HEADER; 64];
-        let mut resp = httparse::Response::new(&mut headers);
-        let used = match resp.parse(&buf) {
-            Ok(httparse::Status::Complete(used)) => used,
-            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => continue,
-            Ok(httparse::Status::Partial) => {
-                return Err(failed("the answer's head is too large".into()));
-            }
-            Err(e) => return Err(failed(format!("the answer's head is invalid: {e}"))),
-        };
-        let status = resp.code.unwrap_or(0);
-        if (100..200).contains(&status) {
-            // An interim answer (`100 Continue`): the real one follows.
-            buf.drain(..used);
-            continue;
-        }
-        let mut framing = Framing::Close;
-        let mut keep_alive = resp.version == Some(1);
-        let mut retry_after = None;
-        for h in resp.headers.iter() {
-            let value = std::str::from_utf8(h.value).unwrap_or_default().trim();
-            if h.name.eq_ignore_ascii_case("transfer-encoding") {
-                if value.to_ascii_lowercase().ends_with("chunked") {
-                    framing = Framing::Chunked(Chunk::Size);
-                }
-            } else if h.name.eq_ignore_ascii_case("content-length") {
-                if matches!(framing, Framing::Close) {
-                    let n = value
-                        .parse()
-                        .map_err(|_| failed(format!("invalid content-length {value:?}")))?;
-                    framing = Framing::Length(n);
-                }
-            } else if h.name.eq_ignore_ascii_case("connection") {
-                keep_alive &= !value.to_ascii_lowercase().contains("close");
-            } else if h.name.eq_ignore_ascii_case("retry-after") {
-                retry_after = Some(value.to_string());
-            }
-        }
-        if status == 204 || status == 304 {
-            framing = Framing::Length(0);
-        }
-        buf.drain(..used);
-        return Ok(Answer {
-            status,
-            retry_after,
-            body: Body::Direct(DirectBody {
-                conn: Some(conn),
-                buf,
-                pos: 0,
-                framing,
-                keep_alive,
-                addr: addr.to_string(),
-            }),
-        });
+        answered = true;
     }
+}
+
+/// What the relay reads of an answer's head.
+struct Head {
+    status: u16,
+    framing: Framing,
+    keep_alive: bool,
+    retry_after: Option<String>,
+}
+
+fn head(resp: &httparse::Response<'_, '_>) -> Result<Head, String> {
+    let status = resp.code.unwrap_or(0);
+    let mut framing = Framing::Close;
+    let mut keep_alive = resp.version == Some(1);
+    let mut retry_after = None;
+    for h in resp.headers.iter() {
+        let value = std::str::from_utf8(h.value).unwrap_or_default().trim();
+        if h.name.eq_ignore_ascii_case("transfer-encoding") {
+            if value.to_ascii_lowercase().ends_with("chunked") {
+                framing = Framing::Chunked(Chunk::Size);
+            }
+        } else if h.name.eq_ignore_ascii_case("content-length") {
+            if matches!(framing, Framing::Close) {
+                let n = (value.bytes().all(|b| b.is_ascii_digit()))
+                    .then(|| value.parse().ok())
+                    .flatten()
+                    .ok_or_else(|| format!("invalid content-length {value:?}"))?;
+                framing = Framing::Length(n);
+            }
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            keep_alive &= !value.to_ascii_lowercase().contains("close");
+        } else if h.name.eq_ignore_ascii_case("retry-after") {
+            retry_after = Some(value.to_string());
+        }
+    }
+    if status == 204 || status == 304 {
+        framing = Framing::Length(0);
+    }
+    Ok(Head {
+        status,
+        framing,
+        keep_alive,
+        retry_after,
+    })
 }
 
 /// How a body's end is known.
@@ -450,6 +489,12 @@ impl DirectBody {
                     };
                     return Ok(Step::Data(start, len));
                 }
+                // httparse takes an empty size line for 0: a size starts with a digit.
+                Framing::Chunked(Chunk::Size)
+                    if avail.first().is_some_and(|b| !b.is_ascii_hexdigit()) =>
+                {
+                    return Err("the answer has an invalid chunk size".into());
+                }
                 Framing::Chunked(Chunk::Size) => match httparse::parse_chunk_size(avail) {
                     Ok(httparse::Status::Complete((used, size))) => {
                         self.pos += used;
@@ -458,8 +503,12 @@ impl DirectBody {
                             n => Chunk::Data(n),
                         });
                     }
-                    Ok(httparse::Status::Partial) => return Ok(Step::More),
-                    Err(_) => return Err("the answer has an invalid chunk size".into()),
+                    Ok(httparse::Status::Partial) if avail.len() < MAX_LINE => {
+                        return Ok(Step::More);
+                    }
+                    Ok(httparse::Status::Partial) | Err(_) => {
+                        return Err("the answer has an invalid chunk size".into());
+                    }
                 },
                 Framing::Chunked(Chunk::DataEnd) if avail.len() >= 2 => {
                     if &avail[..2] != b"\r\n" {
@@ -470,7 +519,10 @@ impl DirectBody {
                 }
                 Framing::Chunked(Chunk::Trailer) => {
                     let Some(eol) = avail.windows(2).position(|w| w == b"\r\n") else {
-                        return Ok(Step::More);
+                        return match avail.len() < MAX_LINE {
+                            true => Ok(Step::More),
+                            false => Err("the answer has a trailer line too long".into()),
+                        };
                     };
                     self.pos += eol + 2;
                     if eol == 0 {
@@ -497,12 +549,15 @@ impl Drop for DirectBody {
     fn drop(&mut self) {
         let Some(conn) = self.conn.take() else { return };
         let mut room = [0u8; READ_BUF / 4];
-        loop {
-            match self.step() {
-                Ok(Step::Data(..)) => continue,
-                Ok(Step::End) => return self.end(conn),
-                Err(_) => return,
-                Ok(Step::More) => {}
+        // At most 16 reads: a body still streaming is not drained here.
+        for _ in 0..16 {
+            loop {
+                match self.step() {
+                    Ok(Step::Data(..)) => {}
+                    Ok(Step::End) => return self.end(conn),
+                    Ok(Step::More) => break,
+                    Err(_) => return,
+                }
             }
             match recv_now(&conn, &mut room, 0) {
                 Some(n) if n > 0 && self.buf.len() - self.pos < READ_BUF => {
@@ -681,12 +736,38 @@ mod tests {
     #[tokio::test]
     async fn a_bad_chunk_size_or_a_cut_body_is_an_error() {
         let bad: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\nzz\r\n";
+        // An empty size line is not the last chunk.
+        let empty: &[u8] =
+            b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n\r\n\r\nmore";
         let cut: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\nshort";
-        let (addr, _seen) = server(2, vec![Some(bad), None, Some(cut), None], false).await;
-        let e = get(&addr, "/").await.unwrap_err().to_string();
-        assert!(e.contains("invalid chunk size"), "{e}");
+        let answers = vec![Some(bad), None, Some(empty), None, Some(cut), None];
+        let (addr, _seen) = server(3, answers, false).await;
+        for _ in 0..2 {
+            let e = get(&addr, "/").await.unwrap_err().to_string();
+            assert!(e.contains("invalid chunk size"), "{e}");
+        }
         let e = get(&addr, "/").await.unwrap_err().to_string();
         assert!(e.contains("closed before the answer's end"), "{e}");
         assert_eq!(idle(&addr), 0);
+    }
+
+    #[tokio::test]
+    async fn an_interim_answer_read_with_the_final_one_is_passed_over() {
+        let both: &[u8] = b"HTTP/1.1 103 Early Hints\r\nlink: </x>\r\n\r\n\
+            HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let (addr, _seen) = server(1, vec![Some(both)], false).await;
+        let got = tokio::time::timeout(Duration::from_secs(5), get(&addr, "/")).await;
+        assert_eq!(got.expect("answered").unwrap(), (200, "ok".into()));
+    }
+
+    #[tokio::test]
+    async fn an_answer_with_a_hundred_headers_is_read() {
+        let mut answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n".to_vec();
+        for i in 0..99 {
+            answer.extend_from_slice(format!("x-h{i}: v\r\n").as_bytes());
+        }
+        answer.extend_from_slice(b"\r\nok");
+        let (addr, _seen) = server(1, vec![Some(answer.leak())], false).await;
+        assert_eq!(get(&addr, "/").await.unwrap(), (200, "ok".into()));
     }
 }
