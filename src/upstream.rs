@@ -377,13 +377,7 @@ impl Upstream {
         let answer = self
             .post(&path, body.into(), req.client_bearer.as_deref())
             .await?;
-        let counted = answer
-            .body
-            .all(MAX_JSON)
-            .await
-            .map_err(UpstreamError::Protocol)?;
-        let counted: Value = serde_json::from_slice(&counted)
-            .map_err(|e| UpstreamError::Protocol(format!("the token count is not JSON: {e}")))?;
+        let counted = answer.body.json("the token count").await?;
         counted[field]
             .as_u64()
             .map(Some)
@@ -511,13 +505,7 @@ impl Upstream {
         let path = format!("/models{query}");
         let listed = async {
             let answer = check_status(self.send(&path, None, &[], client_bearer).await?).await?;
-            let body = answer
-                .body
-                .all(MAX_JSON)
-                .await
-                .map_err(UpstreamError::Protocol)?;
-            let body: Value = serde_json::from_slice(&body)
-                .map_err(|e| UpstreamError::Protocol(format!("the model list is not JSON: {e}")))?;
+            let body = answer.body.json("the model list").await?;
             match body {
                 // Gemini's `models`: those that generate content, by their short id.
                 Value::Object(mut o) if self.api == UpstreamApi::Gemini => match o.remove("models")
@@ -576,9 +564,6 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_millis(200 * 2u64.pow(attempt.min(6)))
 }
 
-/// The largest JSON answer read whole (an error, a model list, a token count).
-const MAX_JSON: usize = 16 << 20;
-
 async fn check_status(answer: wire::Answer) -> Result<wire::Answer, UpstreamError> {
     let status = answer.status;
     if (200..300).contains(&status) {
@@ -588,7 +573,7 @@ async fn check_status(answer: wire::Answer) -> Result<wire::Answer, UpstreamErro
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
         .map(Duration::from_secs_f64);
-    let bytes = answer.body.all(MAX_JSON).await.unwrap_or_default();
+    let bytes = answer.body.all(wire::MAX_JSON).await.unwrap_or_default();
     let body: Option<Value> = serde_json::from_slice(&bytes).ok();
     let retry_after = retry_after.or_else(|| body.as_ref().and_then(retry_delay));
     let message = body

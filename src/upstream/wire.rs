@@ -31,6 +31,8 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 100;
 /// The longest chunk-size or trailer line.
 const MAX_LINE: usize = 16 * 1024;
+/// The largest answer read whole (an error, a model list, a token count).
+pub(crate) const MAX_JSON: usize = 16 << 20;
 /// Connections kept idle per origin and thread, and for how long.
 const MAX_IDLE: usize = 256;
 const IDLE_FOR: Duration = Duration::from_secs(60);
@@ -79,6 +81,13 @@ impl Body {
                 Err(e) => Some(Err(transport_error(e).to_string())),
             },
         }
+    }
+
+    /// The whole body as JSON (`what` names it in the error).
+    pub async fn json(self, what: &str) -> Result<serde_json::Value, UpstreamError> {
+        let body = self.all(MAX_JSON).await.map_err(UpstreamError::Protocol)?;
+        serde_json::from_slice(&body)
+            .map_err(|e| UpstreamError::Protocol(format!("{what} is not JSON: {e}")))
     }
 
     /// The whole body, refused past `limit` bytes.
