@@ -662,6 +662,9 @@ mod tests {
         POOL.with(|p| p.borrow().get(addr).map_or(0, Vec::len))
     }
 
+    /// A whole answer of two bytes, `ok`.
+    const OK: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+
     const CHUNKED: &[u8] = b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n\
         5;ext=1\r\ndata:\r\n5\r\n hi\n\n\r\n0\r\nx-trailer: 1\r\n\r\n";
 
@@ -696,9 +699,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_kept_connection_the_server_closed_is_left_for_a_new_one() {
-        let length: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         // The first connection answers once and closes; the second answers again.
-        let (addr, seen) = server(2, vec![Some(length), None, Some(length)], false).await;
+        let (addr, seen) = server(2, vec![Some(OK), None, Some(OK)], false).await;
         assert_eq!(get(&addr, "/1").await.unwrap().1, "ok");
         assert_eq!(idle(&addr), 1);
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -711,10 +713,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_a_kept_connection_closes_on_unanswered_goes_out_again_on_a_new_one() {
-        let length: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
         // The kept connection takes the second request and closes without a byte of answer (a
         // server's keep-alive timeout racing the request); a new connection answers it.
-        let (addr, seen) = server(2, vec![Some(length), Some(b""), Some(length)], false).await;
+        let (addr, seen) = server(2, vec![Some(OK), Some(b""), Some(OK)], false).await;
         assert_eq!(get(&addr, "/1").await.unwrap().1, "ok");
         assert_eq!(idle(&addr), 1);
         assert_eq!(get(&addr, "/2").await.unwrap().1, "ok");
