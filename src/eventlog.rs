@@ -8,6 +8,7 @@
 
 pub mod emitter;
 pub mod log;
+pub mod publish;
 
 pub use emitter::{Clock, Emitter, Ending, Immediate, LogSink, end_as_failed};
 pub use log::{LogEntry, RunLog};

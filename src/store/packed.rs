@@ -5,7 +5,8 @@
 //! written: a log's entries are numbered 0, 1, 2... (the emitter's invariant), so an entry's seq is
 //! its place. The Response repeats the terminal event's, so in one frame it costs zstd a few
 //! bytes. Unpacking slices every frame out of one buffer, so a replay sends the bytes the live
-//! clients got without copying them again.
+//! clients got without copying them again. A live run's events of one SQLite batch are journaled
+//! in the same format with no Response (`pack_part`), numbered from the row's first `seq`.
 
 use bytes::Bytes;
 
@@ -38,10 +39,31 @@ impl Packer {
 
     /// `entries` (numbered from 0, in order) and the run's final `response` JSON as one blob.
     pub fn pack(&mut self, entries: &[LogEntry], response: &[u8]) -> Result<Vec<u8>, StoreError> {
+        debug_assert!(
+            entries.iter().enumerate().all(|(i, e)| e.seq == i as u64),
+            "a log is numbered from 0 without gaps"
+        );
+        self.pack_entries(entries.iter(), response)
+    }
+
+    /// Consecutive entries of a live run, without a Response, as one blob of the same format
+    /// (the SQLite journal's row for one run's events of one batch). [`unpack`] numbers them
+    /// from 0: the reader adds the first one's `seq`, which the row keeps.
+    pub fn pack_part<'a>(
+        &mut self,
+        entries: impl ExactSizeIterator<Item = &'a LogEntry>,
+    ) -> Result<Vec<u8>, StoreError> {
+        self.pack_entries(entries, b"")
+    }
+
+    fn pack_entries<'a>(
+        &mut self,
+        entries: impl ExactSizeIterator<Item = &'a LogEntry>,
+        response: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
         self.raw.clear();
         put_varint(&mut self.raw, entries.len() as u64);
-        for (i, e) in entries.iter().enumerate() {
-            debug_assert_eq!(e.seq, i as u64, "a log is numbered from 0 without gaps");
+        for e in entries {
             put_varint(&mut self.raw, e.offset_ms);
             put_varint(&mut self.raw, e.frame.len() as u64);
             self.raw.extend_from_slice(&e.frame);

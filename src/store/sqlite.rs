@@ -1,5 +1,6 @@
 //! The embedded SQLite backend (WAL). One writer thread takes every write from a channel and
-//! commits them in batches, then makes the batch's events visible to readers: the run task never
+//! commits them in batches, then makes the batch's events visible to readers (each run's once, on
+//! the lane the run started on: `eventlog::publish`): the run task never
 //! waits on the disk. A batch is gathered for a time sized by what the last one cost (group
 //! commit, in `writer`): the writer sleeps rather than waking for each write, so under load
 //! many runs' events share one commit and one wake-up. A reader sees an event once it is kept
@@ -10,7 +11,9 @@
 //! Reads use their own connection (WAL readers do not block the writer).
 //!
 //! Events of a live run are kept in `journal`, a table appended in arrival order whatever the
-//! run, so a commit writes the few pages at its end rather than one page per live run. With its
+//! run, so a commit writes the few pages at its end rather than one page per live run: one row
+//! per run and batch (a lone event as it is, several packed into one blob numbered from the row's
+//! `seq`, none for a run the batch ends). With its
 //! terminal event, a run's whole log is packed into one compressed blob (`responses.log`, see
 //! [`packed`](super::packed)), in the same transaction. Journal rows older than the oldest live
 //! run's first one are removed from time to time; at start-up, the journal gives back the events
@@ -160,8 +163,9 @@ impl Sqlite {
 
     pub fn sink(&self, tenant: &Tenant, id: &str) -> Sink {
         Sink {
-            id: id.to_string(),
-            tenant: tenant.as_str().to_string(),
+            id: id.into(),
+            tenant: tenant.as_str().into(),
+            home: crate::eventlog::publish::Home::here(),
             tx: self.tx.clone(),
         }
     }

@@ -170,7 +170,7 @@ pub(super) fn conv_rows(items: &[InputItem]) -> Vec<(Option<String>, String)> {
 
 /// Applies a conversation write; how many rows it touched (0: no such conversation).
 pub(super) fn apply_conv(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     tenant: &str,
     id: &str,
     op: &ConvOp,

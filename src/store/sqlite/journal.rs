@@ -33,7 +33,7 @@ impl Journal {
     }
 
     /// Removes the rows no live run needs, once there are enough of them.
-    pub(super) fn trim(&mut self, tx: &rusqlite::Transaction<'_>) -> Result<(), StoreError> {
+    pub(super) fn trim(&mut self, tx: &rusqlite::Connection) -> Result<(), StoreError> {
         let next: i64 = tx
             .prepare_cached("SELECT COALESCE(MAX(rowid), 0) + 1 FROM journal")?
             .query_row([], |r| r.get(0))?;

@@ -193,10 +193,25 @@ pub(super) fn read_entries(
             .collect::<Result<_, _>>()?,
     };
     if unfinished {
-        let journal: Vec<LogEntry> = c
-            .prepare_cached("SELECT seq, offset_ms, kind, data FROM journal WHERE response_id = ?1 ORDER BY seq")?
-            .query_map([id], row)?
-            .collect::<Result<_, _>>()?;
+        let mut journal = Vec::new();
+        let mut stmt = c.prepare_cached(
+            "SELECT seq, offset_ms, kind, data FROM journal WHERE response_id = ?1 ORDER BY seq",
+        )?;
+        let mut rows = stmt.query([id])?;
+        while let Some(r) = rows.next()? {
+            let (seq, kind): (i64, String) = (r.get(0)?, r.get(2)?);
+            if kind.is_empty() {
+                // One run's events of one batch, packed; numbered from the row's `seq`.
+                let blob: Vec<u8> = r.get(3)?;
+                let part = crate::store::packed::unpack(&blob)?.entries;
+                journal.extend(part.into_iter().map(|mut e| {
+                    e.seq += seq as u64;
+                    e
+                }));
+            } else {
+                journal.push(row(r)?);
+            }
+        }
         entries.extend(journal);
         entries.sort_by_key(|e| e.seq);
         entries.dedup_by_key(|e| e.seq);

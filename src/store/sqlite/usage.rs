@@ -34,7 +34,7 @@ impl Sqlite {
 }
 
 /// Adds `rows` to the table (in the writer's transaction).
-pub(super) fn add(tx: &rusqlite::Transaction<'_>, rows: &[UsageRow]) -> Result<(), StoreError> {
+pub(super) fn add(tx: &rusqlite::Connection, rows: &[UsageRow]) -> Result<(), StoreError> {
     let mut stmt = tx.prepare_cached(
         "INSERT INTO usage (tenant, day, model, runs, input_tokens, output_tokens, mcp_calls)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)

@@ -24,6 +24,7 @@ use crate::api::Response;
 use crate::api::output_as_input;
 use crate::eventlog::emitter::LogSink;
 use crate::eventlog::log::{LogEntry, RunLog};
+use crate::eventlog::publish::{Batch, Home};
 use crate::store::packed::Packer;
 
 /// Largest number of writes committed in one transaction.
@@ -48,8 +49,10 @@ pub(super) enum Cmd {
         fail: crate::store::FailHook,
     },
     Append {
-        id: String,
-        tenant: String,
+        id: Arc<str>,
+        tenant: Arc<str>,
+        /// Where the run's readers are woken (see `eventlog::publish`).
+        home: Option<Arc<Home>>,
         log: Arc<RunLog>,
         entry: LogEntry,
         terminal: Option<Box<Response>>,
@@ -100,8 +103,9 @@ pub(super) enum Cmd {
 
 /// Appends one run's events through the writer.
 pub struct Sink {
-    pub(super) id: String,
-    pub(super) tenant: String,
+    pub(super) id: Arc<str>,
+    pub(super) tenant: Arc<str>,
+    pub(super) home: Option<Arc<Home>>,
     pub(super) tx: mpsc::Sender<Cmd>,
 }
 
@@ -110,6 +114,7 @@ impl LogSink for Sink {
         let cmd = Cmd::Append {
             id: self.id.clone(),
             tenant: self.tenant.clone(),
+            home: self.home.clone(),
             log: log.clone(),
             entry: entry.clone(),
             terminal: terminal.cloned().map(Box::new),
@@ -140,6 +145,7 @@ pub(super) fn write_loop(mut conn: Connection, rx: mpsc::Receiver<Cmd>, disk: Ar
         for (cmd, count) in batch.drain(..).zip(counts) {
             writer.settle(&mut conn, cmd, count, &result);
         }
+        writer.published.send();
         window = group_window(busy_from.elapsed(), writes);
         if writer.disk.unwritable().is_some() && probed.elapsed() >= PROBE_EVERY {
             writer.disk.probe(&mut conn);
@@ -164,6 +170,8 @@ struct Writer {
     to_remove: HashSet<String>,
     /// Commits made, and whether the disk takes writes (shared with the store).
     disk: Arc<Disk>,
+    /// The batch's events made visible, sent once it is settled: one wake-up per lane.
+    published: Batch,
 }
 
 impl Writer {
@@ -188,6 +196,7 @@ impl Writer {
             broken: HashMap::new(),
             to_remove: HashSet::new(),
             disk,
+            published: Batch::default(),
         })
     }
 
@@ -246,7 +255,7 @@ impl Writer {
                 id,
                 terminal: Some(_),
                 ..
-            } if broken.contains_key(id) => Some(id.clone()),
+            } if broken.contains_key(&**id) => Some(id.to_string()),
             _ => None,
         });
         if !broken.is_empty() {
@@ -254,23 +263,22 @@ impl Writer {
         }
         let mut counts = vec![0usize; batch.len()];
         let (journal, packer, to_remove) = (&mut self.journal, &mut self.packer, &self.to_remove);
-        let result = (|| -> Result<(), StoreError> {
-            let tx = conn.transaction()?;
+        let result = in_transaction(conn, |tx| {
+            let mut parts = Parts::default();
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
                 *count = match cmd {
-                    Cmd::Append { id, .. } if broken.contains_key(id) => 0,
-                    cmd => apply(&tx, cmd, journal, packer)?,
+                    Cmd::Append { id, .. } if broken.contains_key(&**id) => 0,
+                    cmd => apply(tx, cmd, journal, packer, &mut parts)?,
                 };
             }
             // After the batch's own commands, so that a DELETE in it still finds the run.
             for id in to_remove {
-                remove_run(&tx, None, id)?;
+                remove_run(tx, None, id)?;
                 journal.ended.insert(id.clone());
             }
-            journal.trim(&tx)?;
-            tx.commit()?;
-            Ok(())
-        })();
+            parts.journal(tx, journal, packer)?;
+            journal.trim(tx)
+        });
         self.disk.committed();
         self.journal.settle(result.is_ok());
         if let Err(e) = &result {
@@ -305,11 +313,12 @@ impl Writer {
             }
             Cmd::Append {
                 id,
+                home,
                 log,
                 entry,
                 terminal,
                 ..
-            } => self.appended(id, &log, &entry, terminal.is_some(), result),
+            } => self.appended(&id, home.as_ref(), &log, &entry, terminal.is_some(), result),
             Cmd::Flush { reply } => {
                 let _ = reply.send(());
             }
@@ -341,39 +350,58 @@ impl Writer {
         }
     }
 
-    /// Visible once kept. A run whose events a failed commit lost is failed through its hook;
-    /// its events are still shown to its live clients (unkept), so they get their terminal
-    /// event.
+    /// Visible once kept (made so when the batch is settled, on the run's lane). A run whose
+    /// events a failed commit lost is failed through its hook; its events are still shown to its
+    /// live clients (unkept), so they get their terminal event.
     fn appended(
         &mut self,
-        id: String,
-        log: &RunLog,
+        id: &str,
+        home: Option<&Arc<Home>>,
+        log: &Arc<RunLog>,
         entry: &LogEntry,
         terminal: bool,
         result: &Result<(), StoreError>,
     ) {
         if let Err(e) = result
-            && !self.broken.contains_key(&id)
+            && !self.broken.contains_key(id)
         {
-            self.broken.insert(id.clone(), not_kept(e));
-            if let Some(fail) = self.hooks.get(&id) {
+            self.broken.insert(id.to_string(), not_kept(e));
+            if let Some(fail) = self.hooks.get(id) {
                 fail(not_kept(e));
             }
         }
-        if terminal && let Some(why) = self.broken.get(&id) {
+        if terminal && let Some(why) = self.broken.get(id) {
             // Not kept: the run's end must not tell its clients it completed, and says why (the
             // failure that broke it: the run may have ended before its hook could stop it).
             log.fail_pending_terminal(why);
         }
-        log.publish(entry.seq as usize + 1, terminal);
+        self.published
+            .add(home, log, entry.seq as usize + 1, terminal);
         if terminal {
-            self.hooks.remove(&id);
-            self.broken.remove(&id);
+            self.hooks.remove(id);
+            self.broken.remove(id);
             if result.is_err() {
-                self.to_remove.insert(id);
+                self.to_remove.insert(id.to_string());
             }
         }
     }
+}
+
+/// Runs `f` in one transaction, begun and committed by statements prepared once per connection
+/// (not parsed again for every batch); rolled back if `f` or the commit fails.
+fn in_transaction(
+    conn: &Connection,
+    f: impl FnOnce(&Connection) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached("BEGIN")?.execute([])?;
+    let result = f(conn).and_then(|()| {
+        conn.prepare_cached("COMMIT")?.execute([])?;
+        Ok(())
+    });
+    if result.is_err() && !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    result
 }
 
 /// What a run's clients are told when a failed commit lost its events.
@@ -423,7 +451,7 @@ pub(super) fn give_back_free_pages(conn: &Connection, incremental: bool) -> Resu
 /// Removes a run (of `tenant`, or of any tenant) with its events and items; answers whether it
 /// was there.
 pub(super) fn remove_run(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     tenant: Option<&str>,
     id: &str,
 ) -> Result<usize, StoreError> {
@@ -442,12 +470,64 @@ pub(super) fn remove_run(
     Ok(n)
 }
 
-/// Applies one write; returns how many runs it removed (for delete and expire).
-pub(super) fn apply(
-    tx: &rusqlite::Transaction<'_>,
-    cmd: &Cmd,
+/// A batch's events of live runs, journaled after its commands ([`Parts::journal`]).
+#[derive(Default)]
+pub(super) struct Parts<'b> {
+    runs: Vec<(&'b str, Vec<&'b LogEntry>)>,
+    at: HashMap<&'b str, usize>,
+}
+
+impl<'b> Parts<'b> {
+    fn add(&mut self, id: &'b str, entry: &'b LogEntry) {
+        match self.at.get(id) {
+            Some(&i) => self.runs[i].1.push(entry),
+            None => {
+                self.at.insert(id, self.runs.len());
+                self.runs.push((id, vec![entry]));
+            }
+        }
+    }
+
+    /// One journal row per run: its only event as it is, or its events packed into one blob
+    /// (`kind` empty, numbered from the row's `seq`). None for a run that ended in this batch:
+    /// its packed log, in the same transaction, holds them.
+    fn journal(
+        self,
+        tx: &rusqlite::Connection,
+        journal: &mut Journal,
+        packer: &mut crate::store::packed::Packer,
+    ) -> Result<(), StoreError> {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO journal (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?;
+        for (id, entries) in self.runs {
+            if journal.ended.contains(id) {
+                continue;
+            }
+            let first = entries[0];
+            let (seq, offset_ms) = (first.seq as i64, first.offset_ms as i64);
+            if let [one] = entries[..] {
+                let json = one.json();
+                let json = std::str::from_utf8(&json).unwrap_or("");
+                insert.execute(params![id, seq, offset_ms, one.kind(), json])?;
+            } else {
+                let blob = packer.pack_part(entries.into_iter())?;
+                insert.execute(params![id, seq, offset_ms, "", blob])?;
+            }
+            journal.journaled(id, tx.last_insert_rowid());
+        }
+        Ok(())
+    }
+}
+
+/// Applies one write; returns how many runs it removed (for delete and expire). A live run's
+/// event goes to `parts`, journaled once the batch's commands are applied.
+pub(super) fn apply<'b>(
+    tx: &rusqlite::Connection,
+    cmd: &'b Cmd,
     journal: &mut Journal,
     packer: &mut crate::store::packed::Packer,
+    parts: &mut Parts<'b>,
 ) -> Result<usize, StoreError> {
     match cmd {
         Cmd::Insert {
@@ -472,20 +552,16 @@ pub(super) fn apply(
             entry,
             terminal: None,
             ..
-        } => {
-            let json = entry.json();
-            tx.prepare_cached("INSERT INTO journal (response_id, seq, offset_ms, kind, data) VALUES (?1, ?2, ?3, ?4, ?5)")?
-                .execute(params![id, entry.seq as i64, entry.offset_ms as i64, entry.kind(), std::str::from_utf8(&json).unwrap_or("")])?;
-            journal.journaled(id, tx.last_insert_rowid());
-        }
+        } => parts.add(id, entry),
         Cmd::Append {
             id,
             tenant,
             log,
             entry,
             terminal: Some(r),
+            ..
         } => {
-            journal.ended.insert(id.clone());
+            journal.ended.insert(id.to_string());
             // The whole log, this terminal event included, and the final Response packed into
             // one blob (the `response` column is left empty: the blob has it).
             let response = serde_json::to_vec(&**r).expect("serializes");
@@ -524,7 +600,7 @@ pub(super) fn apply(
 /// of its tenant sending it again (by reference, or as history) neither takes it over nor
 /// changes it.
 fn keep_input_items(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     tenant: &str,
     id: &str,
     items: &[(String, String)],
@@ -540,7 +616,7 @@ fn keep_input_items(
 
 /// Keeps the items of an ended run's output (those a later request may reference).
 fn keep_output_items(
-    tx: &rusqlite::Transaction<'_>,
+    tx: &rusqlite::Connection,
     tenant: &str,
     id: &str,
     r: &Response,
@@ -562,11 +638,7 @@ fn keep_output_items(
 }
 
 /// Removes the runs whose time to live ended by `now`, but those `live`; answers how many.
-fn expire_runs(
-    tx: &rusqlite::Transaction<'_>,
-    now: i64,
-    live: &[String],
-) -> Result<usize, StoreError> {
+fn expire_runs(tx: &rusqlite::Connection, now: i64, live: &[String]) -> Result<usize, StoreError> {
     let ids: Vec<String> = {
         let mut stmt = tx.prepare(
             "SELECT id FROM responses WHERE expires_at IS NOT NULL AND expires_at <= ?1",
@@ -585,6 +657,77 @@ fn expire_runs(
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    fn entry(seq: u64) -> LogEntry {
+        let json = format!(r#"{{"type":"response.output_text.delta","sequence_number":{seq}}}"#);
+        LogEntry {
+            seq,
+            offset_ms: seq * 10,
+            frame: LogEntry::frame_for("response.output_text.delta", json.as_bytes()),
+        }
+    }
+
+    #[test]
+    fn a_batchs_events_are_journaled_one_row_per_run_and_read_back_in_order() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(super::super::schema::SCHEMA).unwrap();
+        super::super::schema::migrate(&conn).unwrap();
+        let (mut journal, mut packer) = (Journal::default(), Packer::new().unwrap());
+        // Two batches of run a (three events, then one), one of run b, one of run c that ends.
+        let a: Vec<LogEntry> = (0..4).map(entry).collect();
+        let b = entry(0);
+        let c = entry(0);
+        let mut parts = Parts::default();
+        for (id, e) in [
+            ("a", &a[0]),
+            ("b", &b),
+            ("a", &a[1]),
+            ("c", &c),
+            ("a", &a[2]),
+        ] {
+            parts.add(id, e);
+        }
+        journal.ended.insert("c".into());
+        parts.journal(&conn, &mut journal, &mut packer).unwrap();
+        let mut parts = Parts::default();
+        parts.add("a", &a[3]);
+        parts.journal(&conn, &mut journal, &mut packer).unwrap();
+
+        let rows: Vec<(String, i64, String)> = conn
+            .prepare("SELECT response_id, seq, kind FROM journal ORDER BY rowid")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let rows: Vec<(&str, i64, &str)> = rows
+            .iter()
+            .map(|(id, seq, kind)| (id.as_str(), *seq, kind.as_str()))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("a", 0, ""),
+                ("b", 0, "response.output_text.delta"),
+                ("a", 3, "response.output_text.delta")
+            ],
+            "one row per run and batch; a lone event as it is; none for a run that ended"
+        );
+        let back = super::super::reads::read_entries(&conn, "a", true).unwrap();
+        assert_eq!(back.len(), 4);
+        for (got, want) in back.iter().zip(&a) {
+            assert_eq!(
+                (got.seq, got.offset_ms, &got.frame),
+                (want.seq, want.offset_ms, &want.frame)
+            );
+        }
+        assert_eq!(
+            super::super::reads::read_entries(&conn, "c", true)
+                .unwrap()
+                .len(),
+            0
+        );
+    }
 
     #[test]
     fn a_lone_write_is_committed_at_once_and_a_busy_writer_gathers_in_proportion_to_its_cost() {
