@@ -119,6 +119,7 @@ impl Lanes {
                     .name(format!("relay-lane-{i}"))
                     .spawn(move || {
                         runtime.block_on(async move {
+                            crate::eventlog::publish::Home::install();
                             let service = make();
                             loop {
                                 let stream = tokio::select! {

@@ -1,7 +1,7 @@
 //! Making a store's kept entries visible with one cross-thread wake-up per serving lane per
 //! batch. A store's writer (a thread of its own) gathers a batch's publications in a [`Batch`]:
-//! one per run (the furthest entry wins) under the run's [`Home`], the runtime its sink was made
-//! on. Each home's publications are then made on that home's thread, where waking the run's
+//! one per run (the furthest entry wins) under the run's [`Home`], the serving lane its sink was
+//! made on (a thread that is no lane has no home). Each home's publications are then made on that home's thread, where waking the run's
 //! readers (driven by their clients' bodies, on the same lane) is a push onto the lane's own
 //! queue, not a system call per run.
 //!
@@ -18,22 +18,26 @@ use super::log::RunLog;
 pub struct Home(tokio::runtime::Handle);
 
 thread_local! {
-    /// This thread's home, made once (a serving lane runs one runtime for its whole life).
-    static HOME: std::cell::OnceCell<Option<Arc<Home>>> = const { std::cell::OnceCell::new() };
+    /// This thread's home: set by a serving lane, whose runtime lives as long as its thread.
+    static HOME: std::cell::OnceCell<Arc<Home>> = const { std::cell::OnceCell::new() };
 }
 
 impl Home {
-    /// The home of this thread's runtime, if it runs one. Every run started on a lane shares its
+    /// Makes the current runtime this thread's home. Called once by each serving lane, on its
+    /// thread, inside its runtime (which runs until the thread ends); a thread with no home
+    /// has its runs' publications made by the store's writer itself.
+    pub fn install() {
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            HOME.with(|h| {
+                let _ = h.set(Arc::new(Home(rt)));
+            });
+        }
+    }
+
+    /// This thread's home, if it is a serving lane. Every run started on a lane shares its
     /// lane's home, so a batch's publications group by lane.
     pub fn here() -> Option<Arc<Home>> {
-        HOME.with(|h| {
-            h.get_or_init(|| {
-                tokio::runtime::Handle::try_current()
-                    .ok()
-                    .map(|rt| Arc::new(Home(rt)))
-            })
-            .clone()
-        })
+        HOME.with(|h| h.get().cloned())
     }
 }
 
@@ -149,9 +153,16 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
+        assert!(
+            Home::here().is_none(),
+            "a thread is no lane until it says so"
+        );
         let home = rt
-            .block_on(async { Home::here() })
-            .expect("a runtime's thread has a home");
+            .block_on(async {
+                Home::install();
+                Home::here()
+            })
+            .expect("a lane's thread has a home");
         let log = log_of(2);
         let mut batch = Batch::default();
         batch.add(Some(&home), &log, 2, false);
