@@ -229,6 +229,7 @@ impl Redis {
     pub fn sink(&self, tenant: &Tenant, id: &str, fail: Option<FailHook>) -> Sink {
         Sink {
             id: id.to_string(),
+            home: crate::eventlog::publish::Home::here(),
             tx: self.inner.tx.clone(),
             fail,
             items: item_prefix(tenant),

@@ -26,6 +26,7 @@ use crate::api::Response;
 use crate::api::output_as_input;
 use crate::eventlog::emitter::LogSink;
 use crate::eventlog::log::{LogEntry, RunLog};
+use crate::eventlog::publish::{Batch, Home};
 
 /// Largest number of writes sent in one pipeline.
 pub(super) const BATCH: usize = 512;
@@ -48,6 +49,8 @@ pub(super) enum Cmd {
     /// of other slots sent with it (an end's output items, its lease's index entry).
     Append {
         id: String,
+        /// Where the run's readers are woken (see `eventlog::publish`).
+        home: Option<Arc<Home>>,
         log: Arc<RunLog>,
         entry: LogEntry,
         terminal: bool,
@@ -63,6 +66,7 @@ pub(super) enum Cmd {
 /// Appends one run's events through the writer.
 pub struct Sink {
     pub(super) id: String,
+    pub(super) home: Option<Arc<Home>>,
     pub(super) tx: mpsc::UnboundedSender<Cmd>,
     pub(super) fail: Option<FailHook>,
     /// The key prefix of the run's items, and its deadline (unix s, 0: none).
@@ -107,6 +111,7 @@ impl LogSink for Sink {
         }
         let c = Cmd::Append {
             id: self.id.clone(),
+            home: self.home.clone(),
             log: log.clone(),
             entry: entry.clone(),
             terminal: terminal.is_some(),
@@ -139,6 +144,7 @@ pub(super) async fn write_loop(
             .inspect_err(|e| tracing::error!(error = %e, "finished runs will not be packed"))
             .ok(),
         ended: Vec::new(),
+        published: Batch::default(),
     };
     let mut batch = Vec::with_capacity(BATCH);
     // Waits for one command, then takes every one already queued (up to BATCH).
@@ -151,6 +157,7 @@ pub(super) async fn write_loop(
                 Cmd::Insert { id, owned: o, .. } => writer.inserted(id, o, result),
                 Cmd::Append {
                     id,
+                    home,
                     log,
                     entry,
                     terminal,
@@ -160,6 +167,7 @@ pub(super) async fn write_loop(
                 } => {
                     let event = Appended {
                         id,
+                        home,
                         log,
                         entry,
                         terminal,
@@ -173,6 +181,7 @@ pub(super) async fn write_loop(
                 }
             }
         }
+        writer.published.send();
         writer.pack_ended();
     }
 }
@@ -187,11 +196,14 @@ struct Writer {
     packer: Option<Packer>,
     /// Runs whose terminal event this batch kept: (id, log, its length, Response JSON).
     ended: Vec<(String, Arc<RunLog>, usize, String)>,
+    /// The batch's events made visible, sent once it is settled: one wake-up per lane.
+    published: Batch,
 }
 
 /// One event of a batch, as the writer settles it once Redis answered.
 struct Appended {
     id: String,
+    home: Option<Arc<Home>>,
     log: Arc<RunLog>,
     entry: LogEntry,
     terminal: bool,
@@ -288,6 +300,7 @@ impl Writer {
     async fn appended(&mut self, e: Appended, result: Option<Result<i64, String>>) {
         let Appended {
             id,
+            home,
             log,
             entry,
             terminal,
@@ -295,8 +308,9 @@ impl Writer {
             mut args,
         } = e;
         let kept = matches!(result, Some(Ok(1)));
+        let upto = entry.seq as usize + 1;
         if kept {
-            log.publish(entry.seq as usize + 1, terminal);
+            self.published.add(home.as_ref(), &log, upto, terminal);
             if terminal {
                 self.owned.lock().expect("owned poisoned").remove(&id);
                 if args.len() > END_RESPONSE {
@@ -328,10 +342,10 @@ impl Writer {
                     String::as_str,
                 ));
             }
-            log.publish(entry.seq as usize + 1, true);
+            self.published.add(home.as_ref(), &log, upto, true);
             self.broken.remove(&id);
         } else if skipped {
-            log.publish(entry.seq as usize + 1, false);
+            self.published.add(home.as_ref(), &log, upto, false);
         }
     }
 
