@@ -1,9 +1,10 @@
 //! Making a store's kept entries visible with one cross-thread wake-up per serving lane per
-//! batch. A store's writer (a thread of its own) gathers a batch's publications in a [`Batch`]:
-//! one per run (the furthest entry wins) under the run's [`Home`], the serving lane its sink was
-//! made on (a thread that is no lane has no home). Each home's publications are then made on that home's thread, where waking the run's
-//! readers (driven by their clients' bodies, on the same lane) is a push onto the lane's own
-//! queue, not a system call per run.
+//! batch. A store's writer (a thread or task of its own) gathers a batch's publications in a
+//! [`Batch`]: one per run (the furthest entry wins) under the run's [`Home`], the serving lane its
+//! sink was made on (a thread that is no lane has no home). Each home's publications are then
+//! made on that home's thread, where waking the run's readers (driven by their clients' bodies,
+//! on the same lane) is a push onto the lane's own queue, not a system call per run. A store's
+//! flush answers once its writes are kept; their visibility on a lane may follow a moment later.
 //!
 //! Invariant: every gathered publication is made exactly once: on its home's thread, or on the
 //! thread that drops it where the run has no home or its home no longer runs (publications are
