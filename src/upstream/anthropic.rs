@@ -359,6 +359,36 @@ enum Block {
     Other,
 }
 
+/// A stream's most frequent event, a `content_block_delta` carrying a `text_delta`, read in one
+/// pass without building a tree: the other fields are skipped, the text borrowed unless escaped.
+#[derive(serde::Deserialize)]
+struct TextDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    index: u64,
+    #[serde(borrow)]
+    delta: TextDeltaBody<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct TextDeltaBody<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    text: std::borrow::Cow<'a, str>,
+}
+
+impl TextDelta<'_> {
+    /// A text delta's block index and text; `None` for any other event, or one this shape
+    /// does not read (a field of another type or twice, not JSON), which the general path reads.
+    fn parse(data: &str) -> Option<(u64, std::borrow::Cow<'_, str>)> {
+        let ev: TextDelta<'_> = serde_json::from_str(data).ok()?;
+        (ev.kind == "content_block_delta" && ev.delta.kind == "text_delta")
+            .then_some((ev.index, ev.delta.text))
+    }
+}
+
 /// Turns Anthropic stream events into model events. Pure; one per turn.
 #[derive(Debug, Default)]
 pub struct EventParser {
@@ -383,6 +413,14 @@ impl EventParser {
 
     /// Parses one event's `data`.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        if let Some((index, text)) = TextDelta::parse(data)
+            && self.blocks.contains_key(&index)
+        {
+            if !text.is_empty() {
+                out.push(ModelEvent::Text(text.into_owned()));
+            }
+            return Ok(());
+        }
         let ev: Value = serde_json::from_str(data).map_err(|e| {
             UpstreamError::Protocol(format!(
                 "event is not valid JSON ({e}): {}",

@@ -202,6 +202,10 @@ impl EventParser {
     /// Parses one event (one JSON pass) and dispatches it by family: the answer's id, text,
     /// custom tool calls, function calls, the lifecycle.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
+        if let Some(event) = TextDelta::parse(data) {
+            out.push(event);
+            return Ok(());
+        }
         let ev: Value = serde_json::from_str(data).map_err(|e| {
             UpstreamError::Protocol(format!(
                 "event is not valid JSON ({e}): {}",
@@ -397,6 +401,34 @@ impl EventParser {
     }
 }
 
+/// A stream's most frequent events, the text deltas, read in one pass without building a
+/// tree: only `type` and `delta` are kept (borrowed unless escaped), the other fields skipped.
+#[derive(serde::Deserialize)]
+struct TextDelta<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    delta: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl TextDelta<'_> {
+    /// The model event of a text, refusal or reasoning delta; `None` for any other event, or
+    /// one this shape does not read (its `delta` not a string, a field twice, not JSON), which
+    /// the general path then reads (and reports).
+    fn parse(data: &str) -> Option<ModelEvent> {
+        let ev: TextDelta<'_> = serde_json::from_str(data).ok()?;
+        let wrap = match &*ev.kind {
+            "response.output_text.delta" => ModelEvent::Text,
+            "response.refusal.delta" => ModelEvent::Refusal,
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                ModelEvent::Reasoning
+            }
+            _ => return None,
+        };
+        Some(wrap(ev.delta.map(|d| d.into_owned()).unwrap_or_default()))
+    }
+}
+
 /// The string field `k` of `ev` (empty when missing).
 fn text(ev: &Value, k: &str) -> String {
     ev.get(k)
@@ -451,5 +483,114 @@ impl super::StreamParser for EventParser {
 
     fn complete(&self) -> bool {
         self.finished()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(data: &str) -> Vec<ModelEvent> {
+        let mut out = Vec::new();
+        EventParser::new().parse(data, &mut out).unwrap();
+        out
+    }
+
+    fn texts(events: &[ModelEvent]) -> Vec<(&'static str, &str)> {
+        events
+            .iter()
+            .map(|e| match e {
+                ModelEvent::Text(t) => ("text", t.as_str()),
+                ModelEvent::Refusal(t) => ("refusal", t.as_str()),
+                ModelEvent::Reasoning(t) => ("reasoning", t.as_str()),
+                other => panic!("not a delta: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn text_deltas_are_read_whole_escapes_and_all_whatever_else_the_event_carries() {
+        let delta = |kind: &str, rest: &str| {
+            format!(
+                r#"{{"type":"{kind}","sequence_number":4,"item_id":"msg_1","output_index":0,"content_index":0,{rest}"logprobs":[{{"token":"x","bytes":[1],"top_logprobs":[]}}],"obfuscation":"abc"}}"#
+            )
+        };
+        assert_eq!(
+            texts(&parse(&delta(
+                "response.output_text.delta",
+                r#""delta":"plain","#
+            ))),
+            [("text", "plain")]
+        );
+        assert_eq!(
+            texts(&parse(&delta(
+                "response.output_text.delta",
+                r#""delta":"a \"quote\"\n\u00e9\ud83d\ude00","#
+            ))),
+            [("text", "a \"quote\"\n\u{e9}\u{1f600}")]
+        );
+        assert_eq!(
+            texts(&parse(&delta("response.refusal.delta", r#""delta":"no","#))),
+            [("refusal", "no")]
+        );
+        for kind in [
+            "response.reasoning_text.delta",
+            "response.reasoning_summary_text.delta",
+        ] {
+            assert_eq!(
+                texts(&parse(&delta(kind, r#""delta":"think","#))),
+                [("reasoning", "think")]
+            );
+        }
+        // A delta without its text, with `null`, or with something that is not a string:
+        // an empty delta, as before.
+        for rest in [
+            "",
+            r#""delta":null,"#,
+            r#""delta":7,"#,
+            r#""delta":{"a":1},"#,
+        ] {
+            assert_eq!(
+                texts(&parse(&delta("response.output_text.delta", rest))),
+                [("text", "")],
+                "{rest}"
+            );
+        }
+    }
+
+    #[test]
+    fn events_that_are_not_text_deltas_still_take_the_general_path() {
+        let mut parser = EventParser::new();
+        let mut out = Vec::new();
+        parser
+            .parse(
+                r#"{"type":"response.created","response":{"id":"resp_up","status":"in_progress","output":[]}}"#,
+                &mut out,
+            )
+            .unwrap();
+        parser
+            .parse(
+                r#"{"type":"response.output_item.added","output_index":1,"item":{"type":"function_call","call_id":"call_1","name":"f","arguments":""}}"#,
+                &mut out,
+            )
+            .unwrap();
+        parser
+            .parse(
+                r#"{"type":"response.function_call_arguments.delta","output_index":1,"delta":"{\"a\""}"#,
+                &mut out,
+            )
+            .unwrap();
+        assert!(matches!(&out[0], ModelEvent::ResponseId(id) if id == "resp_up"));
+        assert!(
+            matches!(&out[1], ModelEvent::ToolCall { index: 0, name: Some(n), .. } if n == "f")
+        );
+        assert!(
+            matches!(&out[2], ModelEvent::ToolCall { index: 0, arguments, .. } if arguments == "{\"a\"")
+        );
+        let err = parser.parse("{not json", &mut out).unwrap_err();
+        assert!(
+            matches!(&err, UpstreamError::Protocol(m) if m.contains("not valid JSON")),
+            "{err:?}"
+        );
     }
 }

@@ -69,6 +69,42 @@ fn thinking_then_a_tool_call_gives_its_signed_block_and_the_call() {
 }
 
 #[test]
+fn text_deltas_are_read_whole_and_a_delta_for_a_block_that_never_started_is_an_error() {
+    let out = parse(&[
+        json!({"type": "message_start", "message": {"id": "msg_1", "usage": {"input_tokens": 3}}}),
+        json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "plain "}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "a \"quote\"\n\u{e9}"}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta"}}),
+        json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": null}}),
+        json!({"type": "content_block_stop", "index": 0}),
+        json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+        json!({"type": "message_stop"}),
+    ]);
+    let texts: Vec<&str> = out
+        .iter()
+        .filter_map(|e| match e {
+            ModelEvent::Text(t) => Some(t.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts, ["plain ", "a \"quote\"\n\u{e9}"]);
+
+    let mut p = EventParser::new();
+    let err = p
+        .parse(
+            &json!({"type": "content_block_delta", "index": 5, "delta": {"type": "text_delta", "text": "x"}}).to_string(),
+            &mut Vec::new(),
+        )
+        .unwrap_err();
+    assert!(
+        matches!(&err, UpstreamError::Protocol(m) if m.contains("content block 5")),
+        "{err:?}"
+    );
+}
+
+#[test]
 fn stop_reasons_map_to_finish_reasons() {
     for (stop, want) in [
         ("end_turn", FinishReason::Stop),
