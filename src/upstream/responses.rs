@@ -2,9 +2,11 @@
 //! input items, and its streamed events as model events. The upstream's own item ids are never
 //! shown to clients: the relay mints its own.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -202,8 +204,7 @@ impl EventParser {
     /// Parses one event (one JSON pass) and dispatches it by family: the answer's id, text,
     /// custom tool calls, function calls, the lifecycle.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
-        if let Some(event) = TextDelta::parse(data) {
-            out.push(event);
+        if self.parse_typed(data, out) {
             return Ok(());
         }
         let ev: Value = serde_json::from_str(data).map_err(|e| {
@@ -213,7 +214,7 @@ impl EventParser {
             ))
         })?;
         let kind = ev.get("type").and_then(Value::as_str).unwrap_or_default();
-        self.response_id(&ev, out);
+        self.response_id(ev.pointer("/response/id").and_then(Value::as_str), out);
         let at = || ev["output_index"].as_u64().unwrap_or(0);
         match kind {
             "response.output_text.delta" => out.push(ModelEvent::Text(text(&ev, "delta"))),
@@ -248,7 +249,13 @@ impl EventParser {
                 self.arguments_done(at(), ev["item"]["arguments"].as_str(), out)
             }
             "response.completed" | "response.incomplete" => {
-                self.finish(kind == "response.completed", &ev["response"], out)
+                let r = &ev["response"];
+                self.finish(
+                    kind == "response.completed",
+                    r.get("usage"),
+                    r.get("incomplete_details"),
+                    out,
+                )
             }
             "response.failed" => {
                 return Err(failure(
@@ -262,14 +269,70 @@ impl EventParser {
         Ok(())
     }
 
+    /// The events a stream is mostly made of, read in one typed pass that builds no tree: the
+    /// text deltas, the lifecycle events (their `response` read for its id, usage and
+    /// `incomplete_details` only, its `output` and echoed request skipped), and the events this
+    /// parser has no use for. `false` leaves the event to the general path: one that acts on
+    /// items or calls, or one this shape does not read (a field of another type or twice, not
+    /// JSON), which the general path reads the same way, or reports.
+    fn parse_typed(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> bool {
+        let Ok(ev) = serde_json::from_str::<Typed<'_>>(data) else {
+            return false;
+        };
+        let text = || ev.delta.as_deref().unwrap_or_default().to_string();
+        match &*ev.kind {
+            "response.output_text.delta" => out.push(ModelEvent::Text(text())),
+            "response.refusal.delta" => out.push(ModelEvent::Refusal(text())),
+            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
+                out.push(ModelEvent::Reasoning(text()))
+            }
+            // Acted on by the general path.
+            "response.output_item.added"
+            | "response.custom_tool_call_input.delta"
+            | "response.custom_tool_call_input.done"
+            | "response.function_call_arguments.delta"
+            | "response.function_call_arguments.done"
+            | "response.failed"
+            | "error" => return false,
+            "response.output_item.done" => {
+                let call = ev.item.is_none_or(|item| {
+                    serde_json::from_str::<Kind<'_>>(item.get()).map_or(true, |i| {
+                        matches!(&*i.kind, "function_call" | "custom_tool_call")
+                    })
+                });
+                if call {
+                    return false;
+                }
+            }
+            kind => {
+                let terminal = matches!(kind, "response.completed" | "response.incomplete");
+                let r = match ev
+                    .response
+                    .map(|r| serde_json::from_str::<Lifecycle<'_>>(r.get()))
+                {
+                    Some(Ok(r)) => r,
+                    None if !terminal => return true,
+                    _ => return false,
+                };
+                self.response_id(r.id.as_deref(), out);
+                if terminal {
+                    self.finish(
+                        kind == "response.completed",
+                        r.usage.as_ref(),
+                        r.incomplete_details.as_ref(),
+                        out,
+                    );
+                }
+            }
+        }
+        true
+    }
+
     /// The answer's id (`response.id` of `response.created` or a later lifecycle event), passed
     /// on once per turn.
-    fn response_id(&mut self, ev: &Value, out: &mut Vec<ModelEvent>) {
+    fn response_id(&mut self, id: Option<&str>, out: &mut Vec<ModelEvent>) {
         if !self.id_given
-            && let Some(id) = ev
-                .pointer("/response/id")
-                .and_then(Value::as_str)
-                .filter(|id| !id.is_empty())
+            && let Some(id) = id.filter(|id| !id.is_empty())
         {
             self.id_given = true;
             out.push(ModelEvent::ResponseId(id.to_string()));
@@ -377,8 +440,14 @@ impl EventParser {
 
     /// `response.completed` (`completed`) or `response.incomplete` of `response` `r`: its usage,
     /// then why the turn ended.
-    fn finish(&mut self, completed: bool, r: &Value, out: &mut Vec<ModelEvent>) {
-        if let Some(u) = r.get("usage").filter(|u| u.is_object()) {
+    fn finish(
+        &mut self,
+        completed: bool,
+        usage: Option<&Value>,
+        incomplete: Option<&Value>,
+        out: &mut Vec<ModelEvent>,
+    ) {
+        if let Some(u) = usage.filter(|u| u.is_object()) {
             out.push(ModelEvent::Usage(
                 serde_json::from_value::<Usage>(u.clone()).unwrap_or_else(|_| lenient_usage(u)),
             ));
@@ -391,7 +460,8 @@ impl EventParser {
             }
         } else {
             FinishReason::parse(
-                r.pointer("/incomplete_details/reason")
+                incomplete
+                    .and_then(|d| d.get("reason"))
                     .and_then(Value::as_str)
                     .unwrap_or("length"),
             )
@@ -401,32 +471,36 @@ impl EventParser {
     }
 }
 
-/// A stream's most frequent events, the text deltas, read in one pass without building a
-/// tree: only `type` and `delta` are kept (borrowed unless escaped), the other fields skipped.
+/// An event as [`EventParser::parse_typed`] reads it: `delta` borrowed unless escaped, `item`
+/// and `response` as their raw text, every other field skipped.
 #[derive(serde::Deserialize)]
-struct TextDelta<'a> {
+struct Typed<'a> {
     #[serde(rename = "type", borrow)]
-    kind: std::borrow::Cow<'a, str>,
+    kind: Cow<'a, str>,
     #[serde(default, borrow)]
-    delta: Option<std::borrow::Cow<'a, str>>,
+    delta: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    item: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    response: Option<&'a RawValue>,
 }
 
-impl TextDelta<'_> {
-    /// The model event of a text, refusal or reasoning delta; `None` for any other event, or
-    /// one this shape does not read (its `delta` not a string, a field twice, not JSON), which
-    /// the general path then reads (and reports).
-    fn parse(data: &str) -> Option<ModelEvent> {
-        let ev: TextDelta<'_> = serde_json::from_str(data).ok()?;
-        let wrap = match &*ev.kind {
-            "response.output_text.delta" => ModelEvent::Text,
-            "response.refusal.delta" => ModelEvent::Refusal,
-            "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-                ModelEvent::Reasoning
-            }
-            _ => return None,
-        };
-        Some(wrap(ev.delta.map(|d| d.into_owned()).unwrap_or_default()))
-    }
+/// An item's `type`, the rest skipped.
+#[derive(serde::Deserialize)]
+struct Kind<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+}
+
+/// What a lifecycle event's `response` tells the parser; its output and echoed request skipped.
+#[derive(serde::Deserialize)]
+struct Lifecycle<'a> {
+    #[serde(default, borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    usage: Option<Value>,
+    #[serde(default)]
+    incomplete_details: Option<Value>,
 }
 
 /// The string field `k` of `ev` (empty when missing).
@@ -587,10 +661,104 @@ mod tests {
         assert!(
             matches!(&out[2], ModelEvent::ToolCall { index: 0, arguments, .. } if arguments == "{\"a\"")
         );
+        parser
+            .parse(
+                r#"{"type":"response.function_call_arguments.done","output_index":1,"arguments":"{\"a\":1}"}"#,
+                &mut out,
+            )
+            .unwrap();
+        assert!(
+            matches!(&out[3], ModelEvent::ToolCall { index: 0, arguments, .. } if arguments == ":1}"),
+            "{:?}",
+            out[3]
+        );
         let err = parser.parse("{not json", &mut out).unwrap_err();
         assert!(
             matches!(&err, UpstreamError::Protocol(m) if m.contains("not valid JSON")),
             "{err:?}"
+        );
+    }
+
+    /// The lifecycle of a turn that answers with text, as OpenAI streams it: the created and
+    /// in-progress events echo the request, the terminal one carries the whole output.
+    fn lifecycle(kind: &str, rest: &str) -> String {
+        format!(
+            r#"{{"type":"{kind}","sequence_number":0,"response":{{"id":"resp_up","object":"response","status":"x","instructions":"be brief","tools":[{{"type":"function","name":"f","parameters":{{"type":"object"}}}}],"output":[{{"type":"message","id":"msg_1","role":"assistant","content":[{{"type":"output_text","text":"Hi \"there\"","annotations":[]}}]}}]{rest}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_turns_lifecycle_gives_its_id_once_then_usage_and_the_finish_reason() {
+        let mut parser = EventParser::new();
+        let mut out = Vec::new();
+        for data in [
+            lifecycle("response.created", ""),
+            lifecycle("response.in_progress", ""),
+            r#"{"type":"response.output_item.added","output_index":0,"item":{"type":"message","id":"msg_1","role":"assistant","content":[],"phase":"final_answer"}}"#.into(),
+            r#"{"type":"response.content_part.added","output_index":0,"content_index":0,"part":{"type":"output_text","text":""}}"#.into(),
+            r#"{"type":"response.output_text.delta","output_index":0,"content_index":0,"delta":"Hi"}"#.into(),
+            r#"{"type":"response.output_text.done","output_index":0,"content_index":0,"text":"Hi"}"#.into(),
+            r#"{"type":"response.output_item.done","output_index":0,"item":{"type":"message","id":"msg_1","content":[{"type":"output_text","text":"Hi"}]}}"#.into(),
+            lifecycle(
+                "response.completed",
+                r#","usage":{"input_tokens":5,"input_tokens_details":{"cached_tokens":2},"output_tokens":7,"output_tokens_details":{"reasoning_tokens":0},"total_tokens":12}"#,
+            ),
+        ] {
+            parser.parse(&data, &mut out).unwrap();
+        }
+        assert!(parser.finished());
+        let mut usage = Usage {
+            input_tokens: 5,
+            output_tokens: 7,
+            total_tokens: 12,
+            ..Usage::default()
+        };
+        usage.input_tokens_details.cached_tokens = 2;
+        assert_eq!(
+            out,
+            vec![
+                ModelEvent::ResponseId("resp_up".into()),
+                ModelEvent::MessagePhase(Some(crate::api::response::Phase::FinalAnswer)),
+                ModelEvent::Text("Hi".into()),
+                ModelEvent::Usage(usage),
+                ModelEvent::Finish(FinishReason::Stop),
+            ]
+        );
+    }
+
+    #[test]
+    fn an_incomplete_or_odd_terminal_event_still_finishes_the_turn() {
+        let finish = |data: &str| {
+            let mut parser = EventParser::new();
+            let mut out = Vec::new();
+            parser.parse(data, &mut out).unwrap();
+            assert!(parser.finished(), "{data}");
+            out.pop()
+        };
+        assert_eq!(
+            finish(&lifecycle(
+                "response.incomplete",
+                r#","incomplete_details":{"reason":"content_filter"}"#
+            )),
+            Some(ModelEvent::Finish(FinishReason::parse("content_filter")))
+        );
+        assert_eq!(
+            finish(&lifecycle(
+                "response.incomplete",
+                r#","incomplete_details":null"#
+            )),
+            Some(ModelEvent::Finish(FinishReason::parse("length")))
+        );
+        // No response object, or an id that is not a string: the general path reads them.
+        assert_eq!(
+            finish(r#"{"type":"response.completed","response":null}"#),
+            Some(ModelEvent::Finish(FinishReason::Stop))
+        );
+        assert_eq!(
+            finish(
+                r#"{"type":"response.completed","response":{"id":7,"usage":{"input_tokens":1,"output_tokens":1,"total_tokens":2}}}"#
+            ),
+            Some(ModelEvent::Finish(FinishReason::Stop))
         );
     }
 }
