@@ -201,8 +201,9 @@ impl EventParser {
         self.finished
     }
 
-    /// Parses one event (one JSON pass) and dispatches it by family: the answer's id, text,
-    /// custom tool calls, function calls, the lifecycle.
+    /// Parses one event and dispatches it by family: the answer's id, text, custom tool calls,
+    /// function calls, the lifecycle. Most events take one typed pass ([`Self::parse_typed`]);
+    /// the rest a second one, into a `Value`.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
         if self.parse_typed(data, out) {
             return Ok(());
