@@ -202,7 +202,7 @@ impl EventParser {
     }
 
     /// Parses one event and dispatches it by family: the answer's id, text, custom tool calls,
-    /// function calls, the lifecycle. Most events take one typed pass ([`Self::parse_typed`]);
+    /// function calls, the lifecycle. Most events take one typed pass (`parse_typed`);
     /// the rest a second one, into a `Value`.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
         if self.parse_typed(data, out) {
