@@ -205,8 +205,8 @@ impl EventParser {
     /// function calls, the lifecycle. Most events take one typed pass (`parse_typed`);
     /// the rest a second one, into a `Value`.
     pub fn parse(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> Result<(), UpstreamError> {
-        if self.parse_typed(data, out) {
-            return Ok(());
+        if let Some(parsed) = self.parse_typed(data, out) {
+            return parsed;
         }
         let ev: Value = serde_json::from_str(data).map_err(|e| {
             UpstreamError::Protocol(format!(
@@ -229,7 +229,9 @@ impl EventParser {
             "response.output_item.added" if ev["item"]["type"] == "custom_tool_call" => {
                 self.custom_added(at(), &ev["item"], out)
             }
-            "response.custom_tool_call_input.delta" => self.custom_input(at(), &ev)?,
+            "response.custom_tool_call_input.delta" => {
+                self.custom_input(at(), &text(&ev, "delta"))?
+            }
             "response.custom_tool_call_input.done" => {
                 self.custom_done(at(), ev["input"].as_str(), out)
             }
@@ -240,7 +242,9 @@ impl EventParser {
             "response.output_item.added" if ev["item"]["type"] == "function_call" => {
                 self.call_added(at(), &ev["item"], out)
             }
-            "response.function_call_arguments.delta" => self.arguments_delta(at(), &ev, out)?,
+            "response.function_call_arguments.delta" => {
+                self.arguments_delta(at(), text(&ev, "delta"), out)?
+            }
             // Some servers (LM Studio) send the arguments only whole, at the end: pass on
             // whatever the deltas did not carry.
             "response.function_call_arguments.done" => {
@@ -271,30 +275,35 @@ impl EventParser {
     }
 
     /// The events a stream is mostly made of, read in one typed pass that builds no tree: the
-    /// text deltas, the lifecycle events (their `response` read for its id, usage and
-    /// `incomplete_details` only, its `output` and echoed request skipped), and the events this
-    /// parser has no use for. `false` leaves the event to the general path: one that acts on
-    /// items or calls, or one this shape does not read (a field of another type or twice, not
-    /// JSON), which the general path reads the same way, or reports.
-    fn parse_typed(&mut self, data: &str, out: &mut Vec<ModelEvent>) -> bool {
-        let Ok(ev) = serde_json::from_str::<Typed<'_>>(data) else {
-            return false;
-        };
-        let text = || ev.delta.as_deref().unwrap_or_default().to_string();
+    /// text and argument deltas, the lifecycle events (their `response` read for its id, usage
+    /// and `incomplete_details` only, its `output` and echoed request skipped), and the events
+    /// this parser has no use for. `None` leaves the event to the general path: one that opens
+    /// or closes items and calls, or one this shape does not read (a field of another type or
+    /// twice, not JSON), which the general path reads the same way, or reports.
+    fn parse_typed(
+        &mut self,
+        data: &str,
+        out: &mut Vec<ModelEvent>,
+    ) -> Option<Result<(), UpstreamError>> {
+        let ev = serde_json::from_str::<Typed<'_>>(data).ok()?;
+        let at = ev.output_index.unwrap_or(0);
+        let delta = ev.delta.as_deref().unwrap_or_default();
         match &*ev.kind {
-            "response.output_text.delta" => out.push(ModelEvent::Text(text())),
-            "response.refusal.delta" => out.push(ModelEvent::Refusal(text())),
+            "response.output_text.delta" => out.push(ModelEvent::Text(delta.into())),
+            "response.refusal.delta" => out.push(ModelEvent::Refusal(delta.into())),
             "response.reasoning_text.delta" | "response.reasoning_summary_text.delta" => {
-                out.push(ModelEvent::Reasoning(text()))
+                out.push(ModelEvent::Reasoning(delta.into()))
             }
-            // Acted on by the general path.
+            "response.function_call_arguments.delta" => {
+                return Some(self.arguments_delta(at, delta.into(), out));
+            }
+            "response.custom_tool_call_input.delta" => return Some(self.custom_input(at, delta)),
+            // Read by the general path.
             "response.output_item.added"
-            | "response.custom_tool_call_input.delta"
             | "response.custom_tool_call_input.done"
-            | "response.function_call_arguments.delta"
             | "response.function_call_arguments.done"
             | "response.failed"
-            | "error" => return false,
+            | "error" => return None,
             "response.output_item.done" => {
                 let call = ev.item.is_none_or(|item| {
                     serde_json::from_str::<Kind<'_>>(item.get()).map_or(true, |i| {
@@ -302,7 +311,7 @@ impl EventParser {
                     })
                 });
                 if call {
-                    return false;
+                    return None;
                 }
             }
             kind => {
@@ -312,8 +321,8 @@ impl EventParser {
                     .map(|r| serde_json::from_str::<Lifecycle<'_>>(r.get()))
                 {
                     Some(Ok(r)) => r,
-                    None if !terminal => return true,
-                    _ => return false,
+                    None if !terminal => return Some(Ok(())),
+                    _ => return None,
                 };
                 self.response_id(r.id.as_deref(), out);
                 if terminal {
@@ -326,7 +335,7 @@ impl EventParser {
                 }
             }
         }
-        true
+        Some(Ok(()))
     }
 
     /// The answer's id (`response.id` of `response.created` or a later lifecycle event), passed
@@ -357,13 +366,13 @@ impl EventParser {
     }
 
     /// More input of the custom tool call at `at`.
-    fn custom_input(&mut self, at: u64, ev: &Value) -> Result<(), UpstreamError> {
+    fn custom_input(&mut self, at: u64, delta: &str) -> Result<(), UpstreamError> {
         let Some((_, input)) = self.custom.get_mut(&at) else {
             return Err(UpstreamError::Protocol(format!(
                 "input for unknown output item {at}"
             )));
         };
-        input.push_str(&text(ev, "delta"));
+        input.push_str(delta);
         Ok(())
     }
 
@@ -402,7 +411,7 @@ impl EventParser {
     fn arguments_delta(
         &mut self,
         at: u64,
-        ev: &Value,
+        delta: String,
         out: &mut Vec<ModelEvent>,
     ) -> Result<(), UpstreamError> {
         let Some((index, seen)) = self.calls.get_mut(&at) else {
@@ -410,7 +419,6 @@ impl EventParser {
                 "arguments for unknown output item {at}"
             )));
         };
-        let delta = text(ev, "delta");
         *seen += delta.len();
         out.push(ModelEvent::ToolCall {
             index: *index,
@@ -478,6 +486,8 @@ impl EventParser {
 struct Typed<'a> {
     #[serde(rename = "type", borrow)]
     kind: Cow<'a, str>,
+    #[serde(default)]
+    output_index: Option<u64>,
     #[serde(default, borrow)]
     delta: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
@@ -634,7 +644,7 @@ mod tests {
     }
 
     #[test]
-    fn events_that_are_not_text_deltas_still_take_the_general_path() {
+    fn a_function_calls_arguments_stream_in_and_the_rest_comes_with_its_end() {
         let mut parser = EventParser::new();
         let mut out = Vec::new();
         parser
@@ -678,6 +688,42 @@ mod tests {
             matches!(&err, UpstreamError::Protocol(m) if m.contains("not valid JSON")),
             "{err:?}"
         );
+    }
+
+    #[test]
+    fn a_custom_tool_calls_input_is_gathered_and_given_whole_and_stray_deltas_are_errors() {
+        let mut parser = EventParser::new();
+        let mut out = Vec::new();
+        for data in [
+            r#"{"type":"response.output_item.added","output_index":2,"item":{"type":"custom_tool_call","call_id":"call_c","name":"apply_patch","input":""}}"#,
+            r#"{"type":"response.custom_tool_call_input.delta","output_index":2,"item_id":"ctc_1","delta":"*** Begin \"Patch\"\n"}"#,
+            r#"{"type":"response.custom_tool_call_input.delta","output_index":2,"item_id":"ctc_1","delta":"*** End"}"#,
+            r#"{"type":"response.custom_tool_call_input.done","output_index":2,"item_id":"ctc_1"}"#,
+        ] {
+            parser.parse(data, &mut out).unwrap();
+        }
+        assert!(
+            matches!(&out[0], ModelEvent::ToolCall { index: 0, name: Some(n), .. } if n == "apply_patch")
+        );
+        assert_eq!(
+            out[1],
+            ModelEvent::ToolCall {
+                index: 0,
+                id: None,
+                name: None,
+                arguments: json!({"input": "*** Begin \"Patch\"\n*** End"}).to_string(),
+            }
+        );
+        for stray in [
+            r#"{"type":"response.custom_tool_call_input.delta","output_index":9,"delta":"x"}"#,
+            r#"{"type":"response.function_call_arguments.delta","output_index":9,"delta":"x"}"#,
+        ] {
+            let err = parser.parse(stray, &mut out).unwrap_err();
+            assert!(
+                matches!(&err, UpstreamError::Protocol(m) if m.contains("unknown output item 9")),
+                "{err:?}"
+            );
+        }
     }
 
     /// The lifecycle of a turn that answers with text, as OpenAI streams it: the created and
