@@ -44,23 +44,66 @@ impl Drop for CancelOnDrop {
 /// A run's task driven by its reader: polled from the reader's body while the reader lives, and
 /// handed to a task of its own when the reader goes away or stalls, so the run always reaches
 /// its terminal event.
+///
+/// The task is polled only when something it waits on woke it (and once at the start): the
+/// reader's body is polled again after every frame it writes, and those polls leave the task
+/// alone instead of walking it down to the upstream socket only to find nothing new.
 #[derive(Clone)]
-pub struct Driven(Arc<std::sync::Mutex<Option<RunTask>>>);
+pub struct Driven {
+    task: Arc<std::sync::Mutex<Option<RunTask>>>,
+    wakeup: Arc<Wakeup>,
+    /// The waker the task is polled with: [`Wakeup`], shared.
+    waker: std::task::Waker,
+}
+
+/// Whether a driven task was woken since it was last polled; its wake wakes the reader too.
+struct Wakeup {
+    woken: std::sync::atomic::AtomicBool,
+    reader: futures::task::AtomicWaker,
+}
+
+impl std::task::Wake for Wakeup {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, std::sync::atomic::Ordering::Release);
+        self.reader.wake();
+    }
+}
 
 impl Driven {
     pub fn new(task: RunTask) -> Self {
-        Driven(Arc::new(std::sync::Mutex::new(Some(task))))
+        let wakeup = Arc::new(Wakeup {
+            woken: std::sync::atomic::AtomicBool::new(true),
+            reader: futures::task::AtomicWaker::new(),
+        });
+        Driven {
+            task: Arc::new(std::sync::Mutex::new(Some(task))),
+            waker: std::task::Waker::from(wakeup.clone()),
+            wakeup,
+        }
     }
 
-    /// Runs the task until it waits; `Ready` once it has ended. Never ready once handed away
-    /// (its events then come through the log alone).
+    /// Runs the task until it waits, if it was woken since it last waited; `Ready` once it has
+    /// ended. Never ready once handed away (its events then come through the log alone).
     fn poll_run(&self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        use std::sync::atomic::Ordering;
         use std::task::Poll;
-        let mut slot = self.0.lock().expect("driven run poisoned");
+        // Registered before the flag is read: a wake in between is not lost.
+        self.wakeup.reader.register(cx.waker());
+        if !self.wakeup.woken.swap(false, Ordering::AcqRel) {
+            return Poll::Pending;
+        }
+        let mut slot = self.task.lock().expect("driven run poisoned");
         let Some(task) = slot.as_mut() else {
             return Poll::Pending;
         };
-        match task.as_mut().poll(cx) {
+        match task
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&self.waker))
+        {
             Poll::Ready(()) => {
                 *slot = None;
                 Poll::Ready(())
@@ -71,7 +114,7 @@ impl Driven {
 
     /// Hands the task, if it has not ended, to a task of its own.
     fn release(&self) {
-        let task = self.0.lock().expect("driven run poisoned").take();
+        let task = self.task.lock().expect("driven run poisoned").take();
         if let (Some(task), Ok(rt)) = (task, tokio::runtime::Handle::try_current()) {
             rt.spawn(task);
         }
@@ -79,7 +122,7 @@ impl Driven {
 
     /// Whether the task is still polled by its reader.
     fn held(&self) -> bool {
-        self.0.lock().expect("driven run poisoned").is_some()
+        self.task.lock().expect("driven run poisoned").is_some()
     }
 }
 
