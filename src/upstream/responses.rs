@@ -316,6 +316,11 @@ impl EventParser {
             }
             kind => {
                 let terminal = matches!(kind, "response.completed" | "response.incomplete");
+                // A later `in_progress` (or any lifecycle event but the last) has nothing
+                // left to give once the id is known: its echoed response is not read again.
+                if !terminal && self.id_given {
+                    return Some(Ok(()));
+                }
                 let r = match ev
                     .response
                     .map(|r| serde_json::from_str::<Lifecycle<'_>>(r.get()))
