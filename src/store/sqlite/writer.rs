@@ -263,6 +263,10 @@ impl Writer {
         }
         let mut counts = vec![0usize; batch.len()];
         let (journal, packer, to_remove) = (&mut self.journal, &mut self.packer, &self.to_remove);
+        let incremental = self.incremental;
+        // Free pages after the batch, read inside its transaction (page 1 is already locked and
+        // cached there; read after the commit it costs a read transaction of its own).
+        let mut free = 0;
         let result = in_transaction(conn, |tx| {
             let mut parts = Parts::default();
             for (cmd, count) in batch.iter().zip(counts.iter_mut()) {
@@ -277,7 +281,13 @@ impl Writer {
                 journal.ended.insert(id.clone());
             }
             parts.journal(tx, journal, packer)?;
-            journal.trim(tx)
+            journal.trim(tx)?;
+            if incremental {
+                free = tx
+                    .prepare_cached("PRAGMA freelist_count")?
+                    .query_row([], |r| r.get(0))?;
+            }
+            Ok(())
         });
         self.disk.committed();
         self.journal.settle(result.is_ok());
@@ -285,7 +295,7 @@ impl Writer {
             tracing::error!(error = %e, "the SQLite writer could not commit a batch");
         } else {
             self.to_remove.clear();
-            if let Err(e) = give_back_free_pages(conn, self.incremental) {
+            if let Err(e) = give_back_free_pages(conn, free) {
                 tracing::warn!(error = %e, "SQLite incremental vacuum failed");
             }
         }
@@ -429,15 +439,10 @@ pub(super) fn group_window(busy: std::time::Duration, writes: usize) -> std::tim
     (busy * GATHER_PER_BUSY).min(GATHER_MAX)
 }
 
-/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`]; only
-/// in a database in incremental vacuum mode (`incremental`, read once by the writer).
-pub(super) fn give_back_free_pages(conn: &Connection, incremental: bool) -> Result<(), StoreError> {
-    if !incremental {
-        return Ok(());
-    }
-    let free: i64 = conn
-        .prepare_cached("PRAGMA freelist_count")?
-        .query_row([], |r| r.get(0))?;
+/// Gives free pages past [`FREE_KEPT`] back to the file system, at most [`VACUUM_PAGES`], in a
+/// transaction of its own: `free` is the free-page count the last commit left (0 unless the
+/// database is in incremental vacuum mode, read once by the writer).
+pub(super) fn give_back_free_pages(conn: &Connection, free: i64) -> Result<(), StoreError> {
     if free > FREE_KEPT {
         let n = (free - FREE_KEPT).min(VACUUM_PAGES);
         // Each step of the statement frees one page: run it to the end.
@@ -541,10 +546,10 @@ pub(super) fn apply<'b>(
             items,
             ..
         } => {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT OR REPLACE INTO responses (id, tenant, created_at, expires_at, status, response, input) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![id, tenant, created_at, expires_at, status, response, input],
-            )?;
+            )?
+            .execute(params![id, tenant, created_at, expires_at, status, response, input])?;
             keep_input_items(tx, tenant, id, items)?;
         }
         Cmd::Append {
@@ -587,10 +592,8 @@ pub(super) fn apply<'b>(
         Cmd::Flush { .. } | Cmd::MaxPages { .. } => {}
         Cmd::Usage { rows, .. } => super::usage::add(tx, rows)?,
         Cmd::Turns { id, tenant, turns } => {
-            tx.execute(
-                "UPDATE responses SET turns = ?3 WHERE id = ?1 AND tenant = ?2",
-                [id, tenant, turns],
-            )?;
+            tx.prepare_cached("UPDATE responses SET turns = ?3 WHERE id = ?1 AND tenant = ?2")?
+                .execute([id, tenant, turns])?;
         }
     }
     Ok(0)
