@@ -6,7 +6,6 @@ use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::{
@@ -305,11 +304,9 @@ impl EventParser {
             | "response.failed"
             | "error" => return None,
             "response.output_item.done" => {
-                let call = ev.item.is_none_or(|item| {
-                    serde_json::from_str::<Kind<'_>>(item.get()).map_or(true, |i| {
-                        matches!(&*i.kind, "function_call" | "custom_tool_call")
-                    })
-                });
+                let call = ev
+                    .item
+                    .is_none_or(|i| matches!(&*i.kind, "function_call" | "custom_tool_call"));
                 if call {
                     return None;
                 }
@@ -321,13 +318,10 @@ impl EventParser {
                 if !terminal && self.id_given {
                     return Some(Ok(()));
                 }
-                let r = match ev
-                    .response
-                    .map(|r| serde_json::from_str::<Lifecycle<'_>>(r.get()))
-                {
-                    Some(Ok(r)) => r,
+                let r = match ev.response {
+                    Some(r) => r,
                     None if !terminal => return Some(Ok(())),
-                    _ => return None,
+                    None => return None,
                 };
                 self.response_id(r.id.as_deref(), out);
                 if terminal {
@@ -485,8 +479,10 @@ impl EventParser {
     }
 }
 
-/// An event as [`EventParser::parse_typed`] reads it: `delta` borrowed unless escaped, `item`
-/// and `response` as their raw text, every other field skipped.
+/// An event as [`EventParser::parse_typed`] reads it, in one pass over its text: `delta`
+/// borrowed unless escaped, `item`'s type and what `response` tells, every other field skipped.
+/// An `item` or `response` of another shape fails the whole event, which the general path then
+/// reads (as it did the events whose `item` or `response` it must read itself).
 #[derive(serde::Deserialize)]
 struct Typed<'a> {
     #[serde(rename = "type", borrow)]
@@ -496,9 +492,9 @@ struct Typed<'a> {
     #[serde(default, borrow)]
     delta: Option<Cow<'a, str>>,
     #[serde(default, borrow)]
-    item: Option<&'a RawValue>,
+    item: Option<Kind<'a>>,
     #[serde(default, borrow)]
-    response: Option<&'a RawValue>,
+    response: Option<Lifecycle<'a>>,
 }
 
 /// An item's `type`, the rest skipped.
