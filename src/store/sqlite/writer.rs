@@ -422,14 +422,14 @@ fn not_kept(e: &StoreError) -> String {
 /// The writer's time per batch over the time it sleeps gathering one: at most 1 to this. A
 /// batch's cost is mostly fixed (a wake-up, the commit's pages written to the WAL, readers woken),
 /// so gathering more events per batch is what makes an event cheaper to keep.
-pub(super) const GATHER_PER_BUSY: u32 = 16;
+pub(super) const GATHER_PER_BUSY: u32 = 32;
 /// The longest a batch is gathered: an event waits at most this long (plus a commit) before its
 /// readers see it.
 pub(super) const GATHER_MAX: std::time::Duration = std::time::Duration::from_millis(4);
 
 /// How long to gather the next batch, sized by the last one: by what it cost (`busy`:
 /// committing it and making it visible), [`GATHER_PER_BUSY`] times that, at most
-/// [`GATHER_MAX`], so the writer spends at most a seventeenth of its time committing; and not at
+/// [`GATHER_MAX`], so the writer spends at most a thirty-third of its time committing; and not at
 /// all after a batch of one write (`writes`): nothing else arrived while it was gathered and
 /// committed, so waiting would only delay the next (a quiet relay commits each write at once).
 pub(super) fn group_window(busy: std::time::Duration, writes: usize) -> std::time::Duration {
@@ -737,7 +737,7 @@ mod tests {
         assert_eq!(group_window(Duration::from_micros(300), 1), Duration::ZERO);
         assert_eq!(
             group_window(Duration::from_micros(50), 2),
-            Duration::from_micros(800)
+            Duration::from_micros(1600)
         );
         assert_eq!(group_window(Duration::from_millis(1), 40), GATHER_MAX);
     }
